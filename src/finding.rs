@@ -1,0 +1,164 @@
+//! Findings: what the detector reports, and their JSON form (a contract relied on by
+//! outside checks: fields may be added, never renamed or removed).
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::model::{Backend, Family, ProcessInfo, Protocol};
+
+/// The kinds of drift portdrift knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    StaleNodeport,
+    StaleEndpoint,
+    MissingEndpoint,
+    MissingRule,
+    DuplicateRule,
+    BackendSplit,
+    Squatter,
+    NodeportCollision,
+    OrphanChain,
+    /// A rule line the parser could not understand: the analysis around it is incomplete.
+    UnparsedRule,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 10] = [
+        Kind::StaleNodeport,
+        Kind::StaleEndpoint,
+        Kind::MissingEndpoint,
+        Kind::MissingRule,
+        Kind::DuplicateRule,
+        Kind::BackendSplit,
+        Kind::Squatter,
+        Kind::NodeportCollision,
+        Kind::OrphanChain,
+        Kind::UnparsedRule,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::StaleNodeport => "stale-nodeport",
+            Kind::StaleEndpoint => "stale-endpoint",
+            Kind::MissingEndpoint => "missing-endpoint",
+            Kind::MissingRule => "missing-rule",
+            Kind::DuplicateRule => "duplicate-rule",
+            Kind::BackendSplit => "backend-split",
+            Kind::Squatter => "squatter",
+            Kind::NodeportCollision => "nodeport-collision",
+            Kind::OrphanChain => "orphan-chain",
+            Kind::UnparsedRule => "unparsed-rule",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How urgent a finding is. Ordered from most to least severe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Traffic for a live Service is going to the wrong place right now.
+    Critical,
+    /// Drift that will hurt later or that kube-proxy should have fixed.
+    Warning,
+    /// Harmless leftovers and changes still settling.
+    Info,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One difference between what the cluster says and what the node does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub kind: Kind,
+    pub severity: Severity,
+    pub protocol: Option<Protocol>,
+    /// The NodePort; null only for node-wide findings that concern no single port.
+    pub port: Option<u16>,
+    pub family: Option<Family>,
+    pub backend: Option<Backend>,
+    /// `namespace/name`.
+    pub service: Option<String>,
+    /// The Service's port name as kube-proxy names it (empty for an unnamed port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_port: Option<String>,
+    /// `ip:port` of a DNAT target, `[v6]:port` for IPv6.
+    pub target: Option<String>,
+    /// The rule as its backend prints it.
+    pub rule: Option<String>,
+    /// Where the rule was found: `file:line`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule_source: Option<String>,
+    pub process: Option<ProcessInfo>,
+    /// The socket inode of a squatting listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+    /// One human sentence: what is wrong and what to do.
+    pub message: String,
+    /// Supporting facts beyond the fields above (chain path, other rules), for people.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+impl Finding {
+    /// A finding with only its kind, severity and message set; callers fill the rest.
+    pub fn new(kind: Kind, severity: Severity, message: impl Into<String>) -> Finding {
+        Finding {
+            kind,
+            severity,
+            protocol: None,
+            port: None,
+            family: None,
+            backend: None,
+            service: None,
+            service_port: None,
+            target: None,
+            rule: None,
+            rule_source: None,
+            process: None,
+            inode: None,
+            message: message.into(),
+            evidence: Vec::new(),
+        }
+    }
+
+    /// Sort key: by port, then most severe first, then kind, so reports group by port.
+    pub fn sort_key(&self) -> impl Ord + '_ {
+        (
+            self.port.unwrap_or(u16::MAX),
+            self.protocol,
+            self.severity,
+            self.kind,
+            self.backend,
+            self.family,
+            self.target.as_deref(),
+            self.rule_source.as_deref(),
+        )
+    }
+}
+
+/// True when findings should make `scan` exit 1.
+pub fn any_actionable(findings: &[Finding]) -> bool {
+    findings.iter().any(|f| f.severity <= Severity::Warning)
+}

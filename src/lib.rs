@@ -1,0 +1,12 @@
+//! portdrift: finds where a Kubernetes node's NodePort plumbing has drifted from what
+//! the cluster says.
+//!
+//! Data flows desired + observed → [`detect`] → findings → report. The parsers and the
+//! detector are pure; I/O lives at the edges (`snapshot`, the binary).
+#![forbid(unsafe_code)]
+
+pub mod desired;
+pub mod finding;
+pub mod kube_proxy;
+pub mod model;
+pub mod observed;

@@ -1,0 +1,348 @@
+//! The shared vocabulary of desired and observed state.
+//!
+//! Every backend (iptables-nft, iptables-legacy, nftables) is parsed into the same
+//! [`NodePortRule`] model, so the detector never needs to know where a rule came from
+//! beyond the [`Backend`] it carries for reporting and repair.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use serde::Serialize;
+
+/// The transport protocols a Service port may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// The lowercase name kube-proxy uses in chain hashes and rules.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+
+    /// Parses `tcp`/`TCP`/`6`-style protocol names as iptables and the API write them.
+    pub fn parse(s: &str) -> Option<Protocol> {
+        if s.eq_ignore_ascii_case("tcp") || s == "6" {
+            Some(Protocol::Tcp)
+        } else if s.eq_ignore_ascii_case("udp") || s == "17" {
+            Some(Protocol::Udp)
+        } else if s.eq_ignore_ascii_case("sctp") || s == "132" {
+            Some(Protocol::Sctp)
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An IP family. kube-proxy runs one proxier per family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Ipv4,
+    Ipv6,
+}
+
+impl Family {
+    pub fn of(ip: &IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::Ipv4,
+            IpAddr::V6(_) => Family::Ipv6,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a rule lives in the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Backend {
+    /// iptables rules stored in nf_tables (`iptables-nft`).
+    #[serde(rename = "iptables-nft")]
+    IptablesNft,
+    /// iptables rules in the legacy x_tables backend (`iptables-legacy`).
+    #[serde(rename = "iptables-legacy")]
+    IptablesLegacy,
+    /// kube-proxy's nftables mode (`table ip kube-proxy`).
+    #[serde(rename = "nftables")]
+    Nftables,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::IptablesNft => "iptables-nft",
+            Backend::IptablesLegacy => "iptables-legacy",
+            Backend::Nftables => "nftables",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Service port as kube-proxy names it: `namespace/name` plus the port's name
+/// (empty for an unnamed port).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServicePortRef {
+    pub namespace: String,
+    pub name: String,
+    pub port_name: String,
+}
+
+impl ServicePortRef {
+    /// `namespace/name`, the form findings report.
+    pub fn service(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// kube-proxy's `svcPortName`: `ns/name:port`, or `ns/name` for an unnamed port.
+    pub fn kube_proxy_name(&self) -> String {
+        if self.port_name.is_empty() {
+            format!("{}/{}", self.namespace, self.name)
+        } else {
+            format!("{}/{}:{}", self.namespace, self.name, self.port_name)
+        }
+    }
+
+    /// Parses the `ns/name:port` or `ns/name` form found in kube-proxy's comments.
+    pub fn parse(s: &str) -> Option<ServicePortRef> {
+        let (namespace, rest) = s.split_once('/')?;
+        let (name, port_name) = match rest.split_once(':') {
+            Some((n, p)) => (n, p),
+            None => (rest, ""),
+        };
+        let valid = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        };
+        if !valid(namespace) || !valid(name) {
+            return None;
+        }
+        if !port_name.is_empty() && !valid(port_name) {
+            return None;
+        }
+        Some(ServicePortRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            port_name: port_name.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for ServicePortRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.kube_proxy_name())
+    }
+}
+
+/// The identity needed to find (and, for repair, delete) exactly one rule again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RuleIdentity {
+    /// An iptables rule: `-D <chain> <spec>` deletes it in `table`.
+    Iptables {
+        table: String,
+        chain: String,
+        /// The rule's arguments after `-A <chain>`, exactly as the dump printed them.
+        spec: String,
+    },
+    /// An nftables rule by handle, or a map element by key.
+    Nftables {
+        table: String,
+        /// The chain holding the rule, or the map holding the element.
+        container: String,
+        /// The rule handle; None for a map element.
+        handle: Option<u64>,
+        /// The map element's key (`tcp . 30080`) when this is an element.
+        element: Option<String>,
+    },
+}
+
+/// A rule as its backend prints it, with where it was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleText {
+    /// The rule as printed (`-A KUBE-NODEPORTS ...`, or nft's text form).
+    pub text: String,
+    /// 1-based line in the dump it came from; 0 when the source has no lines.
+    pub line: u32,
+}
+
+/// A DNAT found on a NodePort's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnatTarget {
+    pub addr: SocketAddr,
+    /// The chain the DNAT sits in (`KUBE-SEP-...`, `endpoint-...`, or `KUBE-NODEPORTS`).
+    pub chain: String,
+    pub rule: RuleText,
+    pub identity: RuleIdentity,
+}
+
+/// How a NodePort rule matches its destination address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DestMatch {
+    /// Any local address (the usual `-m addrtype --dst-type LOCAL` path).
+    Any,
+    /// kube-proxy's localhost-NodePort twin (`-d 127.0.0.0/8 ... nfacct`).
+    Localhost,
+    /// A specific address or prefix (`-d 10.0.0.5/32`), as printed.
+    Addr(String),
+}
+
+/// What a NodePort dispatch rule does with matching traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forwards to endpoints (through chains or a direct DNAT).
+    Forward,
+    /// kube-proxy's filter-table REJECT for a Service without endpoints.
+    Reject,
+    /// kube-proxy's filter-table DROP for a Local-policy Service without local endpoints.
+    Drop,
+    /// kube-proxy's filter-table ACCEPT for a health-check node port.
+    HealthCheckAccept,
+}
+
+/// One NodePort dispatch rule, in any backend: the unit the detector reasons about.
+#[derive(Debug, Clone)]
+pub struct NodePortRule {
+    pub backend: Backend,
+    pub family: Family,
+    pub protocol: Protocol,
+    pub port: u16,
+    pub dest: DestMatch,
+    pub verdict: Verdict,
+    /// The chains traversed from the dispatch rule to the DNATs, first hop first
+    /// (e.g. `KUBE-EXT-X`, `KUBE-SVC-X`).
+    pub path: Vec<String>,
+    /// Every DNAT reachable from this rule.
+    pub targets: Vec<DnatTarget>,
+    /// The Service port named by kube-proxy's comment or the nftables chain name.
+    pub comment_service: Option<ServicePortRef>,
+    /// The service hash embedded in the first-hop chain name (`KUBE-EXT-<hash>`), if any.
+    pub chain_hash: Option<String>,
+    /// A chain on the path that the dump jumps to but never defines.
+    pub dangling: Option<String>,
+    pub rule: RuleText,
+    pub identity: RuleIdentity,
+}
+
+/// A line a parser could not understand. It is reported, never dropped silently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unparsed {
+    pub line: u32,
+    /// The line, cut to a readable length.
+    pub text: String,
+    pub reason: String,
+}
+
+/// A kube-proxy per-service chain that nothing jumps to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanChain {
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+    pub chain: String,
+    pub line: u32,
+}
+
+/// Everything read from one netfilter source (one dump of one backend and family).
+#[derive(Debug, Clone)]
+pub struct RuleSource {
+    /// The file or command it came from, for messages.
+    pub origin: String,
+    pub backend: Backend,
+    pub family: Family,
+    pub nodeports: Vec<NodePortRule>,
+    pub orphans: Vec<OrphanChain>,
+    pub unparsed: Vec<Unparsed>,
+    /// True when the source holds kube-proxy's structure (KUBE-SERVICES/KUBE-NODEPORTS
+    /// or the kube-proxy nftables table).
+    pub has_kube_proxy: bool,
+    /// kube-proxy's canary chain is present.
+    pub has_canary: bool,
+    /// Rules in kube-proxy's chains (KUBE-*), a measure of how much kube-proxy wrote.
+    pub kube_rule_count: usize,
+    /// The dump ended cleanly; a truncated dump is still reported but never trusted
+    /// for "missing" decisions or repair.
+    pub complete: bool,
+}
+
+/// A socket bound on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub protocol: Protocol,
+    pub family: Family,
+    pub addr: IpAddr,
+    pub port: u16,
+    pub inode: u64,
+    pub uid: u32,
+    /// The `/proc/net` file and line it came from.
+    pub origin: String,
+    pub line: u32,
+}
+
+/// A process that owns a socket (filled in by the live reader when it can).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub name: String,
+    pub container: Option<String>,
+    pub pod: Option<String>,
+}
+
+/// Formats an endpoint address the way findings and kube-proxy print it:
+/// `ip:port`, or `[v6]:port`.
+pub fn format_target(addr: &SocketAddr) -> String {
+    addr.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_port_ref_round_trips_kube_proxy_names() {
+        let named = ServicePortRef::parse("ns1/svc1:p80").unwrap();
+        assert_eq!(named.port_name, "p80");
+        assert_eq!(named.kube_proxy_name(), "ns1/svc1:p80");
+        let unnamed = ServicePortRef::parse("default/nginx").unwrap();
+        assert_eq!(unnamed.port_name, "");
+        assert_eq!(unnamed.kube_proxy_name(), "default/nginx");
+        assert!(ServicePortRef::parse("has no endpoints").is_none());
+        assert!(ServicePortRef::parse("a/b c").is_none());
+    }
+
+    #[test]
+    fn ipv6_targets_are_bracketed() {
+        let a: SocketAddr = "[fd00::1]:80".parse().unwrap();
+        assert_eq!(format_target(&a), "[fd00::1]:80");
+    }
+}

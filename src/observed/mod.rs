@@ -1,0 +1,3 @@
+//! Observed state: what the node's kernel actually holds.
+
+pub mod iptables;
