@@ -293,6 +293,28 @@ pub struct RuleSource {
     /// The dump ended cleanly; a truncated dump is still reported but never trusted
     /// for "missing" decisions or repair.
     pub complete: bool,
+    /// What the dump itself said about its state (the tool's warnings, a missing
+    /// COMMIT), for the report.
+    pub notes: Vec<String>,
+}
+
+impl RuleSource {
+    /// An empty source: nothing read yet.
+    pub fn empty(origin: impl Into<String>, backend: Backend, family: Family) -> RuleSource {
+        RuleSource {
+            origin: origin.into(),
+            backend,
+            family,
+            nodeports: Vec::new(),
+            orphans: Vec::new(),
+            unparsed: Vec::new(),
+            has_kube_proxy: false,
+            has_canary: false,
+            kube_rule_count: 0,
+            complete: true,
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// A socket bound on the node.

@@ -1,0 +1,147 @@
+//! A line reader with a bound on line length.
+//!
+//! `BufRead::lines` would allocate a `String` per line and hold an arbitrarily long
+//! line in memory (a dump with no newline is one line). Rule dumps are read through
+//! this instead: one reused buffer, and a line longer than the bound is cut there and
+//! flagged, so a hostile or corrupted dump costs bounded memory.
+
+use std::io::{self, BufRead};
+
+/// The longest line kept whole. kube-proxy's longest rules are a few hundred bytes.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// One line read by [`BoundedLines`].
+pub struct Line<'a> {
+    /// 1-based line number.
+    pub number: u32,
+    /// The line without its newline, cut at the bound.
+    pub bytes: &'a [u8],
+    /// The line was longer than the bound and has been cut.
+    pub truncated: bool,
+}
+
+/// Reads lines into one reused buffer.
+pub struct BoundedLines<R> {
+    reader: R,
+    buf: Vec<u8>,
+    number: u32,
+    max: usize,
+    /// The input ended without a final newline (a sign of a truncated dump).
+    pub ended_without_newline: bool,
+}
+
+impl<R: BufRead> BoundedLines<R> {
+    pub fn new(reader: R) -> Self {
+        Self::with_max(reader, MAX_LINE)
+    }
+
+    pub fn with_max(reader: R, max: usize) -> Self {
+        BoundedLines {
+            reader,
+            buf: Vec::with_capacity(512),
+            number: 0,
+            max,
+            ended_without_newline: false,
+        }
+    }
+
+    /// The next line, or None at the end of input.
+    pub fn next_line(&mut self) -> io::Result<Option<Line<'_>>> {
+        self.buf.clear();
+        let mut truncated = false;
+        let mut saw_any = false;
+        loop {
+            let available = match self.reader.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if available.is_empty() {
+                if !saw_any {
+                    return Ok(None);
+                }
+                self.ended_without_newline = true;
+                break;
+            }
+            saw_any = true;
+            let (chunk, consumed, done) = match memchr::memchr(b'\n', available) {
+                Some(i) => (&available[..i], i + 1, true),
+                None => (available, available.len(), false),
+            };
+            let room = self.max.saturating_sub(self.buf.len());
+            if chunk.len() > room {
+                truncated = true;
+            }
+            self.buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            self.reader.consume(consumed);
+            if done {
+                break;
+            }
+        }
+        self.number = self.number.saturating_add(1);
+        if self.buf.last() == Some(&b'\r') {
+            self.buf.pop();
+        }
+        Ok(Some(Line {
+            number: self.number,
+            bytes: &self.buf,
+            truncated,
+        }))
+    }
+}
+
+/// Cuts a line to a readable length for reports (on a character boundary).
+pub fn excerpt(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(input: &[u8], max: usize) -> Vec<(u32, Vec<u8>, bool)> {
+        let mut lines = BoundedLines::with_max(input, max);
+        let mut out = Vec::new();
+        while let Some(l) = lines.next_line().unwrap() {
+            out.push((l.number, l.bytes.to_vec(), l.truncated));
+        }
+        out
+    }
+
+    #[test]
+    fn splits_and_numbers_lines() {
+        let got = collect(b"a\r\nbb\n\nccc", 100);
+        assert_eq!(
+            got,
+            vec![
+                (1, b"a".to_vec(), false),
+                (2, b"bb".to_vec(), false),
+                (3, b"".to_vec(), false),
+                (4, b"ccc".to_vec(), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn cuts_long_lines_and_keeps_going() {
+        let mut input = vec![b'x'; 10_000];
+        input.extend_from_slice(b"\nnext\n");
+        let got = collect(&input, 16);
+        assert_eq!(got[0].1.len(), 16);
+        assert!(got[0].2);
+        assert_eq!(got[1], (2, b"next".to_vec(), false));
+    }
+
+    #[test]
+    fn excerpt_respects_char_boundaries() {
+        assert_eq!(excerpt("ééé", 3), "é…");
+        assert_eq!(excerpt("abc", 10), "abc");
+    }
+}
