@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod desired;
+pub mod detect;
 pub mod finding;
 pub mod kube_proxy;
 pub mod model;

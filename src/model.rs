@@ -165,7 +165,7 @@ impl fmt::Display for ServicePortRef {
 }
 
 /// The identity needed to find (and, for repair, delete) exactly one rule again.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum RuleIdentity {
     /// An iptables rule: `-D <chain> <spec>` deletes it in `table`.
@@ -207,7 +207,7 @@ pub struct DnatTarget {
 }
 
 /// How a NodePort rule matches its destination address.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DestMatch {
     /// Any local address (the usual `-m addrtype --dst-type LOCAL` path).
     Any,

@@ -2,3 +2,18 @@
 
 pub mod iptables;
 pub mod lines;
+
+use std::collections::HashMap;
+
+use crate::model::{Listener, ProcessInfo, RuleSource};
+
+/// Everything read from one node.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// One entry per netfilter dump read (backend × family).
+    pub sources: Vec<RuleSource>,
+    /// Listening TCP and bound UDP sockets.
+    pub listeners: Vec<Listener>,
+    /// Socket inode → owning process, where it could be found.
+    pub owners: HashMap<u64, ProcessInfo>,
+}

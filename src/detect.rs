@@ -1,0 +1,898 @@
+//! The diff: desired + observed → findings. Pure: no I/O, no clock.
+//!
+//! One function per finding kind. Each rule is first *attributed* to a Service port
+//! (by the hash in its chain name, which kube-proxy keeps even when it drops comments,
+//! or by its comment), then judged against the Service that owns its port now.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+
+use crate::desired::{DesiredPort, DesiredState};
+use crate::finding::{Finding, Kind, Severity};
+use crate::kube_proxy;
+use crate::model::{
+    Backend, DestMatch, Family, NodePortRule, Protocol, RuleIdentity, RuleSource, ServicePortRef, Verdict,
+};
+use crate::observed::Observed;
+
+/// Settings that change what counts as drift.
+#[derive(Debug, Clone)]
+pub struct DetectConfig {
+    /// The cluster's `--service-node-port-range`.
+    pub nodeport_range: RangeInclusive<u16>,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig {
+            nodeport_range: 30000..=32767,
+        }
+    }
+}
+
+/// How many unparsed lines of one source are reported one by one.
+const UNPARSED_REPORTED: usize = 100;
+
+/// Finds every difference between the desired and the observed state. Without a
+/// desired state only the checks that need no cluster state run (duplicates, backend
+/// split, orphans, unparsed lines).
+pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &DetectConfig) -> Vec<Finding> {
+    let empty = DesiredState::default();
+    let index = DesiredIndex::new(desired.unwrap_or(&empty));
+    let has_desired = desired.is_some();
+    let mut findings = Vec::new();
+
+    let primaries = choose_primaries(&observed.sources, &index, has_desired);
+    for source in &observed.sources {
+        if has_desired {
+            stale_rules(source, &index, &mut findings);
+        }
+        duplicate_rules(source, &index, &mut findings);
+        orphan_chains(source, &index, &mut findings);
+        unparsed_rules(source, &mut findings);
+    }
+    backend_split(&observed.sources, &primaries, &index, &mut findings);
+    if has_desired {
+        for (&family, &primary) in &primaries {
+            missing_rules(family, &observed.sources[primary], &index, &mut findings);
+        }
+        squatters(observed, &index, config, &mut findings);
+        nodeport_collisions(&index, &mut findings);
+    }
+    findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    findings
+}
+
+// === Attribution ===
+
+/// Lookup tables over the desired state, built once per scan.
+struct DesiredIndex<'a> {
+    state: &'a DesiredState,
+    by_port: HashMap<(Protocol, u16), Vec<usize>>,
+    by_hash: HashMap<String, usize>,
+    by_name: HashMap<(ServicePortRef, Protocol), usize>,
+    health_check: HashMap<u16, usize>,
+    /// Every port allocated to any Service, whatever its protocol or whether kube-proxy
+    /// programs it.
+    allocated: HashSet<u16>,
+}
+
+impl<'a> DesiredIndex<'a> {
+    fn new(state: &'a DesiredState) -> Self {
+        let mut by_port: HashMap<(Protocol, u16), Vec<usize>> = HashMap::new();
+        let mut by_hash = HashMap::with_capacity(state.ports.len());
+        let mut by_name = HashMap::with_capacity(state.ports.len());
+        let mut health_check = HashMap::new();
+        for (i, p) in state.ports.iter().enumerate() {
+            by_port.entry((p.protocol, p.node_port)).or_default().push(i);
+            by_hash.insert(kube_proxy::service_chain_hash(&p.service, p.protocol), i);
+            by_name.insert((p.service.clone(), p.protocol), i);
+            if let Some(hc) = p.health_check_node_port {
+                health_check.insert(hc, i);
+            }
+        }
+        let allocated = by_port
+            .keys()
+            .map(|&(_, port)| port)
+            .chain(health_check.keys().copied())
+            .chain(state.other_allocated.iter().map(|&(_, port)| port))
+            .collect();
+        DesiredIndex {
+            state,
+            by_port,
+            by_hash,
+            by_name,
+            health_check,
+            allocated,
+        }
+    }
+
+    fn port(&self, i: usize) -> &'a DesiredPort {
+        &self.state.ports[i]
+    }
+
+    /// Desired ports owning `protocol`/`port` in `family`.
+    fn owners(&self, protocol: Protocol, port: u16, family: Family) -> Vec<usize> {
+        self.by_port
+            .get(&(protocol, port))
+            .map(|v| {
+                v.iter()
+                    .copied()
+                    .filter(|&i| self.port(i).in_family(family))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn attribute(&self, rule: &NodePortRule) -> Attribution {
+        if let Some(hash) = &rule.chain_hash {
+            return match self.by_hash.get(hash) {
+                Some(&i) => Attribution::Known(i),
+                None => Attribution::Foreign(rule.comment_service.clone()),
+            };
+        }
+        if let Some(svc) = &rule.comment_service {
+            return match self.by_name.get(&(svc.clone(), rule.protocol)) {
+                Some(&i) => Attribution::Known(i),
+                None => Attribution::Foreign(Some(svc.clone())),
+            };
+        }
+        Attribution::Unknown
+    }
+
+    /// Whether endpoint checks can be trusted for this desired port.
+    fn endpoints_certain(&self, i: usize) -> bool {
+        !self.state.uncertain && !self.port(i).uncertain
+    }
+
+    fn allocated(&self, port: u16) -> bool {
+        self.allocated.contains(&port)
+    }
+}
+
+/// Which Service port a rule belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Attribution {
+    /// A Service port in the desired state.
+    Known(usize),
+    /// A Service port the cluster no longer has (named when the rule says which).
+    Foreign(Option<ServicePortRef>),
+    /// The rule names no Service (a hand-written DNAT without a comment).
+    Unknown,
+}
+
+// === Shared finding builders ===
+
+fn rule_finding(
+    kind: Kind,
+    severity: Severity,
+    source: &RuleSource,
+    rule: &NodePortRule,
+    message: String,
+) -> Finding {
+    let mut f = Finding::new(kind, severity, message);
+    f.protocol = Some(rule.protocol);
+    f.port = Some(rule.port);
+    f.family = Some(source.family);
+    f.backend = Some(source.backend);
+    f.rule = Some(rule.rule.text.clone());
+    f.rule_source = Some(locate(&source.origin, rule.rule.line));
+    if !rule.path.is_empty() {
+        f.evidence.push(format!("path: {}", rule.path.join(" → ")));
+    }
+    f
+}
+
+fn locate(origin: &str, line: u32) -> String {
+    if line == 0 {
+        origin.to_string()
+    } else {
+        format!("{origin}:{line}")
+    }
+}
+
+fn set_service(f: &mut Finding, svc: &ServicePortRef) {
+    f.service = Some(svc.service());
+    f.service_port = Some(svc.port_name.clone());
+}
+
+fn describe_attribution(index: &DesiredIndex<'_>, a: &Attribution) -> Option<ServicePortRef> {
+    match a {
+        Attribution::Known(i) => Some(index.port(*i).service.clone()),
+        Attribution::Foreign(s) => s.clone(),
+        Attribution::Unknown => None,
+    }
+}
+
+// === stale-nodeport and stale-endpoint ===
+
+/// For each NodePort key, the first line at which the port's owner has its own rule.
+type OwnerLines<'s> = HashMap<(Protocol, u16, &'s DestMatch), u32>;
+
+fn owner_rule_lines<'s>(source: &'s RuleSource, index: &DesiredIndex<'_>) -> OwnerLines<'s> {
+    let mut lines = OwnerLines::new();
+    for r in source.nodeports.iter().filter(|r| r.verdict == Verdict::Forward) {
+        if let Attribution::Known(i) = index.attribute(r) {
+            let p = index.port(i);
+            if p.protocol == r.protocol && p.node_port == r.port && p.in_family(source.family) {
+                let line = lines.entry((r.protocol, r.port, &r.dest)).or_insert(r.rule.line);
+                *line = (*line).min(r.rule.line);
+            }
+        }
+    }
+    lines
+}
+
+fn stale_rules(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+    let mut reported_dnats: HashSet<&RuleIdentity> = HashSet::new();
+    let owner_lines = owner_rule_lines(source, index);
+    for rule in &source.nodeports {
+        match rule.verdict {
+            Verdict::HealthCheckAccept => stale_health_check(source, rule, index, out),
+            Verdict::Reject | Verdict::Drop => {
+                if index.owners(rule.protocol, rule.port, source.family).is_empty() {
+                    let mut f = rule_finding(
+                        Kind::StaleNodeport,
+                        Severity::Info,
+                        source,
+                        rule,
+                        format!(
+                            "{} still {} {}/{} for a Service that no longer owns the port; the port is dead anyway, but kube-proxy should have removed this rule: check that kube-proxy is syncing.",
+                            source.backend,
+                            if rule.verdict == Verdict::Reject {
+                                "rejects"
+                            } else {
+                                "drops"
+                            },
+                            rule.protocol,
+                            rule.port
+                        ),
+                    );
+                    if let Some(svc) = &rule.comment_service {
+                        set_service(&mut f, svc);
+                    }
+                    out.push(f);
+                }
+            }
+            Verdict::Forward => stale_forward(source, rule, index, &owner_lines, &mut reported_dnats, out),
+        }
+    }
+}
+
+fn stale_health_check(
+    source: &RuleSource,
+    rule: &NodePortRule,
+    index: &DesiredIndex<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let owned = index
+        .health_check
+        .get(&rule.port)
+        .is_some_and(|&i| index.port(i).in_family(source.family));
+    if owned {
+        return;
+    }
+    let mut f = rule_finding(
+        Kind::StaleNodeport,
+        Severity::Info,
+        source,
+        rule,
+        format!(
+            "{} still accepts health checks on tcp/{} although no Service uses it as healthCheckNodePort; harmless, but kube-proxy should have removed it: check that kube-proxy is syncing.",
+            source.backend, rule.port
+        ),
+    );
+    if let Some(svc) = &rule.comment_service {
+        set_service(&mut f, svc);
+    }
+    out.push(f);
+}
+
+fn stale_forward<'s>(
+    source: &'s RuleSource,
+    rule: &'s NodePortRule,
+    index: &DesiredIndex<'_>,
+    owner_lines: &OwnerLines<'_>,
+    reported_dnats: &mut HashSet<&'s RuleIdentity>,
+    out: &mut Vec<Finding>,
+) {
+    let owners = index.owners(rule.protocol, rule.port, source.family);
+    let attribution = index.attribute(rule);
+    let owner = match &attribution {
+        Attribution::Known(i) if owners.contains(i) => Some(*i),
+        Attribution::Unknown => owners.first().copied(),
+        _ => None,
+    };
+    let Some(owner) = owner else {
+        out.push(stale_nodeport_finding(
+            source,
+            rule,
+            index,
+            &owners,
+            owner_lines,
+            &attribution,
+        ));
+        return;
+    };
+    if !index.endpoints_certain(owner) {
+        return;
+    }
+    let desired = index.port(owner);
+    let Some(eps) = desired.endpoints(source.family) else {
+        return;
+    };
+    for target in &rule.targets {
+        if eps.listed.contains(&target.addr) || !reported_dnats.insert(&target.identity) {
+            continue;
+        }
+        let mut f = rule_finding(
+            Kind::StaleEndpoint,
+            Severity::Critical,
+            source,
+            rule,
+            format!(
+                "{}'s NodePort {}/{} still sends traffic to {}, which no EndpointSlice of the Service lists (a deleted pod): connections there fail; kube-proxy has not synced this Service — check its logs for restore errors, or remove the stale rule.",
+                desired.service.service(),
+                rule.protocol,
+                rule.port,
+                target.addr
+            ),
+        );
+        set_service(&mut f, &desired.service);
+        f.target = Some(target.addr.to_string());
+        f.evidence.insert(
+            0,
+            format!(
+                "NodePort rule: {} ({})",
+                rule.rule.text,
+                locate(&source.origin, rule.rule.line)
+            ),
+        );
+        f.rule = Some(target.rule.text.clone());
+        f.rule_source = Some(locate(&source.origin, target.rule.line));
+        out.push(f);
+    }
+}
+
+fn stale_nodeport_finding(
+    source: &RuleSource,
+    rule: &NodePortRule,
+    index: &DesiredIndex<'_>,
+    owners: &[usize],
+    owner_lines: &OwnerLines<'_>,
+    attribution: &Attribution,
+) -> Finding {
+    let named = describe_attribution(index, attribution);
+    // A stale rule ahead of the owner's rule takes the owner's traffic.
+    let owner_line = owner_lines.get(&(rule.protocol, rule.port, &rule.dest)).copied();
+    let hijacks = !owners.is_empty() && owner_line.is_none_or(|l| rule.rule.line < l);
+    let whose = match &named {
+        Some(svc) => format!("for {}", svc.service()),
+        None => "naming no Service".to_string(),
+    };
+    let message = if owners.is_empty() {
+        format!(
+            "No Service owns {}/{} in {}, but {} still forwards it ({whose}); kube-proxy should have removed this rule: check that it is running and syncing, then delete the rule.",
+            rule.protocol, rule.port, source.family, source.backend
+        )
+    } else {
+        let owner = index.port(owners[0]).service.service();
+        format!(
+            "{}/{} now belongs to {owner}, but {} still has a rule {whose}{}; delete the stale rule.",
+            rule.protocol,
+            rule.port,
+            source.backend,
+            if hijacks {
+                " that matches first and takes the port's traffic"
+            } else {
+                ""
+            }
+        )
+    };
+    let severity = if hijacks {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let mut f = rule_finding(Kind::StaleNodeport, severity, source, rule, message);
+    if let Some(svc) = &named {
+        set_service(&mut f, svc);
+    }
+    for t in &rule.targets {
+        f.evidence.push(format!(
+            "forwards to {} ({})",
+            t.addr,
+            locate(&source.origin, t.rule.line)
+        ));
+    }
+    if let Some(chain) = &rule.dangling {
+        f.evidence
+            .push(format!("jumps to chain {chain}, which the dump does not define"));
+    }
+    f
+}
+
+// === missing-rule and missing-endpoint ===
+
+fn missing_rules(family: Family, primary: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+    if !primary.complete {
+        // A truncated or partly unreadable dump cannot prove a rule is absent.
+        return;
+    }
+    let mut by_port: HashMap<(Protocol, u16), Vec<&NodePortRule>> = HashMap::new();
+    for rule in &primary.nodeports {
+        by_port.entry((rule.protocol, rule.port)).or_default().push(rule);
+    }
+    for (i, desired) in index.state.ports.iter().enumerate() {
+        if !desired.in_family(family) || !index.endpoints_certain(i) {
+            continue;
+        }
+        let Some(eps) = desired.endpoints(family) else {
+            continue;
+        };
+        if !eps.has_endpoints {
+            continue;
+        }
+        let rules = by_port
+            .get(&(desired.protocol, desired.node_port))
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let forwarding: Vec<&NodePortRule> = rules
+            .iter()
+            .copied()
+            .filter(|r| r.verdict == Verdict::Forward)
+            .filter(|r| match index.attribute(r) {
+                Attribution::Known(k) => k == i,
+                Attribution::Unknown => true,
+                Attribution::Foreign(_) => false,
+            })
+            .collect();
+        if forwarding.is_empty() {
+            out.push(missing_rule_finding(family, primary, desired, rules));
+            continue;
+        }
+        if eps.cluster_uncertain {
+            continue;
+        }
+        let reached: BTreeSet<SocketAddr> = forwarding
+            .iter()
+            .flat_map(|r| r.targets.iter().map(|t| t.addr))
+            .collect();
+        let mut expected: BTreeSet<SocketAddr> = eps.cluster.clone();
+        if desired.external_policy_local {
+            expected.extend(eps.local.iter().copied());
+        }
+        for addr in expected.difference(&reached) {
+            let mut f = rule_finding(
+                Kind::MissingEndpoint,
+                Severity::Warning,
+                primary,
+                forwarding[0],
+                format!(
+                    "{}'s endpoint {addr} is ready to serve, but NodePort {}/{} never sends traffic to it in {}: kube-proxy has not synced the latest EndpointSlice — check its logs.",
+                    desired.service.service(),
+                    desired.protocol,
+                    desired.node_port,
+                    primary.backend
+                ),
+            );
+            set_service(&mut f, &desired.service);
+            f.target = Some(addr.to_string());
+            out.push(f);
+        }
+    }
+}
+
+fn missing_rule_finding(
+    family: Family,
+    primary: &RuleSource,
+    desired: &DesiredPort,
+    rules: &[&NodePortRule],
+) -> Finding {
+    let mut f = Finding::new(
+        Kind::MissingRule,
+        Severity::Critical,
+        format!(
+            "{} has endpoints, but {} has no {} NodePort rule for {}/{}, so the port does not reach the Service on this node: kube-proxy is not syncing — check that it runs and its logs.",
+            desired.service.service(),
+            primary.backend,
+            family,
+            desired.protocol,
+            desired.node_port
+        ),
+    );
+    f.protocol = Some(desired.protocol);
+    f.port = Some(desired.node_port);
+    f.family = Some(family);
+    f.backend = Some(primary.backend);
+    set_service(&mut f, &desired.service);
+    for r in rules {
+        let what = match r.verdict {
+            Verdict::Reject => "still rejects the port as if the Service had no endpoints",
+            Verdict::Drop => "still drops the port as if there were no local endpoints",
+            Verdict::HealthCheckAccept => "accepts health checks on the port",
+            Verdict::Forward => "forwards the port for another Service",
+        };
+        f.evidence.push(format!(
+            "{} {what}: {}",
+            locate(&primary.origin, r.rule.line),
+            r.rule.text
+        ));
+    }
+    f
+}
+
+// === duplicate-rule ===
+
+fn duplicate_rules(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+    let mut groups: BTreeMap<(Protocol, u16, &DestMatch), Vec<&NodePortRule>> = BTreeMap::new();
+    for rule in source.nodeports.iter().filter(|r| r.verdict == Verdict::Forward) {
+        groups
+            .entry((rule.protocol, rule.port, &rule.dest))
+            .or_default()
+            .push(rule);
+    }
+    for ((protocol, port, _), rules) in groups {
+        if rules.len() < 2 {
+            continue;
+        }
+        let first = rules[0];
+        let first_targets: BTreeSet<SocketAddr> = first.targets.iter().map(|t| t.addr).collect();
+        for rule in &rules[1..] {
+            let targets: BTreeSet<SocketAddr> = rule.targets.iter().map(|t| t.addr).collect();
+            let differ = targets != first_targets;
+            let mut f = rule_finding(
+                Kind::DuplicateRule,
+                if differ {
+                    Severity::Critical
+                } else {
+                    Severity::Warning
+                },
+                source,
+                rule,
+                format!(
+                    "{protocol}/{port} has {} NodePort rules in {}; only the first ({}) ever matches{}: keep the rule kube-proxy wrote and delete the other.",
+                    rules.len(),
+                    source.backend,
+                    locate(&source.origin, first.rule.line),
+                    if differ {
+                        ", and the rules disagree on where traffic goes"
+                    } else {
+                        ", the rest are dead weight"
+                    }
+                ),
+            );
+            if let Some(svc) = describe_attribution(index, &index.attribute(rule)) {
+                set_service(&mut f, &svc);
+            }
+            f.evidence.push(format!("first rule: {}", first.rule.text));
+            out.push(f);
+        }
+    }
+}
+
+// === backend-split ===
+
+/// Backend preference when the evidence ties: iptables-nft is what current kube-proxy
+/// images pick by default, nftables is opt-in, legacy is the leftover of old nodes.
+fn backend_rank(b: Backend) -> u8 {
+    match b {
+        Backend::IptablesNft => 0,
+        Backend::Nftables => 1,
+        Backend::IptablesLegacy => 2,
+    }
+}
+
+/// Picks, per family, the source kube-proxy is actively writing: the one whose rules
+/// agree best with the cluster state.
+fn choose_primaries(
+    sources: &[RuleSource],
+    index: &DesiredIndex<'_>,
+    has_desired: bool,
+) -> BTreeMap<Family, usize> {
+    let mut best: BTreeMap<Family, (i64, usize)> = BTreeMap::new();
+    for (i, s) in sources.iter().enumerate() {
+        if !s.has_kube_proxy {
+            continue;
+        }
+        let score = if has_desired {
+            agreement(s, index)
+        } else {
+            s.kube_rule_count as i64
+        };
+        let better = match best.get(&s.family) {
+            None => true,
+            Some(&(bs, bi)) => {
+                score > bs || (score == bs && backend_rank(s.backend) < backend_rank(sources[bi].backend))
+            }
+        };
+        if better {
+            best.insert(s.family, (score, i));
+        }
+    }
+    best.into_iter().map(|(f, (_, i))| (f, i)).collect()
+}
+
+/// +1 for every forwarding rule that matches its Service's current endpoints, -1 for
+/// every one that does not.
+fn agreement(source: &RuleSource, index: &DesiredIndex<'_>) -> i64 {
+    source
+        .nodeports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Forward)
+        .map(|r| {
+            let owners = index.owners(r.protocol, r.port, source.family);
+            let owner = match index.attribute(r) {
+                Attribution::Known(i) if owners.contains(&i) => Some(i),
+                Attribution::Unknown => owners.first().copied(),
+                _ => None,
+            };
+            let fresh = owner.is_some_and(|i| {
+                index
+                    .port(i)
+                    .endpoints(source.family)
+                    .is_some_and(|eps| r.targets.iter().all(|t| eps.listed.contains(&t.addr)))
+            });
+            if fresh { 1 } else { -1 }
+        })
+        .sum()
+}
+
+fn backend_split(
+    sources: &[RuleSource],
+    primaries: &BTreeMap<Family, usize>,
+    index: &DesiredIndex<'_>,
+    out: &mut Vec<Finding>,
+) {
+    for (i, s) in sources.iter().enumerate() {
+        let Some(&primary) = primaries.get(&s.family) else {
+            continue;
+        };
+        if i == primary || !s.has_kube_proxy || sources[primary].backend == s.backend {
+            continue;
+        }
+        let active = sources[primary].backend;
+        let forwarding: Vec<&NodePortRule> = s
+            .nodeports
+            .iter()
+            .filter(|r| r.verdict == Verdict::Forward)
+            .collect();
+        if forwarding.is_empty() {
+            let mut f = Finding::new(
+                Kind::BackendSplit,
+                Severity::Warning,
+                format!(
+                    "{} also holds kube-proxy chains ({} rules) while kube-proxy writes {}; the kernel evaluates both, so remove kube-proxy's chains from {}.",
+                    s.backend, s.kube_rule_count, active, s.backend
+                ),
+            );
+            f.family = Some(s.family);
+            f.backend = Some(s.backend);
+            f.rule_source = Some(s.origin.clone());
+            out.push(f);
+            continue;
+        }
+        for rule in forwarding {
+            let mut f = rule_finding(
+                Kind::BackendSplit,
+                Severity::Warning,
+                s,
+                rule,
+                format!(
+                    "{}/{} also has a kube-proxy rule in {} while kube-proxy writes {}; the kernel evaluates both and nothing keeps the {} copy current: remove kube-proxy's chains from {}.",
+                    rule.protocol, rule.port, s.backend, active, s.backend, s.backend
+                ),
+            );
+            if let Some(svc) = describe_attribution(index, &index.attribute(rule)) {
+                set_service(&mut f, &svc);
+            }
+            out.push(f);
+        }
+    }
+}
+
+// === squatter ===
+
+fn squatters(observed: &Observed, index: &DesiredIndex<'_>, config: &DetectConfig, out: &mut Vec<Finding>) {
+    let mut seen = HashSet::new();
+    for l in &observed.listeners {
+        if !seen.insert((l.protocol, l.port, l.inode)) {
+            continue;
+        }
+        // kube-proxy itself serves health checks on these.
+        if l.protocol == Protocol::Tcp && index.health_check.contains_key(&l.port) {
+            continue;
+        }
+        let owner = index
+            .by_port
+            .get(&(l.protocol, l.port))
+            .and_then(|v| v.first())
+            .copied();
+        let process = observed.owners.get(&l.inode).cloned();
+        let who = match &process {
+            Some(p) => format!("{} (pid {})", p.name, p.pid),
+            None => format!("A process (socket inode {})", l.inode),
+        };
+        let verb = if l.protocol == Protocol::Tcp {
+            "listens"
+        } else {
+            "is bound"
+        };
+        let mut f = match owner {
+            Some(i) => {
+                let desired = index.port(i);
+                let mut f = Finding::new(
+                    Kind::Squatter,
+                    Severity::Critical,
+                    format!(
+                        "{who} {verb} on {}/{}, which {} owns as its NodePort: traffic kube-proxy does not redirect reaches this process instead — stop it or move it off the NodePort range.",
+                        l.protocol,
+                        l.port,
+                        desired.service.service()
+                    ),
+                );
+                set_service(&mut f, &desired.service);
+                f
+            }
+            None if config.nodeport_range.contains(&l.port) && !index.allocated(l.port) => Finding::new(
+                Kind::Squatter,
+                Severity::Warning,
+                format!(
+                    "{who} {verb} on {}/{} inside the NodePort range {}-{}; the next Service given this port will collide with it — move the process, or reserve the port.",
+                    l.protocol,
+                    l.port,
+                    config.nodeport_range.start(),
+                    config.nodeport_range.end()
+                ),
+            ),
+            None => continue,
+        };
+        f.protocol = Some(l.protocol);
+        f.port = Some(l.port);
+        f.family = Some(l.family);
+        f.inode = Some(l.inode);
+        f.process = process;
+        f.rule_source = Some(locate(&l.origin, l.line));
+        f.evidence.push(format!(
+            "socket {}:{} uid {} inode {}",
+            l.addr, l.port, l.uid, l.inode
+        ));
+        out.push(f);
+    }
+}
+
+// === nodeport-collision ===
+
+fn nodeport_collisions(index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+    let mut keys: Vec<_> = index.by_port.iter().filter(|(_, v)| v.len() > 1).collect();
+    keys.sort();
+    for (&(protocol, port), claimants) in keys {
+        let names: Vec<String> = claimants
+            .iter()
+            .map(|&i| index.port(i).service.service())
+            .collect();
+        for &i in claimants {
+            let desired = index.port(i);
+            let mut f = Finding::new(
+                Kind::NodeportCollision,
+                Severity::Critical,
+                format!(
+                    "{} Services claim {protocol}/{port} as their nodePort ({}); only one can receive its traffic — give the others a different nodePort.",
+                    claimants.len(),
+                    names.join(", ")
+                ),
+            );
+            f.protocol = Some(protocol);
+            f.port = Some(port);
+            set_service(&mut f, &desired.service);
+            out.push(f);
+        }
+    }
+}
+
+// === orphan-chain ===
+
+fn orphan_chains(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+    if source.orphans.is_empty() {
+        return;
+    }
+    let endpoint_hashes = endpoint_hash_index(index, source.family, &source.orphans);
+    for orphan in &source.orphans {
+        let owner = owner_of_chain(&orphan.chain, index, &endpoint_hashes);
+        let mut f = Finding::new(
+            Kind::OrphanChain,
+            Severity::Info,
+            format!(
+                "Chain {} in {} is no longer referenced by any rule; kube-proxy deletes such leftovers lazily, so it is harmless unless it persists across syncs.",
+                orphan.chain, source.backend
+            ),
+        );
+        f.family = Some(source.family);
+        f.backend = Some(source.backend);
+        f.rule = Some(format!(":{}", orphan.chain));
+        f.rule_source = Some(locate(&source.origin, orphan.line));
+        if let Some(i) = owner {
+            let desired = index.port(i);
+            f.protocol = Some(desired.protocol);
+            f.port = Some(desired.node_port);
+            set_service(&mut f, &desired.service);
+        }
+        out.push(f);
+    }
+}
+
+/// `KUBE-SEP-` hashes of every listed endpoint, computed only when a source has
+/// orphan endpoint chains to attribute.
+fn endpoint_hash_index(
+    index: &DesiredIndex<'_>,
+    family: Family,
+    orphans: &[crate::model::OrphanChain],
+) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    if !orphans.iter().any(|o| o.chain.starts_with("KUBE-SEP-")) {
+        return out;
+    }
+    for (i, p) in index.state.ports.iter().enumerate() {
+        if let Some(eps) = p.endpoints(family) {
+            for addr in &eps.listed {
+                out.insert(kube_proxy::endpoint_chain_hash(&p.service, p.protocol, addr), i);
+            }
+        }
+    }
+    out
+}
+
+fn owner_of_chain(
+    chain: &str,
+    index: &DesiredIndex<'_>,
+    endpoint_hashes: &HashMap<String, usize>,
+) -> Option<usize> {
+    if let Some(hash) = kube_proxy::chain_hash(chain) {
+        return if chain.starts_with("KUBE-SEP-") {
+            endpoint_hashes.get(hash).copied()
+        } else {
+            index.by_hash.get(hash).copied()
+        };
+    }
+    let (svc, protocol) = kube_proxy::parse_nft_service_chain(chain)?;
+    index.by_name.get(&(svc, protocol)).copied()
+}
+
+// === unparsed-rule ===
+
+fn unparsed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
+    for u in source.unparsed.iter().take(UNPARSED_REPORTED) {
+        let mut f = Finding::new(
+            Kind::UnparsedRule,
+            Severity::Warning,
+            format!(
+                "Line {} of {} could not be understood ({}); the analysis of this dump may be incomplete — check the capture, and report the line if it is a valid rule.",
+                u.line, source.origin, u.reason
+            ),
+        );
+        f.family = Some(source.family);
+        f.backend = Some(source.backend);
+        f.rule = Some(u.text.clone());
+        f.rule_source = Some(locate(&source.origin, u.line));
+        out.push(f);
+    }
+    let rest = source.unparsed.len().saturating_sub(UNPARSED_REPORTED);
+    if rest > 0 {
+        let mut f = Finding::new(
+            Kind::UnparsedRule,
+            Severity::Warning,
+            format!(
+                "{rest} more lines of {} could not be understood; the dump looks damaged.",
+                source.origin
+            ),
+        );
+        f.family = Some(source.family);
+        f.backend = Some(source.backend);
+        f.rule_source = Some(source.origin.clone());
+        out.push(f);
+    }
+}
+
+#[cfg(test)]
+mod tests;
