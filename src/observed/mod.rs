@@ -17,3 +17,4 @@ pub struct Observed {
     /// Socket inode → owning process, where it could be found.
     pub owners: HashMap<u64, ProcessInfo>,
 }
+pub mod sockets;
