@@ -2,6 +2,7 @@
 
 pub mod iptables;
 pub mod lines;
+pub mod sockets;
 
 use std::collections::HashMap;
 
@@ -17,4 +18,3 @@ pub struct Observed {
     /// Socket inode → owning process, where it could be found.
     pub owners: HashMap<u64, ProcessInfo>,
 }
-pub mod sockets;
