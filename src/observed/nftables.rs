@@ -21,7 +21,7 @@ mod json;
 mod text;
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
 use crate::kube_proxy::parse_nft_service_chain;
@@ -47,7 +47,11 @@ pub enum NftError {
         source: serde_json::Error,
     },
     #[error("{origin}: not an `nft list` dump: {reason} (line {line})")]
-    NotNftText { origin: String, line: u32, reason: String },
+    NotNftText {
+        origin: String,
+        line: u32,
+        reason: String,
+    },
 }
 
 /// Parses `nft -j list ruleset` (or `nft -j list table ip kube-proxy`) into one
@@ -121,7 +125,11 @@ fn readable(text: &str) -> String {
 }
 
 fn unparsed(line: u32, text: &str, reason: impl Into<String>) -> Unparsed {
-    Unparsed { line, text: readable(text), reason: reason.into() }
+    Unparsed {
+        line,
+        text: readable(text),
+        reason: reason.into(),
+    }
 }
 
 /// What a front end found in one dump: kube-proxy's tables, plus the things it could
@@ -176,7 +184,11 @@ impl<'a> TableIr<'a> {
         let index = match self.chain_index.get(name.as_ref()) {
             Some(&i) => i,
             None => {
-                self.chains.push(ChainIr { name: name.clone(), line, rules: Vec::new() });
+                self.chains.push(ChainIr {
+                    name: name.clone(),
+                    line,
+                    rules: Vec::new(),
+                });
                 self.chain_index.insert(name, self.chains.len() - 1);
                 self.chains.len() - 1
             }
@@ -271,9 +283,15 @@ impl std::fmt::Display for ElementVerdict<'_> {
 }
 
 fn build_rule_sources(parsed: ParsedRuleset<'_>, origin: &str) -> Vec<RuleSource> {
-    let ParsedRuleset { mut tables, unattributed } = parsed;
+    let ParsedRuleset {
+        mut tables,
+        unattributed,
+    } = parsed;
     tables.sort_by_key(|t| t.family);
-    tables.into_iter().map(|t| build_rule_source(t, origin, &unattributed)).collect()
+    tables
+        .into_iter()
+        .map(|t| build_rule_source(t, origin, &unattributed))
+        .collect()
 }
 
 fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]) -> RuleSource {
@@ -317,8 +335,13 @@ fn parse_nodeport_key(key: &str) -> Option<(Protocol, u16)> {
 /// One element of `service-nodeports` or `no-endpoint-nodeports` as a [`NodePortRule`].
 fn nodeport_rule(table: &TableIr<'_>, map: &str, element: &ElementIr<'_>) -> Result<NodePortRule, Unparsed> {
     let text = element.text();
-    let (protocol, port) = parse_nodeport_key(&element.key)
-        .ok_or_else(|| unparsed(element.line, &text, format!("{map} element key is not `protocol . port`")))?;
+    let (protocol, port) = parse_nodeport_key(&element.key).ok_or_else(|| {
+        unparsed(
+            element.line,
+            &text,
+            format!("{map} element key is not `protocol . port`"),
+        )
+    })?;
     let walk = match &element.verdict {
         ElementVerdict::Drop => Walk::to_verdict(Verdict::Drop),
         ElementVerdict::Goto(c) | ElementVerdict::Jump(c) if c == REJECT_CHAIN => {
@@ -339,7 +362,10 @@ fn nodeport_rule(table: &TableIr<'_>, map: &str, element: &ElementIr<'_>) -> Res
             ));
         }
     };
-    let first_hop = element.verdict.chain().filter(|_| walk.verdict == Verdict::Forward);
+    let first_hop = element
+        .verdict
+        .chain()
+        .filter(|_| walk.verdict == Verdict::Forward);
     let comment_service = element
         .comment
         .as_deref()
@@ -360,7 +386,10 @@ fn nodeport_rule(table: &TableIr<'_>, map: &str, element: &ElementIr<'_>) -> Res
         comment_service,
         chain_hash: first_hop.and_then(nft_chain_hash).map(str::to_string),
         dangling: walk.dangling,
-        rule: RuleText { text, line: element.line },
+        rule: RuleText {
+            text,
+            line: element.line,
+        },
         identity: RuleIdentity::Nftables {
             table: table_label(table.family).to_string(),
             container: map.to_string(),
@@ -380,60 +409,83 @@ struct Walk {
 
 impl Walk {
     fn to_verdict(verdict: Verdict) -> Walk {
-        Walk { verdict, path: Vec::new(), targets: Vec::new(), dangling: None }
+        Walk {
+            verdict,
+            path: Vec::new(),
+            targets: Vec::new(),
+            dangling: None,
+        }
     }
 }
 
 /// Follows every `goto`/`jump` (including inline `numgen … vmap { … }` maps) from `start`,
-/// depth first in rule order, collecting every DNAT reached. Helper chains such as
-/// `mark-for-masquerade` are visited like any other; they simply hold no DNAT, so they
-/// stay out of the path, which keeps only the first hop and the chains that lead to a
-/// DNAT. Iterative with a visited set, so loops and long chains of chains are safe.
+/// breadth first and in rule order, collecting every DNAT reached. Helper chains such as
+/// `mark-for-masquerade` are visited like any other; they hold no DNAT and lead to none,
+/// so they stay out of the path, which keeps the first hop and every chain that leads to
+/// a DNAT: `external-…`, then `service-…`/`local-…`, then `endpoint-…`. A visited set
+/// makes loops safe, and no recursion means no stack to overflow.
 fn follow_chains(table: &TableIr<'_>, start: &str) -> Walk {
     let mut walk = Walk::to_verdict(Verdict::Forward);
-    let mut visited: HashSet<usize> = HashSet::new();
-    // For each visited chain, the chain it was reached from: lets a DNAT mark the whole
-    // way back to the first hop as "on the path".
-    let mut reached_from: HashMap<usize, Option<usize>> = HashMap::new();
-    let mut order: Vec<usize> = Vec::new();
-    let mut on_path: HashSet<usize> = HashSet::new();
-    let mut stack: Vec<(Option<usize>, &str)> = vec![(None, start)];
-    while let Some((from, name)) = stack.pop() {
+    // Visited chains in visiting order, each with the visited chains it jumps to.
+    let mut order: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut position: HashMap<usize, usize> = HashMap::new();
+    let mut has_dnat: Vec<bool> = Vec::new();
+    let mut queue: VecDeque<(Option<usize>, &str)> = VecDeque::from([(None, start)]);
+    while let Some((from, name)) = queue.pop_front() {
         let Some((index, chain)) = table.chain(name) else {
             walk.dangling.get_or_insert_with(|| name.to_string());
             continue;
         };
-        if !visited.insert(index) {
+        if let Some(from) = from {
+            order[from].1.push(index);
+        }
+        if position.contains_key(&index) {
             continue;
         }
-        reached_from.insert(index, from);
-        order.push(index);
+        position.insert(index, order.len());
         let before = walk.targets.len();
-        walk.targets.extend(chain.rules.iter().filter_map(|r| dnat_target(table, chain, r)));
-        if walk.targets.len() > before {
-            mark_path_back(index, &reached_from, &mut on_path);
-        }
-        // Pushed in reverse so the first jump of the first rule is walked first.
-        for jump in chain.rules.iter().flat_map(|r| r.jumps.iter()).rev() {
-            stack.push((Some(index), jump));
-        }
+        walk.targets
+            .extend(chain.rules.iter().filter_map(|r| dnat_target(table, chain, r)));
+        has_dnat.push(walk.targets.len() > before);
+        let me = order.len();
+        order.push((index, Vec::new()));
+        queue.extend(
+            chain
+                .rules
+                .iter()
+                .flat_map(|r| r.jumps.iter())
+                .map(|j| (Some(me), j.as_ref())),
+        );
     }
+    let leads = leads_to_dnat(&order, &position, has_dnat);
     walk.path = order
         .iter()
+        .zip(&leads)
         .enumerate()
-        .filter(|&(i, chain)| i == 0 || on_path.contains(chain))
-        .map(|(_, &chain)| table.chains[chain].name.to_string())
+        .filter(|&(i, (_, &leads))| i == 0 || leads)
+        .map(|(_, ((chain, _), _))| table.chains[*chain].name.to_string())
         .collect();
     walk
 }
 
-fn mark_path_back(mut index: usize, reached_from: &HashMap<usize, Option<usize>>, on_path: &mut HashSet<usize>) {
-    while on_path.insert(index) {
-        match reached_from.get(&index) {
-            Some(Some(parent)) => index = *parent,
-            _ => break,
+/// Which visited chains hold a DNAT or jump (directly or not) to one that does: a
+/// fixpoint, since chains may jump back and forth.
+fn leads_to_dnat(
+    order: &[(usize, Vec<usize>)],
+    position: &HashMap<usize, usize>,
+    mut leads: Vec<bool>,
+) -> Vec<bool> {
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (i, (_, successors)) in order.iter().enumerate() {
+            if !leads[i] && successors.iter().any(|s| leads[position[s]]) {
+                leads[i] = true;
+                changed = true;
+            }
         }
     }
+    leads
 }
 
 fn dnat_target(table: &TableIr<'_>, chain: &ChainIr<'_>, rule: &RuleIr<'_>) -> Option<DnatTarget> {
@@ -441,7 +493,10 @@ fn dnat_target(table: &TableIr<'_>, chain: &ChainIr<'_>, rule: &RuleIr<'_>) -> O
     Some(DnatTarget {
         addr: dnat.addr,
         chain: chain.name.to_string(),
-        rule: RuleText { text: dnat.text.clone(), line: rule.line },
+        rule: RuleText {
+            text: dnat.text.clone(),
+            line: rule.line,
+        },
         identity: RuleIdentity::Nftables {
             table: table_label(table.family).to_string(),
             container: chain.name.to_string(),
@@ -464,13 +519,27 @@ fn orphan_chains(table: &TableIr<'_>) -> Vec<OrphanChain> {
         .filter(|c| !is_service_chain(&c.name))
         .map(|c| c.name.as_ref())
         .collect();
-    stack.extend(table.maps.iter().flat_map(|m| m.elements.iter()).filter_map(|e| e.verdict.chain()));
+    stack.extend(
+        table
+            .maps
+            .iter()
+            .flat_map(|m| m.elements.iter())
+            .filter_map(|e| e.verdict.chain()),
+    );
     while let Some(name) = stack.pop() {
-        let Some((index, chain)) = table.chain(name) else { continue };
+        let Some((index, chain)) = table.chain(name) else {
+            continue;
+        };
         if std::mem::replace(&mut reached[index], true) {
             continue;
         }
-        stack.extend(chain.rules.iter().flat_map(|r| r.jumps.iter()).map(|j| j.as_ref()));
+        stack.extend(
+            chain
+                .rules
+                .iter()
+                .flat_map(|r| r.jumps.iter())
+                .map(|j| j.as_ref()),
+        );
     }
     table
         .chains
@@ -501,8 +570,14 @@ mod tests {
 
     #[test]
     fn chain_hash_comes_from_service_chains_only() {
-        assert_eq!(nft_chain_hash("external-42NFTM6N-ns2/svc2/tcp/p80"), Some("42NFTM6N"));
-        assert_eq!(nft_chain_hash("external-ECO34HEO-default/nginx/tcp/"), Some("ECO34HEO"));
+        assert_eq!(
+            nft_chain_hash("external-42NFTM6N-ns2/svc2/tcp/p80"),
+            Some("42NFTM6N")
+        );
+        assert_eq!(
+            nft_chain_hash("external-ECO34HEO-default/nginx/tcp/"),
+            Some("ECO34HEO")
+        );
         assert_eq!(nft_chain_hash("debug-nodeport"), None);
         assert_eq!(nft_chain_hash("mark-for-masquerade"), None);
     }

@@ -48,8 +48,14 @@ pub(super) fn parse<'a>(input: &'a [u8], origin: &str) -> Result<ParsedRuleset<'
 /// wrong shape (not an `nft -j` dump at all).
 fn classify_error(source: serde_json::Error, origin: &str) -> NftError {
     match source.classify() {
-        serde_json::error::Category::Data => NftError::NotARuleset { origin: origin.to_string(), source },
-        _ => NftError::InvalidJson { origin: origin.to_string(), source },
+        serde_json::error::Category::Data => NftError::NotARuleset {
+            origin: origin.to_string(),
+            source,
+        },
+        _ => NftError::InvalidJson {
+            origin: origin.to_string(),
+            source,
+        },
     }
 }
 
@@ -158,12 +164,22 @@ fn read_object<'a>(parsed: &mut ParsedRuleset<'a>, index: usize, raw: &'a RawVal
     }
     let body: ObjectBody<'a> = match serde_json::from_str(tagged.body.get()) {
         Ok(b) => b,
-        Err(e) => return parsed.unattributed.push(odd(format!("unreadable `{}` object: {e}", tagged.kind))),
+        Err(e) => {
+            return parsed
+                .unattributed
+                .push(odd(format!("unreadable `{}` object: {e}", tagged.kind)));
+        }
     };
     // A table object names itself in `name`; everything inside a table names it in `table`.
-    let table_name = if tagged.kind == "table" { body.name.as_ref() } else { body.table.as_ref() };
+    let table_name = if tagged.kind == "table" {
+        body.name.as_ref()
+    } else {
+        body.table.as_ref()
+    };
     let (Some(BStr(family)), Some(BStr(table_name))) = (body.family.as_ref(), table_name) else {
-        return parsed.unattributed.push(odd(format!("`{}` object names no table", tagged.kind)));
+        return parsed
+            .unattributed
+            .push(odd(format!("`{}` object names no table", tagged.kind)));
     };
     let Some(family) = kube_proxy_family(family, table_name) else {
         return; // Not kube-proxy's nftables mode (iptables-nft's tables, firewalld, ...).
@@ -189,7 +205,11 @@ fn read_rule<'a>(table: &mut TableIr<'a>, body: ObjectBody<'a>, odd: &dyn Fn(Str
     };
     let statements: Vec<Expr<'a>> = match body.expr.map(|raw| serde_json::from_str(raw.get())).transpose() {
         Ok(statements) => statements.unwrap_or_default(),
-        Err(e) => return table.unparsed.push(odd(format!("unreadable rule expression: {e}"))),
+        Err(e) => {
+            return table
+                .unparsed
+                .push(odd(format!("unreadable rule expression: {e}")));
+        }
     };
     let comment = body.comment.map(|BStr(c)| c);
     let (mut rule, problem) = lower_rule(&statements);
@@ -198,7 +218,9 @@ fn read_rule<'a>(table: &mut TableIr<'a>, body: ObjectBody<'a>, odd: &dyn Fn(Str
         dnat.text = render_rule(&statements, comment.as_deref());
     }
     if let Some(reason) = problem {
-        table.unparsed.push(unparsed(0, &render_rule(&statements, comment.as_deref()), reason));
+        table
+            .unparsed
+            .push(unparsed(0, &render_rule(&statements, comment.as_deref()), reason));
     }
     table.chain_mut(chain, 0).rules.push(rule);
 }
@@ -210,20 +232,30 @@ fn lower_rule<'a>(statements: &[Expr<'a>]) -> (RuleIr<'a>, Option<String>) {
     let mut rule = RuleIr::default();
     let mut problem = None;
     for statement in statements {
-        let Some((kind, value)) = statement.single() else { continue };
+        let Some((kind, value)) = statement.single() else {
+            continue;
+        };
         match kind {
             "goto" | "jump" => rule.jumps.extend(value.get("target").and_then(Expr::as_str_cow)),
             "vmap" => {
                 // `vmap @map` dispatches through a named map (kube-proxy's `services`
                 // chain); those maps are read as maps. Only inline maps are followed.
-                let entries = value.get("data").and_then(|d| d.get("set")).and_then(Expr::as_list);
+                let entries = value
+                    .get("data")
+                    .and_then(|d| d.get("set"))
+                    .and_then(Expr::as_list);
                 for entry in entries.unwrap_or_default() {
                     let verdict = entry.as_list().and_then(|pair| pair.get(1));
                     rule.jumps.extend(verdict.and_then(verdict_chain));
                 }
             }
             "dnat" => match dnat_address(value) {
-                Ok(addr) => rule.dnat = Some(DnatIr { addr, text: String::new() }),
+                Ok(addr) => {
+                    rule.dnat = Some(DnatIr {
+                        addr,
+                        text: String::new(),
+                    })
+                }
                 Err(reason) => problem = Some(reason),
             },
             _ => {}
@@ -244,13 +276,17 @@ fn verdict_chain<'a>(verdict: &Expr<'a>) -> Option<Cow<'a, str>> {
 fn dnat_address(dnat: &Expr<'_>) -> Result<SocketAddr, String> {
     let addr = dnat.get("addr").ok_or("DNAT without an address")?;
     let Some(ip) = addr.as_str().and_then(|a| a.parse::<IpAddr>().ok()) else {
-        return Err("DNAT to a computed address (not a literal IP), which portdrift cannot resolve".to_string());
+        return Err(
+            "DNAT to a computed address (not a literal IP), which portdrift cannot resolve".to_string(),
+        );
     };
     match dnat.get("port") {
         Some(Expr::Uint(port)) if *port <= u64::from(u16::MAX) => Ok(SocketAddr::new(ip, *port as u16)),
         Some(_) => Err("DNAT to a computed or invalid port".to_string()),
-        None => Err("DNAT without a port (keeps the NodePort), which portdrift cannot pair with an endpoint"
-            .to_string()),
+        None => Err(
+            "DNAT without a port (keeps the NodePort), which portdrift cannot pair with an endpoint"
+                .to_string(),
+        ),
     }
 }
 
@@ -260,9 +296,16 @@ fn read_map<'a>(table: &mut TableIr<'a>, body: ObjectBody<'a>, odd: &dyn Fn(Stri
     };
     let elements: Vec<Expr<'a>> = match body.elem.map(|raw| serde_json::from_str(raw.get())).transpose() {
         Ok(elements) => elements.unwrap_or_default(),
-        Err(e) => return table.unparsed.push(odd(format!("unreadable elements of map {name}: {e}"))),
+        Err(e) => {
+            return table
+                .unparsed
+                .push(odd(format!("unreadable elements of map {name}: {e}")));
+        }
     };
-    let mut map = MapIr { name, elements: Vec::with_capacity(elements.len()) };
+    let mut map = MapIr {
+        name,
+        elements: Vec::with_capacity(elements.len()),
+    };
     for element in &elements {
         match map_element(element) {
             Some(e) => map.elements.push(e),
@@ -278,9 +321,14 @@ fn read_map<'a>(table: &mut TableIr<'a>, body: ObjectBody<'a>, odd: &dyn Fn(Stri
 
 /// `[key, verdict]`, where a key with a comment is wrapped: `{"elem": {"val": key, "comment": "…"}}`.
 fn map_element<'a>(element: &Expr<'a>) -> Option<ElementIr<'a>> {
-    let [key, value] = element.as_list()? else { return None };
+    let [key, value] = element.as_list()? else {
+        return None;
+    };
     let (key, comment) = match key.single() {
-        Some(("elem", wrapped)) => (wrapped.get("val")?, wrapped.get("comment").and_then(Expr::as_str_cow)),
+        Some(("elem", wrapped)) => (
+            wrapped.get("val")?,
+            wrapped.get("comment").and_then(Expr::as_str_cow),
+        ),
         _ => (key, None),
     };
     let verdict = match value.single() {
@@ -290,7 +338,12 @@ fn map_element<'a>(element: &Expr<'a>) -> Option<ElementIr<'a>> {
         Some(("accept", _)) => ElementVerdict::Accept,
         _ => ElementVerdict::Other(render_expr_string(value)),
     };
-    Some(ElementIr { key: render_expr_string(key), comment, verdict, line: 0 })
+    Some(ElementIr {
+        key: render_expr_string(key),
+        comment,
+        verdict,
+        line: 0,
+    })
 }
 
 /// A JSON value with its strings borrowed from the input: nft's expressions nest freely,
@@ -516,7 +569,10 @@ fn render_nat(kind: &str, value: &Expr<'_>, out: &mut String) {
 fn render_reject(value: &Expr<'_>, out: &mut String) {
     out.push_str("reject");
     // nft prints the family's default (port-unreachable) as a bare `reject`.
-    match (value.get("type").and_then(Expr::as_str), value.get("expr").and_then(Expr::as_str)) {
+    match (
+        value.get("type").and_then(Expr::as_str),
+        value.get("expr").and_then(Expr::as_str),
+    ) {
         (_, None) | (_, Some("port-unreachable")) => {}
         (Some(t), Some(e)) => {
             let _ = write!(out, " with {t} {e}");
@@ -618,7 +674,10 @@ fn render_object_expr(expr: &Expr<'_>, out: &mut String) {
         "numgen" => {
             let _ = write!(out, "numgen {} mod ", field("mode"));
             render_field(value, "mod", out);
-            if let Some(offset) = value.get("offset").filter(|o| !matches!(o, Expr::Uint(0) | Expr::Int(0))) {
+            if let Some(offset) = value
+                .get("offset")
+                .filter(|o| !matches!(o, Expr::Uint(0) | Expr::Int(0)))
+            {
                 out.push_str(" offset ");
                 render_expr(offset, out);
             }
@@ -631,7 +690,9 @@ fn render_object_expr(expr: &Expr<'_>, out: &mut String) {
         "range" => render_joined(value.as_list().unwrap_or_default(), "-", out),
         "set" => render_anonymous_set(value, out),
         "elem" => render_field(value, "val", out),
-        "&" | "|" | "^" | "<<" | ">>" => render_joined(value.as_list().unwrap_or_default(), &format!(" {kind} "), out),
+        "&" | "|" | "^" | "<<" | ">>" => {
+            render_joined(value.as_list().unwrap_or_default(), &format!(" {kind} "), out)
+        }
         "goto" | "jump" => {
             out.push_str(kind);
             out.push(' ');
@@ -725,13 +786,19 @@ mod tests {
         let s = statements(
             r#"[{"vmap":{"key":{"numgen":{"mode":"random","mod":2,"offset":0}},"data":{"set":[[0,{"goto":{"target":"a"}}],[1,{"goto":{"target":"b"}}]]}}}]"#,
         );
-        assert_eq!(render_rule(&s, None), "numgen random mod 2 vmap { 0 : goto a, 1 : goto b }");
+        assert_eq!(
+            render_rule(&s, None),
+            "numgen random mod 2 vmap { 0 : goto a, 1 : goto b }"
+        );
         let (rule, _) = lower_rule(&s);
         assert_eq!(rule.jumps, vec!["a", "b"]);
         let s = statements(
             r#"[{"match":{"op":"!=","left":{"payload":{"protocol":"ip","field":"saddr"}},"right":{"prefix":{"addr":"10.0.0.0","len":8}}}},{"jump":{"target":"mark-for-masquerade"}}]"#,
         );
-        assert_eq!(render_rule(&s, Some("c")), "ip saddr != 10.0.0.0/8 jump mark-for-masquerade comment \"c\"");
+        assert_eq!(
+            render_rule(&s, Some("c")),
+            "ip saddr != 10.0.0.0/8 jump mark-for-masquerade comment \"c\""
+        );
     }
 
     #[test]
@@ -740,7 +807,9 @@ mod tests {
         let (rule, problem) = lower_rule(&s);
         assert!(rule.dnat.is_none());
         assert!(problem.unwrap().contains("without a port"));
-        let s = statements(r#"[{"dnat":{"addr":{"map":{"key":{"payload":{"protocol":"tcp","field":"dport"}},"data":"@m"}},"port":80}}]"#);
+        let s = statements(
+            r#"[{"dnat":{"addr":{"map":{"key":{"payload":{"protocol":"tcp","field":"dport"}},"data":"@m"}},"port":80}}]"#,
+        );
         assert!(lower_rule(&s).1.unwrap().contains("computed address"));
         let s = statements(r#"[{"dnat":{"addr":"10.0.0.1","port":99999}}]"#);
         assert!(lower_rule(&s).1.is_some());
@@ -748,7 +817,8 @@ mod tests {
 
     #[test]
     fn strings_with_escapes_are_owned_not_lost() {
-        let e: Expr<'_> = serde_json::from_str(r#"{"goto":{"target":"endpoint-X-ns\/svc\/tcp\/p"}}"#).unwrap();
+        let e: Expr<'_> =
+            serde_json::from_str(r#"{"goto":{"target":"endpoint-X-ns\/svc\/tcp\/p"}}"#).unwrap();
         assert_eq!(verdict_chain(&e).as_deref(), Some("endpoint-X-ns/svc/tcp/p"));
     }
 }

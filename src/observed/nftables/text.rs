@@ -44,7 +44,11 @@ pub(super) fn parse<'a>(input: &'a str, origin: &str) -> Result<ParsedRuleset<'a
         }
         scope = read_line(&mut parsed, scope, content, line, handle);
     }
-    if !saw_table && input.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')) {
+    if !saw_table
+        && input
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+    {
         let (line, text) = first_content_line(input);
         return Err(NftError::NotNftText {
             origin: origin.to_string(),
@@ -75,7 +79,11 @@ fn note_truncation(parsed: &mut ParsedRuleset<'_>, scope: &Scope) {
     };
     let table = parsed.table_mut(family);
     table.complete = false;
-    table.unparsed.push(unparsed(0, "", "the dump ends inside this table: it was cut short"));
+    table.unparsed.push(unparsed(
+        0,
+        "",
+        "the dump ends inside this table: it was cut short",
+    ));
 }
 
 fn read_line<'a>(
@@ -125,7 +133,9 @@ fn read_top_line<'a>(parsed: &mut ParsedRuleset<'a>, content: &'a str, line: u32
             None => skip_block(None, content),
         },
         _ => {
-            parsed.unattributed.push(unparsed(line, content, "outside any table"));
+            parsed
+                .unattributed
+                .push(unparsed(line, content, "outside any table"));
             Scope::Top
         }
     }
@@ -148,7 +158,11 @@ fn read_table_line<'a>(table: &mut TableIr<'a>, family: Family, content: &'a str
         return Scope::Top;
     }
     let Some(header) = content.strip_suffix('{') else {
-        table.unparsed.push(unparsed(line, content, "unexpected statement in table ip/ip6 kube-proxy"));
+        table.unparsed.push(unparsed(
+            line,
+            content,
+            "unexpected statement in table ip/ip6 kube-proxy",
+        ));
         return Scope::Table(family);
     };
     match header.trim().split_once(' ') {
@@ -158,7 +172,10 @@ fn read_table_line<'a>(table: &mut TableIr<'a>, family: Family, content: &'a str
             Scope::Chain(family, table.chain_index[name])
         }
         Some(("map", name)) => {
-            table.maps.push(MapIr { name: Cow::Borrowed(unquote(name.trim())), elements: Vec::new() });
+            table.maps.push(MapIr {
+                name: Cow::Borrowed(unquote(name.trim())),
+                elements: Vec::new(),
+            });
             Scope::Map(family, Some(table.maps.len() - 1))
         }
         Some(("set", _)) => Scope::Map(family, None),
@@ -180,7 +197,8 @@ fn read_chain_line<'a>(
     }
     // Base chain header (`type nat hook prerouting priority dstnat; policy accept;`),
     // and the chain's own comment, are not rules.
-    let is_header = content.starts_with("type ") || content.starts_with("policy ") || content.starts_with("comment \"");
+    let is_header =
+        content.starts_with("type ") || content.starts_with("policy ") || content.starts_with("comment \"");
     if content.is_empty() || is_header {
         return Scope::Chain(family, chain);
     }
@@ -212,10 +230,21 @@ fn read_map_line<'a>(
         }
         return Scope::Elements(family, map, reader);
     }
-    const PROPERTIES: [&str; 9] =
-        ["type ", "flags ", "timeout ", "size ", "comment ", "policy ", "gc-interval ", "counter", "auto-merge"];
+    const PROPERTIES: [&str; 9] = [
+        "type ",
+        "flags ",
+        "timeout ",
+        "size ",
+        "comment ",
+        "policy ",
+        "gc-interval ",
+        "counter",
+        "auto-merge",
+    ];
     if !content.is_empty() && !PROPERTIES.iter().any(|p| content.starts_with(p)) {
-        table.unparsed.push(unparsed(line, content, "unexpected statement in a map or set"));
+        table
+            .unparsed
+            .push(unparsed(line, content, "unexpected statement in a map or set"));
     }
     Scope::Map(family, map)
 }
@@ -279,7 +308,10 @@ fn store_elements(table: &mut TableIr<'_>, map: Option<usize>, items: Vec<(u32, 
         match parse_element(&item, line) {
             Some(element) => table.maps[map].elements.push(element),
             None => {
-                let reason = format!("element of map {} is not a `key : value` pair", table.maps[map].name);
+                let reason = format!(
+                    "element of map {} is not a `key : value` pair",
+                    table.maps[map].name
+                );
                 table.unparsed.push(unparsed(line, &item, reason));
             }
         }
@@ -311,7 +343,12 @@ fn parse_element(item: &str, line: u32) -> Option<ElementIr<'static>> {
         None if value == "accept" => ElementVerdict::Accept,
         _ => ElementVerdict::Other(value.to_string()),
     };
-    Some(ElementIr { key: key_words.join(" "), comment: comment.map(Cow::Owned), verdict, line })
+    Some(ElementIr {
+        key: key_words.join(" "),
+        comment: comment.map(Cow::Owned),
+        verdict,
+        line,
+    })
 }
 
 /// Reads where a rule can send a packet: every `goto`/`jump` (also inside an inline
@@ -331,7 +368,12 @@ fn lower_rule(content: &str) -> (RuleIr<'_>, Option<String>) {
             // `ct status dnat` is a match on conntrack state, not a DNAT.
             "dnat" if i > 0 && words[i - 1] == "status" => {}
             "dnat" => match dnat_address(&words[i + 1..]) {
-                Ok(addr) => rule.dnat = Some(DnatIr { addr, text: content.to_string() }),
+                Ok(addr) => {
+                    rule.dnat = Some(DnatIr {
+                        addr,
+                        text: content.to_string(),
+                    })
+                }
                 Err(reason) => problem = Some(reason),
             },
             _ => {}
@@ -351,8 +393,10 @@ fn dnat_address(words: &[&str]) -> Result<SocketAddr, String> {
         return Ok(addr);
     }
     if target.parse::<IpAddr>().is_ok() {
-        return Err("DNAT without a port (keeps the NodePort), which portdrift cannot pair with an endpoint"
-            .to_string());
+        return Err(
+            "DNAT without a port (keeps the NodePort), which portdrift cannot pair with an endpoint"
+                .to_string(),
+        );
     }
     Err("DNAT to a computed address (not a literal IP), which portdrift cannot resolve".to_string())
 }
@@ -397,7 +441,9 @@ fn tokenize(text: &str) -> Vec<&str> {
 }
 
 fn unquote(word: &str) -> &str {
-    word.strip_prefix('"').and_then(|w| w.strip_suffix('"')).unwrap_or(word)
+    word.strip_prefix('"')
+        .and_then(|w| w.strip_suffix('"'))
+        .unwrap_or(word)
 }
 
 /// Opening minus closing braces outside quotes.
@@ -434,9 +480,15 @@ mod tests {
 
     #[test]
     fn handles_are_split_off_rules_and_headers() {
-        assert_eq!(split_handle("\t\tjump services # handle 39"), ("\t\tjump services", Some(39)));
+        assert_eq!(
+            split_handle("\t\tjump services # handle 39"),
+            ("\t\tjump services", Some(39))
+        );
         assert_eq!(split_handle("chain x { # handle 9"), ("chain x {", Some(9)));
-        assert_eq!(split_handle("drop comment \"# handle 5\""), ("drop comment \"# handle 5\"", None));
+        assert_eq!(
+            split_handle("drop comment \"# handle 5\""),
+            ("drop comment \"# handle 5\"", None)
+        );
     }
 
     #[test]
@@ -457,7 +509,10 @@ mod tests {
         assert!(reader.feed("\t\t\t     tcp . 2 comment \"x, }\" : drop }", 11));
         assert_eq!(
             reader.items,
-            vec![(10, "tcp . 1 : goto a".to_string()), (11, "tcp . 2 comment \"x, }\" : drop".to_string())]
+            vec![
+                (10, "tcp . 1 : goto a".to_string()),
+                (11, "tcp . 2 comment \"x, }\" : drop".to_string())
+            ]
         );
     }
 
