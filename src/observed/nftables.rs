@@ -160,6 +160,9 @@ struct TableIr<'a> {
     family: Family,
     chains: Vec<ChainIr<'a>>,
     chain_index: HashMap<Cow<'a, str>, usize>,
+    /// The chain `chain_mut` returned last: dumps list a chain's rules together, so this
+    /// saves hashing a long chain name per rule.
+    last_chain: Option<usize>,
     maps: Vec<MapIr<'a>>,
     unparsed: Vec<Unparsed>,
     /// False when the dump ended inside this table (a truncated text dump).
@@ -172,6 +175,7 @@ impl<'a> TableIr<'a> {
             family,
             chains: Vec::new(),
             chain_index: HashMap::new(),
+            last_chain: None,
             maps: Vec::new(),
             unparsed: Vec::new(),
             complete: true,
@@ -181,8 +185,9 @@ impl<'a> TableIr<'a> {
     /// The chain called `name`, created on first mention (a JSON rule may name its chain
     /// before, or without, the chain object).
     fn chain_mut(&mut self, name: Cow<'a, str>, line: u32) -> &mut ChainIr<'a> {
-        let index = match self.chain_index.get(name.as_ref()) {
-            Some(&i) => i,
+        let last = self.last_chain.filter(|&i| self.chains[i].name == name);
+        let index = match last.or_else(|| self.chain_index.get(name.as_ref()).copied()) {
+            Some(i) => i,
             None => {
                 self.chains.push(ChainIr {
                     name: name.clone(),
@@ -193,6 +198,7 @@ impl<'a> TableIr<'a> {
                 self.chains.len() - 1
             }
         };
+        self.last_chain = Some(index);
         &mut self.chains[index]
     }
 

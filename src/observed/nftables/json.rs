@@ -86,17 +86,17 @@ impl<'de: 'a, 'a> Deserialize<'de> for BStr<'a> {
 }
 
 /// One element of the `nftables` array: an object with exactly one key naming its kind
-/// (`{"rule": {...}}`).
-struct Tagged<'a> {
+/// (`{"rule": {...}}`), with the body read as `T`.
+struct Tagged<'a, T> {
     kind: Cow<'a, str>,
-    body: &'a RawValue,
+    body: T,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Tagged<'a> {
+impl<'de: 'a, 'a, T: Deserialize<'de>> Deserialize<'de> for Tagged<'a, T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Tagged<'a>;
+        struct V<'a, T>(PhantomData<(&'a (), T)>);
+        impl<'de: 'a, 'a, T: Deserialize<'de>> Visitor<'de> for V<'a, T> {
+            type Value = Tagged<'a, T>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("an object with one key, such as {\"rule\": {...}}")
             }
@@ -104,7 +104,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Tagged<'a> {
                 let Some(BStr(kind)) = map.next_key::<BStr<'a>>()? else {
                     return Err(de::Error::invalid_length(0, &self));
                 };
-                let body: &'a RawValue = map.next_value()?;
+                let body: T = map.next_value()?;
                 if map.next_key::<IgnoredAny>()?.is_some() {
                     return Err(de::Error::custom("object has more than one key"));
                 }
@@ -155,23 +155,16 @@ const IGNORED_KINDS: [&str; 12] = [
 
 fn read_object<'a>(parsed: &mut ParsedRuleset<'a>, index: usize, raw: &'a RawValue) {
     let odd = |reason: String| unparsed(0, raw.get(), format!("nftables[{index}]: {reason}"));
-    let tagged: Tagged<'a> = match serde_json::from_str(raw.get()) {
-        Ok(t) => t,
-        Err(e) => return parsed.unattributed.push(odd(format!("not an nft object: {e}"))),
+    // One pass reads the kind and the envelope; only a failure is parsed again, step by
+    // step, to say what is wrong with it.
+    let Ok(Tagged { kind, body }) = serde_json::from_str::<Tagged<'a, ObjectBody<'a>>>(raw.get()) else {
+        return parsed.unattributed.push(odd(explain_unreadable(raw)));
     };
-    if tagged.kind == "metainfo" {
+    if kind == "metainfo" {
         return;
     }
-    let body: ObjectBody<'a> = match serde_json::from_str(tagged.body.get()) {
-        Ok(b) => b,
-        Err(e) => {
-            return parsed
-                .unattributed
-                .push(odd(format!("unreadable `{}` object: {e}", tagged.kind)));
-        }
-    };
     // A table object names itself in `name`; everything inside a table names it in `table`.
-    let table_name = if tagged.kind == "table" {
+    let table_name = if kind == "table" {
         body.name.as_ref()
     } else {
         body.table.as_ref()
@@ -179,13 +172,13 @@ fn read_object<'a>(parsed: &mut ParsedRuleset<'a>, index: usize, raw: &'a RawVal
     let (Some(BStr(family)), Some(BStr(table_name))) = (body.family.as_ref(), table_name) else {
         return parsed
             .unattributed
-            .push(odd(format!("`{}` object names no table", tagged.kind)));
+            .push(odd(format!("`{}` object names no table", kind)));
     };
     let Some(family) = kube_proxy_family(family, table_name) else {
         return; // Not kube-proxy's nftables mode (iptables-nft's tables, firewalld, ...).
     };
     let table = parsed.table_mut(family);
-    match tagged.kind.as_ref() {
+    match kind.as_ref() {
         "chain" => match body.name {
             Some(BStr(name)) => {
                 table.chain_mut(name, 0);
@@ -196,6 +189,16 @@ fn read_object<'a>(parsed: &mut ParsedRuleset<'a>, index: usize, raw: &'a RawVal
         "map" => read_map(table, body, &odd),
         kind if IGNORED_KINDS.contains(&kind) => {}
         kind => table.unparsed.push(odd(format!("unknown object kind `{kind}`"))),
+    }
+}
+
+fn explain_unreadable(raw: &RawValue) -> String {
+    match serde_json::from_str::<Tagged<'_, &RawValue>>(raw.get()) {
+        Err(e) => format!("not an nft object: {e}"),
+        Ok(tagged) => match serde_json::from_str::<ObjectBody<'_>>(tagged.body.get()) {
+            Err(e) => format!("unreadable `{}` object: {e}", tagged.kind),
+            Ok(_) => "unreadable object".to_string(),
+        },
     }
 }
 
