@@ -1,17 +1,17 @@
 //! `nft -j list ruleset` → kube-proxy's tables in the shared intermediate form.
 //!
-//! Hand-rolled serde types rather than the `nftables` crate: that crate's statement and
-//! expression enums reject any object they do not model, which would turn one odd rule
-//! anywhere in the ruleset (another program's table, a newer nft) into a failed parse,
-//! while portdrift must keep going and report it as `unparsed`. They also own every
-//! string, where these borrow from the input.
+//! Hand-rolled serde types rather than the `nftables` crate: its `Statement` and
+//! `Expression` enums are closed (the version looked at has no catch-all variant, and
+//! `tproxy`, `last`, `secmark` are still to do), so one statement it does not know,
+//! anywhere in the ruleset (another program's table, a newer nft), fails the whole
+//! parse, while portdrift must keep going and report what it cannot read as `unparsed`.
 //!
-//! The dump is read in two steps to stay cheap on a 10,000-Service node (tens of MB):
-//! the `nftables` array is split into raw, unparsed objects (`&RawValue`, borrowed), each
-//! object's envelope (family, table, chain, handle) is read into a typed struct with its
-//! `expr`/`elem` payload left raw, and only the payloads of kube-proxy's own tables are
-//! parsed further, into a borrowed expression tree ([`Expr`]), because nft's expression
-//! schema is open-ended (any expression may nest in any other).
+//! The dump is read in layers to stay cheap on a 10,000-Service node (tens of MB): the
+//! `nftables` array is split into borrowed raw objects (`&RawValue`); each object's kind
+//! and envelope (family, table, chain, handle) are read in one pass into a typed struct
+//! with its `expr`/`elem` payload left raw; only the payloads of kube-proxy's own tables
+//! are parsed further, into a borrowed expression tree ([`Expr`]), because nft's
+//! expression schema is open-ended (any expression may nest in any other).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
