@@ -2,6 +2,7 @@
 
 pub mod iptables;
 pub mod lines;
+pub mod nftables;
 pub mod sockets;
 
 use std::collections::HashMap;

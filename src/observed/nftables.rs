@@ -1,0 +1,606 @@
+//! kube-proxy's nftables mode (`table ip kube-proxy`, `table ip6 kube-proxy`) → the
+//! shared rule model.
+//!
+//! Two front ends read the two forms a node bundle may hold: [`parse_ruleset_json`] for
+//! `nft -j list ruleset` (or `nft -j list table ip kube-proxy`) and
+//! [`parse_ruleset_text`] for `nft list ruleset` (with or without `-a`). Both lower
+//! kube-proxy's tables into the same small intermediate form ([`TableIr`]: chains with
+//! their jumps and DNATs, maps with their elements), and one builder turns that into
+//! [`RuleSource`]s, so the two forms of one ruleset give the same model.
+//!
+//! NodePorts live in map elements, not in rules: every element of `service-nodeports`
+//! (`tcp . 30080 : goto external-…`) is a forwarding NodePort rule whose DNAT targets
+//! are found by following the chain it jumps to, and every element of
+//! `no-endpoint-nodeports` is a reject or drop rule (see the reference, section 5).
+//!
+//! Every other table in the ruleset (iptables-nft's `ip nat`, `ip filter`, firewalld's
+//! `inet firewalld`, ...) is not kube-proxy's nftables mode and is ignored here; the
+//! iptables parser reads iptables-nft's tables from `iptables-nft-save`.
+
+mod json;
+mod text;
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use crate::kube_proxy::parse_nft_service_chain;
+use crate::model::{
+    Backend, DestMatch, DnatTarget, Family, NodePortRule, OrphanChain, Protocol, RuleIdentity, RuleSource,
+    RuleText, ServicePortRef, Unparsed, Verdict,
+};
+
+/// Why a dump could not be read at all. Anything less (an odd object, a rule portdrift
+/// does not understand) is kept as [`Unparsed`] in the result instead.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    #[error("{origin}: not valid JSON: {source}")]
+    InvalidJson {
+        origin: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{origin}: JSON is not an `nft -j list` dump (expected {{\"nftables\": [...]}}): {source}")]
+    NotARuleset {
+        origin: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{origin}: not an `nft list` dump: {reason} (line {line})")]
+    NotNftText {
+        origin: String,
+        line: u32,
+        reason: String,
+    },
+}
+
+/// Parses `nft -j list ruleset` (or `nft -j list table ip kube-proxy`) into one
+/// [`RuleSource`] per kube-proxy table present: `ip kube-proxy` (IPv4) first, then
+/// `ip6 kube-proxy` (IPv6). A ruleset without either gives an empty vector.
+pub fn parse_ruleset_json(input: &[u8], origin: &str) -> Result<Vec<RuleSource>, NftError> {
+    let parsed = json::parse(input, origin)?;
+    Ok(build_rule_sources(parsed, origin))
+}
+
+/// Parses `nft list ruleset` text (the bundle's `nft.txt`; `nft -a` adds the rule
+/// handles repair needs) into the same [`RuleSource`]s [`parse_ruleset_json`] gives for
+/// the same ruleset, with 1-based line numbers.
+pub fn parse_ruleset_text(input: &str, origin: &str) -> Result<Vec<RuleSource>, NftError> {
+    let parsed = text::parse(input, origin)?;
+    Ok(build_rule_sources(parsed, origin))
+}
+
+/// The names kube-proxy gives the things this parser reads (pkg/proxy/nftables).
+const KUBE_PROXY_TABLE: &str = "kube-proxy";
+const SERVICE_NODEPORTS_MAP: &str = "service-nodeports";
+const NO_ENDPOINT_NODEPORTS_MAP: &str = "no-endpoint-nodeports";
+const REJECT_CHAIN: &str = "reject-chain";
+
+/// Which kube-proxy table `family`/`name` is, if it is one. Only `ip` and `ip6` count:
+/// kube-proxy runs one proxier per family and never writes an `inet` table.
+fn kube_proxy_family(family: &str, table: &str) -> Option<Family> {
+    match (family, table) {
+        ("ip", KUBE_PROXY_TABLE) => Some(Family::Ipv4),
+        ("ip6", KUBE_PROXY_TABLE) => Some(Family::Ipv6),
+        _ => None,
+    }
+}
+
+/// The table as `nft` commands name it, for identities (`nft delete rule ip kube-proxy …`).
+fn table_label(family: Family) -> &'static str {
+    match family {
+        Family::Ipv4 => "ip kube-proxy",
+        Family::Ipv6 => "ip6 kube-proxy",
+    }
+}
+
+/// kube-proxy treats any chain whose name contains `/` as a per-service chain (the
+/// `service-`, `external-`, `local-`, `firewall-` and `endpoint-` chains).
+fn is_service_chain(name: &str) -> bool {
+    name.contains('/')
+}
+
+/// The 8-character hash in a per-service chain name (`external-42NFTM6N-ns2/…` →
+/// `42NFTM6N`).
+fn nft_chain_hash(chain: &str) -> Option<&str> {
+    if !is_service_chain(chain) {
+        return None;
+    }
+    let (_prefix, rest) = chain.split_once('-')?;
+    let (hash, _name) = rest.split_once('-')?;
+    (hash.len() == 8 && hash.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())).then_some(hash)
+}
+
+/// Cuts a line to a length a report can show, on a character boundary.
+fn readable(text: &str) -> String {
+    const MAX: usize = 200;
+    if text.len() <= MAX {
+        return text.to_string();
+    }
+    let mut end = MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+fn unparsed(line: u32, text: &str, reason: impl Into<String>) -> Unparsed {
+    Unparsed {
+        line,
+        text: readable(text),
+        reason: reason.into(),
+    }
+}
+
+/// What a front end found in one dump: kube-proxy's tables, plus the things it could
+/// not attribute to any table (they are reported with every kube-proxy table, since
+/// they may belong to one).
+#[derive(Debug, Default)]
+struct ParsedRuleset<'a> {
+    tables: Vec<TableIr<'a>>,
+    unattributed: Vec<Unparsed>,
+}
+
+impl<'a> ParsedRuleset<'a> {
+    /// The IR of kube-proxy's table for `family`, created on first mention.
+    fn table_mut(&mut self, family: Family) -> &mut TableIr<'a> {
+        match self.tables.iter().position(|t| t.family == family) {
+            Some(i) => &mut self.tables[i],
+            None => {
+                self.tables.push(TableIr::new(family));
+                self.tables.last_mut().expect("just pushed")
+            }
+        }
+    }
+}
+
+/// One kube-proxy table, reduced to what NodePort resolution needs.
+#[derive(Debug)]
+struct TableIr<'a> {
+    family: Family,
+    chains: Vec<ChainIr<'a>>,
+    chain_index: HashMap<Cow<'a, str>, usize>,
+    /// The chain `chain_mut` returned last: dumps list a chain's rules together, so this
+    /// saves hashing a long chain name per rule.
+    last_chain: Option<usize>,
+    maps: Vec<MapIr<'a>>,
+    unparsed: Vec<Unparsed>,
+    /// False when the dump ended inside this table (a truncated text dump).
+    complete: bool,
+}
+
+impl<'a> TableIr<'a> {
+    fn new(family: Family) -> Self {
+        TableIr {
+            family,
+            chains: Vec::new(),
+            chain_index: HashMap::new(),
+            last_chain: None,
+            maps: Vec::new(),
+            unparsed: Vec::new(),
+            complete: true,
+        }
+    }
+
+    /// The chain called `name`, created on first mention (a JSON rule may name its chain
+    /// before, or without, the chain object).
+    fn chain_mut(&mut self, name: Cow<'a, str>, line: u32) -> &mut ChainIr<'a> {
+        let last = self.last_chain.filter(|&i| self.chains[i].name == name);
+        let index = match last.or_else(|| self.chain_index.get(name.as_ref()).copied()) {
+            Some(i) => i,
+            None => {
+                self.chains.push(ChainIr {
+                    name: name.clone(),
+                    line,
+                    rules: Vec::new(),
+                });
+                self.chain_index.insert(name, self.chains.len() - 1);
+                self.chains.len() - 1
+            }
+        };
+        self.last_chain = Some(index);
+        &mut self.chains[index]
+    }
+
+    fn chain(&self, name: &str) -> Option<(usize, &ChainIr<'a>)> {
+        self.chain_index.get(name).map(|&i| (i, &self.chains[i]))
+    }
+}
+
+#[derive(Debug)]
+struct ChainIr<'a> {
+    name: Cow<'a, str>,
+    line: u32,
+    rules: Vec<RuleIr<'a>>,
+}
+
+/// A rule, reduced to where it can send a packet.
+#[derive(Debug, Default)]
+struct RuleIr<'a> {
+    handle: Option<u64>,
+    line: u32,
+    /// Chains named by `goto`/`jump`, also inside an inline `vmap { … }`, in rule order.
+    jumps: Vec<Cow<'a, str>>,
+    dnat: Option<DnatIr>,
+}
+
+#[derive(Debug)]
+struct DnatIr {
+    addr: SocketAddr,
+    /// The whole rule as `nft list` prints it, without `# handle N`.
+    text: String,
+}
+
+#[derive(Debug)]
+struct MapIr<'a> {
+    name: Cow<'a, str>,
+    elements: Vec<ElementIr<'a>>,
+}
+
+/// One element of a verdict map.
+#[derive(Debug)]
+struct ElementIr<'a> {
+    /// The key as `nft list` prints it (`tcp . 30080`).
+    key: String,
+    comment: Option<Cow<'a, str>>,
+    verdict: ElementVerdict<'a>,
+    line: u32,
+}
+
+impl ElementIr<'_> {
+    /// The element as `nft list` prints it: `tcp . 3006 comment "ns/svc:p" : goto reject-chain`.
+    fn text(&self) -> String {
+        match &self.comment {
+            Some(c) => format!("{} comment \"{}\" : {}", self.key, c, self.verdict),
+            None => format!("{} : {}", self.key, self.verdict),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum ElementVerdict<'a> {
+    Goto(Cow<'a, str>),
+    Jump(Cow<'a, str>),
+    Drop,
+    Accept,
+    /// Anything else (`return`, `continue`, a non-verdict value), as printed.
+    Other(String),
+}
+
+impl ElementVerdict<'_> {
+    fn chain(&self) -> Option<&str> {
+        match self {
+            ElementVerdict::Goto(c) | ElementVerdict::Jump(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ElementVerdict<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ElementVerdict::Goto(c) => write!(f, "goto {c}"),
+            ElementVerdict::Jump(c) => write!(f, "jump {c}"),
+            ElementVerdict::Drop => f.write_str("drop"),
+            ElementVerdict::Accept => f.write_str("accept"),
+            ElementVerdict::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+fn build_rule_sources(parsed: ParsedRuleset<'_>, origin: &str) -> Vec<RuleSource> {
+    let ParsedRuleset {
+        mut tables,
+        unattributed,
+    } = parsed;
+    tables.sort_by_key(|t| t.family);
+    tables
+        .into_iter()
+        .map(|t| build_rule_source(t, origin, &unattributed))
+        .collect()
+}
+
+fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]) -> RuleSource {
+    let mut unparsed = table.unparsed.clone();
+    unparsed.extend_from_slice(unattributed);
+    let mut nodeports = Vec::new();
+    for map in &table.maps {
+        if map.name != SERVICE_NODEPORTS_MAP && map.name != NO_ENDPOINT_NODEPORTS_MAP {
+            continue;
+        }
+        for element in &map.elements {
+            match nodeport_rule(&table, &map.name, element) {
+                Ok(rule) => nodeports.push(rule),
+                Err(u) => unparsed.push(u),
+            }
+        }
+    }
+    let rule_count: usize = table.chains.iter().map(|c| c.rules.len()).sum();
+    let element_count: usize = table.maps.iter().map(|m| m.elements.len()).sum();
+    RuleSource {
+        origin: origin.to_string(),
+        backend: Backend::Nftables,
+        family: table.family,
+        nodeports,
+        orphans: orphan_chains(&table),
+        unparsed,
+        has_kube_proxy: true,
+        // nftables mode has no canary chain: kube-proxy owns the whole table.
+        has_canary: false,
+        kube_rule_count: rule_count + element_count,
+        complete: table.complete,
+    }
+}
+
+/// `tcp . 30080` → (tcp, 30080).
+fn parse_nodeport_key(key: &str) -> Option<(Protocol, u16)> {
+    let (protocol, port) = key.split_once(" . ")?;
+    Some((Protocol::parse(protocol.trim())?, port.trim().parse().ok()?))
+}
+
+/// One element of `service-nodeports` or `no-endpoint-nodeports` as a [`NodePortRule`].
+fn nodeport_rule(table: &TableIr<'_>, map: &str, element: &ElementIr<'_>) -> Result<NodePortRule, Unparsed> {
+    let text = element.text();
+    let (protocol, port) = parse_nodeport_key(&element.key).ok_or_else(|| {
+        unparsed(
+            element.line,
+            &text,
+            format!("{map} element key is not `protocol . port`"),
+        )
+    })?;
+    let walk = match &element.verdict {
+        ElementVerdict::Drop => Walk::to_verdict(Verdict::Drop),
+        ElementVerdict::Goto(c) | ElementVerdict::Jump(c) if c == REJECT_CHAIN => {
+            let mut walk = Walk::to_verdict(Verdict::Reject);
+            if table.chain(c).is_none() {
+                walk.dangling = Some(c.to_string());
+            }
+            walk
+        }
+        ElementVerdict::Goto(c) | ElementVerdict::Jump(c) if map == SERVICE_NODEPORTS_MAP => {
+            follow_chains(table, c)
+        }
+        other => {
+            return Err(unparsed(
+                element.line,
+                &text,
+                format!("{map} element has verdict `{other}`, which kube-proxy never writes there"),
+            ));
+        }
+    };
+    let first_hop = element
+        .verdict
+        .chain()
+        .filter(|_| walk.verdict == Verdict::Forward);
+    let comment_service = element
+        .comment
+        .as_deref()
+        .and_then(ServicePortRef::parse)
+        .or_else(|| first_hop.and_then(parse_nft_service_chain).map(|(svc, _)| svc));
+    Ok(NodePortRule {
+        backend: Backend::Nftables,
+        family: table.family,
+        protocol,
+        port,
+        // The dispatch rule in `services` restricts NodePorts to `@nodeport-ips` (the
+        // node's own addresses) or to any local address: both are "the node", which is
+        // what `Any` means to the detector.
+        dest: DestMatch::Any,
+        verdict: walk.verdict,
+        path: walk.path,
+        targets: walk.targets,
+        comment_service,
+        chain_hash: first_hop.and_then(nft_chain_hash).map(str::to_string),
+        dangling: walk.dangling,
+        rule: RuleText {
+            text,
+            line: element.line,
+        },
+        identity: RuleIdentity::Nftables {
+            table: table_label(table.family).to_string(),
+            container: map.to_string(),
+            handle: None,
+            element: Some(element.key.clone()),
+        },
+    })
+}
+
+/// Where a NodePort's traffic goes.
+struct Walk {
+    verdict: Verdict,
+    path: Vec<String>,
+    targets: Vec<DnatTarget>,
+    dangling: Option<String>,
+}
+
+impl Walk {
+    fn to_verdict(verdict: Verdict) -> Walk {
+        Walk {
+            verdict,
+            path: Vec::new(),
+            targets: Vec::new(),
+            dangling: None,
+        }
+    }
+}
+
+/// Follows every `goto`/`jump` (including inline `numgen … vmap { … }` maps) from `start`,
+/// breadth first and in rule order, collecting every DNAT reached. Helper chains such as
+/// `mark-for-masquerade` are visited like any other; they hold no DNAT and lead to none,
+/// so they stay out of the path, which keeps the first hop and every chain that leads to
+/// a DNAT: `external-…`, then `service-…`/`local-…`, then `endpoint-…`. A visited set
+/// makes loops safe, and no recursion means no stack to overflow.
+fn follow_chains(table: &TableIr<'_>, start: &str) -> Walk {
+    let mut walk = Walk::to_verdict(Verdict::Forward);
+    // Visited chains in visiting order, each with the visited chains it jumps to.
+    let mut order: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut position: HashMap<usize, usize> = HashMap::new();
+    let mut has_dnat: Vec<bool> = Vec::new();
+    let mut queue: VecDeque<(Option<usize>, &str)> = VecDeque::from([(None, start)]);
+    while let Some((from, name)) = queue.pop_front() {
+        let Some((index, chain)) = table.chain(name) else {
+            walk.dangling.get_or_insert_with(|| name.to_string());
+            continue;
+        };
+        if let Some(from) = from {
+            order[from].1.push(index);
+        }
+        if position.contains_key(&index) {
+            continue;
+        }
+        position.insert(index, order.len());
+        let before = walk.targets.len();
+        walk.targets
+            .extend(chain.rules.iter().filter_map(|r| dnat_target(table, chain, r)));
+        has_dnat.push(walk.targets.len() > before);
+        let me = order.len();
+        order.push((index, Vec::new()));
+        queue.extend(
+            chain
+                .rules
+                .iter()
+                .flat_map(|r| r.jumps.iter())
+                .map(|j| (Some(me), j.as_ref())),
+        );
+    }
+    let leads = leads_to_dnat(&order, &position, has_dnat);
+    walk.path = order
+        .iter()
+        .zip(&leads)
+        .enumerate()
+        .filter(|&(i, (_, &leads))| i == 0 || leads)
+        .map(|(_, ((chain, _), _))| table.chains[*chain].name.to_string())
+        .collect();
+    walk
+}
+
+/// Which visited chains hold a DNAT or jump (directly or not) to one that does: a
+/// fixpoint, since chains may jump back and forth.
+fn leads_to_dnat(
+    order: &[(usize, Vec<usize>)],
+    position: &HashMap<usize, usize>,
+    mut leads: Vec<bool>,
+) -> Vec<bool> {
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (i, (_, successors)) in order.iter().enumerate() {
+            if !leads[i] && successors.iter().any(|s| leads[position[s]]) {
+                leads[i] = true;
+                changed = true;
+            }
+        }
+    }
+    leads
+}
+
+fn dnat_target(table: &TableIr<'_>, chain: &ChainIr<'_>, rule: &RuleIr<'_>) -> Option<DnatTarget> {
+    let dnat = rule.dnat.as_ref()?;
+    Some(DnatTarget {
+        addr: dnat.addr,
+        chain: chain.name.to_string(),
+        rule: RuleText {
+            text: dnat.text.clone(),
+            line: rule.line,
+        },
+        identity: RuleIdentity::Nftables {
+            table: table_label(table.family).to_string(),
+            container: chain.name.to_string(),
+            handle: rule.handle,
+            element: None,
+        },
+    })
+}
+
+/// Per-service chains that nothing reaches. Reachability starts from every chain that
+/// is not a per-service chain (base chains, kube-proxy's helper chains, hand-written
+/// chains) and from every map element's verdict; a service chain reached only from
+/// another orphan (the endpoint chain of a deleted Service) is an orphan too, since no
+/// packet can get there.
+fn orphan_chains(table: &TableIr<'_>) -> Vec<OrphanChain> {
+    let mut reached = vec![false; table.chains.len()];
+    let mut stack: Vec<&str> = table
+        .chains
+        .iter()
+        .filter(|c| !is_service_chain(&c.name))
+        .map(|c| c.name.as_ref())
+        .collect();
+    stack.extend(
+        table
+            .maps
+            .iter()
+            .flat_map(|m| m.elements.iter())
+            .filter_map(|e| e.verdict.chain()),
+    );
+    while let Some(name) = stack.pop() {
+        let Some((index, chain)) = table.chain(name) else {
+            continue;
+        };
+        if std::mem::replace(&mut reached[index], true) {
+            continue;
+        }
+        stack.extend(
+            chain
+                .rules
+                .iter()
+                .flat_map(|r| r.jumps.iter())
+                .map(|j| j.as_ref()),
+        );
+    }
+    table
+        .chains
+        .iter()
+        .zip(&reached)
+        .filter(|(chain, reached)| !**reached && is_service_chain(&chain.name))
+        .map(|(chain, _)| OrphanChain {
+            backend: Backend::Nftables,
+            family: table.family,
+            table: table_label(table.family).to_string(),
+            chain: chain.name.to_string(),
+            line: chain.line,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ip_and_ip6_kube_proxy_tables_are_kube_proxys() {
+        assert_eq!(kube_proxy_family("ip", "kube-proxy"), Some(Family::Ipv4));
+        assert_eq!(kube_proxy_family("ip6", "kube-proxy"), Some(Family::Ipv6));
+        assert_eq!(kube_proxy_family("inet", "kube-proxy"), None);
+        assert_eq!(kube_proxy_family("ip", "nat"), None);
+    }
+
+    #[test]
+    fn chain_hash_comes_from_service_chains_only() {
+        assert_eq!(
+            nft_chain_hash("external-42NFTM6N-ns2/svc2/tcp/p80"),
+            Some("42NFTM6N")
+        );
+        assert_eq!(
+            nft_chain_hash("external-ECO34HEO-default/nginx/tcp/"),
+            Some("ECO34HEO")
+        );
+        assert_eq!(nft_chain_hash("debug-nodeport"), None);
+        assert_eq!(nft_chain_hash("mark-for-masquerade"), None);
+    }
+
+    #[test]
+    fn nodeport_keys_need_protocol_and_port() {
+        assert_eq!(parse_nodeport_key("tcp . 30080"), Some((Protocol::Tcp, 30080)));
+        assert_eq!(parse_nodeport_key("udp . 53"), Some((Protocol::Udp, 53)));
+        assert_eq!(parse_nodeport_key("tcp . 3000-3005"), None);
+        assert_eq!(parse_nodeport_key("30080"), None);
+    }
+
+    #[test]
+    fn readable_cuts_on_char_boundaries() {
+        let long = "é".repeat(300);
+        let cut = readable(&long);
+        assert!(cut.len() < long.len());
+        assert!(cut.ends_with('…'));
+    }
+}
