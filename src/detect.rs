@@ -127,7 +127,7 @@ impl<'a> DesiredIndex<'a> {
 
     fn attribute(&self, rule: &NodePortRule) -> Attribution {
         if let Some(hash) = &rule.chain_hash {
-            return match self.by_hash.get(hash) {
+            return match self.by_hash.get(&**hash) {
                 Some(&i) => Attribution::Known(i),
                 None => Attribution::Foreign(rule.comment_service.clone()),
             };
@@ -176,7 +176,7 @@ fn rule_finding(
     f.port = Some(rule.port);
     f.family = Some(source.family);
     f.backend = Some(source.backend);
-    f.rule = Some(rule.rule.text.clone());
+    f.rule = Some(rule.rule.text.to_string());
     f.rule_source = Some(locate(&source.origin, rule.rule.line));
     if !rule.path.is_empty() {
         f.evidence.push(format!("path: {}", rule.path.join(" → ")));
@@ -322,7 +322,7 @@ fn stale_forward<'s>(
     let Some(eps) = desired.endpoints(source.family) else {
         return;
     };
-    for target in &rule.targets {
+    for target in rule.targets.iter() {
         if eps.listed.contains(&target.addr) || !reported_dnats.insert(&target.identity) {
             continue;
         }
@@ -349,7 +349,7 @@ fn stale_forward<'s>(
                 locate(&source.origin, rule.rule.line)
             ),
         );
-        f.rule = Some(target.rule.text.clone());
+        f.rule = Some(target.rule.text.to_string());
         f.rule_source = Some(locate(&source.origin, target.rule.line));
         out.push(f);
     }
@@ -399,7 +399,7 @@ fn stale_nodeport_finding(
     if let Some(svc) = &named {
         set_service(&mut f, svc);
     }
-    for t in &rule.targets {
+    for t in rule.targets.iter() {
         f.evidence.push(format!(
             "forwards to {} ({})",
             t.addr,

@@ -1,1 +1,24 @@
-fn main() {}
+//! The `portdrift` binary: parse the command line, run, map the outcome to an exit
+//! status (0 clean, 1 findings, 2 could not scan). A panic is never an exit path.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use portdrift::cli::{Cli, run};
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("portdrift: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -165,33 +166,49 @@ impl fmt::Display for ServicePortRef {
 }
 
 /// The identity needed to find (and, for repair, delete) exactly one rule again.
+///
+/// Strings are shared (`Arc<str>`): one dump holds tens of thousands of rules, and a
+/// rule's identity is cloned into every finding and plan that names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum RuleIdentity {
-    /// An iptables rule: `-D <chain> <spec>` deletes it in `table`.
+    /// An iptables rule: the same line with `-A` turned into `-D` deletes it in `table`.
     Iptables {
-        table: String,
-        chain: String,
-        /// The rule's arguments after `-A <chain>`, exactly as the dump printed them.
-        spec: String,
+        table: Arc<str>,
+        chain: Arc<str>,
+        /// The rule line exactly as the dump printed it (`-A <chain> <spec>`).
+        rule: Arc<str>,
     },
     /// An nftables rule by handle, or a map element by key.
     Nftables {
-        table: String,
+        table: Arc<str>,
         /// The chain holding the rule, or the map holding the element.
-        container: String,
+        container: Arc<str>,
         /// The rule handle; None for a map element.
         handle: Option<u64>,
         /// The map element's key (`tcp . 30080`) when this is an element.
-        element: Option<String>,
+        element: Option<Arc<str>>,
     },
+}
+
+impl RuleIdentity {
+    /// For an iptables rule, its arguments after `-A <chain>`: what `-C`/`-D` take.
+    pub fn iptables_spec(&self) -> Option<&str> {
+        match self {
+            RuleIdentity::Iptables { chain, rule, .. } => {
+                let rest = rule.strip_prefix("-A")?.trim_start();
+                Some(rest.strip_prefix(&**chain)?.trim_start())
+            }
+            RuleIdentity::Nftables { .. } => None,
+        }
+    }
 }
 
 /// A rule as its backend prints it, with where it was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleText {
     /// The rule as printed (`-A KUBE-NODEPORTS ...`, or nft's text form).
-    pub text: String,
+    pub text: Arc<str>,
     /// 1-based line in the dump it came from; 0 when the source has no lines.
     pub line: u32,
 }
@@ -201,7 +218,7 @@ pub struct RuleText {
 pub struct DnatTarget {
     pub addr: SocketAddr,
     /// The chain the DNAT sits in (`KUBE-SEP-...`, `endpoint-...`, or `KUBE-NODEPORTS`).
-    pub chain: String,
+    pub chain: Arc<str>,
     pub rule: RuleText,
     pub identity: RuleIdentity,
 }
@@ -240,14 +257,15 @@ pub struct NodePortRule {
     pub dest: DestMatch,
     pub verdict: Verdict,
     /// The chains traversed from the dispatch rule to the DNATs, first hop first
-    /// (e.g. `KUBE-EXT-X`, `KUBE-SVC-X`).
-    pub path: Vec<String>,
-    /// Every DNAT reachable from this rule.
-    pub targets: Vec<DnatTarget>,
+    /// (e.g. `KUBE-EXT-X`, `KUBE-SVC-X`). Shared by rules that enter the same chain
+    /// (kube-proxy's localhost twin and the main rule).
+    pub path: Arc<[Arc<str>]>,
+    /// Every DNAT reachable from this rule (shared like `path`).
+    pub targets: Arc<[DnatTarget]>,
     /// The Service port named by kube-proxy's comment or the nftables chain name.
     pub comment_service: Option<ServicePortRef>,
     /// The service hash embedded in the first-hop chain name (`KUBE-EXT-<hash>`), if any.
-    pub chain_hash: Option<String>,
+    pub chain_hash: Option<Arc<str>>,
     /// A chain on the path that the dump jumps to but never defines.
     pub dangling: Option<String>,
     pub rule: RuleText,

@@ -20,6 +20,7 @@
 mod json;
 mod text;
 
+use std::sync::Arc;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -98,17 +99,6 @@ fn table_label(family: Family) -> &'static str {
 /// `service-`, `external-`, `local-`, `firewall-` and `endpoint-` chains).
 fn is_service_chain(name: &str) -> bool {
     name.contains('/')
-}
-
-/// The 8-character hash in a per-service chain name (`external-42NFTM6N-ns2/…` →
-/// `42NFTM6N`).
-fn nft_chain_hash(chain: &str) -> Option<&str> {
-    if !is_service_chain(chain) {
-        return None;
-    }
-    let (_prefix, rest) = chain.split_once('-')?;
-    let (hash, _name) = rest.split_once('-')?;
-    (hash.len() == 8 && hash.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())).then_some(hash)
 }
 
 /// Cuts a line to a length a report can show, on a character boundary.
@@ -329,6 +319,7 @@ fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]
         has_canary: false,
         kube_rule_count: rule_count + element_count,
         complete: table.complete,
+        notes: Vec::new(),
     }
 }
 
@@ -387,20 +378,22 @@ fn nodeport_rule(table: &TableIr<'_>, map: &str, element: &ElementIr<'_>) -> Res
         // what `Any` means to the detector.
         dest: DestMatch::Any,
         verdict: walk.verdict,
-        path: walk.path,
-        targets: walk.targets,
+        path: walk.path.into_iter().map(Arc::from).collect(),
+        targets: walk.targets.into(),
         comment_service,
-        chain_hash: first_hop.and_then(nft_chain_hash).map(str::to_string),
+        // The chain name itself names the Service port (`comment_service`); the hash
+        // field holds iptables-mode hashes only.
+        chain_hash: None,
         dangling: walk.dangling,
         rule: RuleText {
-            text,
+            text: text.into(),
             line: element.line,
         },
         identity: RuleIdentity::Nftables {
-            table: table_label(table.family).to_string(),
-            container: map.to_string(),
+            table: table_label(table.family).into(),
+            container: map.into(),
             handle: None,
-            element: Some(element.key.clone()),
+            element: Some(element.key.as_str().into()),
         },
     })
 }
@@ -498,14 +491,14 @@ fn dnat_target(table: &TableIr<'_>, chain: &ChainIr<'_>, rule: &RuleIr<'_>) -> O
     let dnat = rule.dnat.as_ref()?;
     Some(DnatTarget {
         addr: dnat.addr,
-        chain: chain.name.to_string(),
+        chain: Arc::from(&*chain.name),
         rule: RuleText {
-            text: dnat.text.clone(),
+            text: dnat.text.as_str().into(),
             line: rule.line,
         },
         identity: RuleIdentity::Nftables {
-            table: table_label(table.family).to_string(),
-            container: chain.name.to_string(),
+            table: table_label(table.family).into(),
+            container: Arc::from(&*chain.name),
             handle: rule.handle,
             element: None,
         },

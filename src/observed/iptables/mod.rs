@@ -12,9 +12,13 @@
 mod tokens;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::io::{self, BufRead};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
+// nothing for a dump read from the local kernel and costs measurably at 240k lines.
+use rustc_hash::FxHashMap;
 
 use crate::kube_proxy;
 use crate::model::{
@@ -62,18 +66,20 @@ enum TableKind {
 
 #[derive(Debug)]
 struct Chain {
-    name: Box<str>,
+    name: Arc<str>,
     /// Line of the `:CHAIN` declaration; 0 when a rule jumps to a chain never declared.
     declared: u32,
-    jumps: Vec<u32>,
-    dnats: Vec<u32>,
     referenced: bool,
 }
 
 #[derive(Debug, Default)]
 struct Table {
     chains: Vec<Chain>,
-    index: HashMap<Box<str>, u32>,
+    index: FxHashMap<Arc<str>, u32>,
+    /// Every jump (from chain, to chain) in dump order. Kept flat rather than a Vec
+    /// per chain: a 10,000-Service node has ~60,000 chains, and a small allocation
+    /// each cost more than the whole parse of their rules.
+    jumps: Vec<(u32, u32)>,
 }
 
 impl Table {
@@ -88,8 +94,6 @@ impl Table {
         self.chains.push(Chain {
             name: name.into(),
             declared,
-            jumps: Vec::new(),
-            dnats: Vec::new(),
             referenced: false,
         });
         self.index.insert(name.into(), id);
@@ -103,7 +107,6 @@ struct Dnat {
     port: Option<u16>,
     chain: u32,
     rule: RuleText,
-    spec_at: usize,
 }
 
 #[derive(Debug)]
@@ -123,7 +126,6 @@ struct Dispatch {
     target: DispatchTarget,
     comment: Option<ServicePortRef>,
     rule: RuleText,
-    spec_at: usize,
 }
 
 /// The arguments of one rule that NodePort analysis reads.
@@ -140,7 +142,34 @@ struct RuleArgs<'a> {
     nfacct: bool,
 }
 
+/// Where the last `-j `/`-g ` option starts (at the start or after a blank).
+fn last_jump(spec: &[u8]) -> Option<usize> {
+    (0..spec.len().saturating_sub(2)).rev().find(|&i| {
+        spec[i] == b'-'
+            && matches!(spec[i + 1], b'j' | b'g')
+            && spec[i + 2] == b' '
+            && (i == 0 || spec[i - 1] == b' ')
+    })
+}
+
+/// Filter chains that hold NodePort REJECT/DROP/ACCEPT rules.
+const FILTER_DISPATCH_CHAINS: [&str; 3] = ["KUBE-EXTERNAL-SERVICES", "KUBE-SERVICES", "KUBE-NODEPORTS"];
+
 impl<'a> RuleArgs<'a> {
+    /// Reads only the target and its options. iptables-save prints the target last,
+    /// so it follows the last ` -j `/` -g `; a quote after it (which kube-proxy never
+    /// writes there) sends the line to the full reader instead.
+    fn read_target(spec: &'a str) -> Option<RuleArgs<'a>> {
+        let Some(at) = last_jump(spec.as_bytes()) else {
+            return Some(RuleArgs::default());
+        };
+        let tail = &spec[at..];
+        if tail.contains('"') {
+            return None;
+        }
+        RuleArgs::read(tail).ok()
+    }
+
     fn read(spec: &'a str) -> Result<RuleArgs<'a>, TokenError> {
         let mut args = RuleArgs::default();
         let mut negate = false;
@@ -189,6 +218,7 @@ struct Parser {
     other_chains: Vec<Box<str>>,
     dnats: Vec<Dnat>,
     dispatch: Vec<Dispatch>,
+    last_nat_chain: Option<(Arc<str>, u32)>,
     unparsed: Vec<Unparsed>,
     notes: Vec<String>,
     uncommitted: bool,
@@ -211,6 +241,7 @@ impl Parser {
             other_chains: Vec::new(),
             dnats: Vec::new(),
             dispatch: Vec::new(),
+            last_nat_chain: None,
             unparsed: Vec::new(),
             notes: Vec::new(),
             uncommitted: false,
@@ -343,7 +374,6 @@ impl Parser {
             Some((c, s)) => (c, s.trim_start()),
             None => (after_a, ""),
         };
-        let spec_at = text.len() - spec.len();
         if self.table.is_none() {
             self.unparsed(number, text, "rule outside a table");
             return;
@@ -354,7 +384,14 @@ impl Parser {
         let Some((kind, _)) = self.current_table() else {
             return;
         };
-        let args = match RuleArgs::read(spec) {
+        // Only dispatch chains need every argument; elsewhere the target (and a DNAT's
+        // destination) is all that matters, read from the end of the line.
+        let args = match kind {
+            TableKind::Filter if !FILTER_DISPATCH_CHAINS.contains(&chain) => return,
+            TableKind::Nat if chain != "KUBE-NODEPORTS" => RuleArgs::read_target(spec).map_or_else(|| RuleArgs::read(spec), Ok),
+            _ => RuleArgs::read(spec),
+        };
+        let args = match args {
             Ok(a) => a,
             Err(TokenError::UnterminatedQuote) => {
                 self.unparsed(number, text, "unterminated quote");
@@ -367,14 +404,22 @@ impl Parser {
             self.saw_ipv6_address = true;
         }
         match kind {
-            TableKind::Nat => self.nat_rule(number, text, chain, spec_at, &args),
-            TableKind::Filter => self.filter_rule(number, text, chain, spec_at, &args),
+            TableKind::Nat => self.nat_rule(number, text, chain, &args),
+            TableKind::Filter => self.filter_rule(number, text, chain, &args),
             TableKind::Other => {}
         }
     }
 
-    fn nat_rule(&mut self, number: u32, text: &str, chain: &str, spec_at: usize, args: &RuleArgs<'_>) {
-        let chain_id = self.nat.chain_id(chain, 0);
+    fn nat_rule(&mut self, number: u32, text: &str, chain: &str, args: &RuleArgs<'_>) {
+        // iptables-save prints a chain's rules together: remember the last chain.
+        let chain_id = match &self.last_nat_chain {
+            Some((name, id)) if **name == *chain => *id,
+            _ => {
+                let id = self.nat.chain_id(chain, 0);
+                self.last_nat_chain = Some((self.nat.chains[id as usize].name.clone(), id));
+                id
+            }
+        };
         let target = args.target.as_deref().unwrap_or("");
         let mut dispatch_target = None;
         if target == "DNAT" {
@@ -385,13 +430,8 @@ impl Parser {
                         ip,
                         port,
                         chain: chain_id,
-                        rule: RuleText {
-                            text: text.to_string(),
-                            line: number,
-                        },
-                        spec_at,
+                        rule: RuleText { text: text.into(), line: number },
                     });
-                    self.nat.chains[chain_id as usize].dnats.push(id);
                     dispatch_target = Some(DispatchTarget::Dnat(id));
                 }
                 Some(Err(reason)) => {
@@ -404,13 +444,13 @@ impl Parser {
                 }
             }
         } else if let Some(&target_id) = self.nat.index.get(target) {
-            self.nat.chains[chain_id as usize].jumps.push(target_id);
+            self.nat.jumps.push((chain_id, target_id));
             self.nat.chains[target_id as usize].referenced = true;
             dispatch_target = Some(DispatchTarget::Chain(target_id));
         } else if target.starts_with("KUBE-") {
             // A jump to a chain the dump never declares: keep it so the path can say so.
             let target_id = self.nat.chain_id(target, 0);
-            self.nat.chains[chain_id as usize].jumps.push(target_id);
+            self.nat.jumps.push((chain_id, target_id));
             self.nat.chains[target_id as usize].referenced = true;
             dispatch_target = Some(DispatchTarget::Chain(target_id));
         }
@@ -434,13 +474,12 @@ impl Parser {
             text,
             "KUBE-NODEPORTS",
             TableKind::Nat,
-            spec_at,
             args,
             target,
         );
     }
 
-    fn filter_rule(&mut self, number: u32, text: &str, chain: &str, spec_at: usize, args: &RuleArgs<'_>) {
+    fn filter_rule(&mut self, number: u32, text: &str, chain: &str, args: &RuleArgs<'_>) {
         let target = args.target.as_deref().unwrap_or("");
         let (chain_name, verdict) = match (chain, target) {
             ("KUBE-EXTERNAL-SERVICES", "REJECT") if args.dst_type_local => {
@@ -459,7 +498,6 @@ impl Parser {
             text,
             chain_name,
             TableKind::Filter,
-            spec_at,
             args,
             DispatchTarget::Verdict(verdict),
         );
@@ -472,7 +510,6 @@ impl Parser {
         text: &str,
         chain: &'static str,
         table: TableKind,
-        spec_at: usize,
         args: &RuleArgs<'_>,
         target: DispatchTarget,
     ) {
@@ -508,11 +545,7 @@ impl Parser {
             dest,
             target,
             comment,
-            rule: RuleText {
-                text: text.to_string(),
-                line: number,
-            },
-            spec_at,
+            rule: RuleText { text: text.into(), line: number },
         });
     }
 
@@ -550,7 +583,7 @@ impl Parser {
         let has_canary = self.nat.index.contains_key("KUBE-PROXY-CANARY")
             || self.filter.index.contains_key("KUBE-PROXY-CANARY")
             || self.other_chains.iter().any(|c| &**c == "KUBE-PROXY-CANARY");
-        let nodeports = resolve_dispatch(&self, backend, family);
+        let nodeports = resolve_dispatch(&mut self, backend, family);
         let orphans = self
             .nat
             .chains
@@ -603,57 +636,90 @@ fn parse_dnat_destination(s: &str) -> Result<(IpAddr, Option<u16>), String> {
     ))
 }
 
+/// Where one chain leads: computed once per chain that dispatch rules enter, since
+/// kube-proxy's localhost twin and the main rule share their `KUBE-EXT-*` chain.
+#[derive(Clone)]
+struct Reach {
+    path: Arc<[Arc<str>]>,
+    targets: Arc<[DnatTarget]>,
+    dangling: Option<String>,
+    hash: Option<Arc<str>>,
+}
+
+/// Items grouped by chain, in dump order within each chain (compressed sparse rows).
+struct ByChain {
+    start: Vec<u32>,
+    items: Vec<u32>,
+}
+
+impl ByChain {
+    fn build(chains: usize, pairs: impl Iterator<Item = (u32, u32)> + Clone) -> ByChain {
+        let mut start = vec![0u32; chains + 1];
+        for (chain, _) in pairs.clone() {
+            start[chain as usize + 1] += 1;
+        }
+        for i in 0..chains {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut items = vec![0u32; start[chains] as usize];
+        for (chain, item) in pairs {
+            items[fill[chain as usize] as usize] = item;
+            fill[chain as usize] += 1;
+        }
+        ByChain { start, items }
+    }
+
+    fn of(&self, chain: u32) -> &[u32] {
+        &self.items[self.start[chain as usize] as usize..self.start[chain as usize + 1] as usize]
+    }
+}
+
 /// Follows every dispatch rule to the DNATs it reaches.
-fn resolve_dispatch(p: &Parser, backend: Backend, family: Family) -> Vec<NodePortRule> {
-    let mut seen = vec![0u32; p.nat.chains.len()];
-    let mut generation = 0u32;
-    let mut stack = Vec::new();
+fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<NodePortRule> {
+    let nat: Arc<str> = Arc::from("nat");
+    let filter: Arc<str> = Arc::from("filter");
+    let dispatch_chains: [Arc<str>; 3] =
+        [Arc::from("KUBE-NODEPORTS"), Arc::from("KUBE-EXTERNAL-SERVICES"), Arc::from("KUBE-SERVICES")];
+    let dispatch = std::mem::take(&mut p.dispatch);
+    let p = &*p;
+    let chains = p.nat.chains.len();
+    let mut memo: Vec<Option<Reach>> = vec![None; chains];
+    let mut walker = Walker {
+        seen: vec![0; chains],
+        generation: 0,
+        stack: Vec::new(),
+        jumps: ByChain::build(chains, p.nat.jumps.iter().copied()),
+        dnats: ByChain::build(chains, p.dnats.iter().enumerate().map(|(i, d)| (d.chain, i as u32))),
+    };
     let mut out = Vec::with_capacity(p.dispatch.len());
-    for d in &p.dispatch {
-        generation += 1;
+    for d in dispatch {
+        let table = if d.table == TableKind::Nat { nat.clone() } else { filter.clone() };
+        let chain = dispatch_chains.iter().find(|c| ***c == *d.chain).cloned().unwrap_or_else(|| Arc::from(d.chain));
         let mut rule = NodePortRule {
             backend,
             family,
             protocol: d.protocol,
             port: d.port,
-            dest: d.dest.clone(),
+            dest: d.dest,
             verdict: Verdict::Forward,
-            path: Vec::new(),
-            targets: Vec::new(),
-            comment_service: d.comment.clone(),
+            path: Arc::new([]),
+            targets: Arc::new([]),
+            comment_service: d.comment,
             chain_hash: None,
             dangling: None,
-            rule: d.rule.clone(),
-            identity: iptables_identity(d.table, d.chain, &d.rule.text, d.spec_at),
+            identity: RuleIdentity::Iptables { table, chain, rule: d.rule.text.clone() },
+            rule: d.rule,
         };
         match d.target {
             DispatchTarget::Verdict(v) => rule.verdict = v,
-            DispatchTarget::Dnat(id) => rule.targets.push(dnat_target(p, &p.dnats[id as usize], d.port)),
+            DispatchTarget::Dnat(id) => rule.targets = Arc::new([dnat_target(p, &nat, &p.dnats[id as usize], d.port)]),
             DispatchTarget::Chain(start) => {
-                rule.chain_hash =
-                    kube_proxy::chain_hash(&p.nat.chains[start as usize].name).map(str::to_string);
-                stack.clear();
-                stack.push(start);
-                seen[start as usize] = generation;
-                while let Some(id) = stack.pop() {
-                    let chain = &p.nat.chains[id as usize];
-                    if chain.declared == 0 && rule.dangling.is_none() {
-                        rule.dangling = Some(chain.name.to_string());
-                    }
-                    if chain.name.as_ref() != "KUBE-MARK-MASQ" {
-                        rule.path.push(chain.name.to_string());
-                    }
-                    for &dnat in &chain.dnats {
-                        rule.targets.push(dnat_target(p, &p.dnats[dnat as usize], d.port));
-                    }
-                    // Reverse so the first jump in the chain is visited first.
-                    for &next in chain.jumps.iter().rev() {
-                        if seen[next as usize] != generation {
-                            seen[next as usize] = generation;
-                            stack.push(next);
-                        }
-                    }
-                }
+                let reach = memo[start as usize].get_or_insert_with(|| walker.reach(p, &nat, start, d.port)).clone();
+                rule.path = reach.path;
+                rule.targets = reach.targets;
+                rule.dangling = reach.dangling;
+                rule.chain_hash = reach.hash;
             }
         }
         out.push(rule);
@@ -661,26 +727,61 @@ fn resolve_dispatch(p: &Parser, backend: Backend, family: Family) -> Vec<NodePor
     out
 }
 
-fn dnat_target(p: &Parser, d: &Dnat, node_port: u16) -> DnatTarget {
-    let chain = &p.nat.chains[d.chain as usize].name;
-    DnatTarget {
-        addr: SocketAddr::new(d.ip, d.port.unwrap_or(node_port)),
-        chain: chain.to_string(),
-        rule: d.rule.clone(),
-        identity: iptables_identity(TableKind::Nat, chain, &d.rule.text, d.spec_at),
+/// Depth-first walk over nat chains with a generation-stamped visited set, so no set
+/// is allocated per walk.
+struct Walker {
+    seen: Vec<u32>,
+    generation: u32,
+    stack: Vec<u32>,
+    jumps: ByChain,
+    dnats: ByChain,
+}
+
+impl Walker {
+    fn reach(&mut self, p: &Parser, nat: &Arc<str>, start: u32, node_port: u16) -> Reach {
+        self.generation += 1;
+        self.stack.clear();
+        self.stack.push(start);
+        self.seen[start as usize] = self.generation;
+        let mut path = Vec::new();
+        let mut targets = Vec::new();
+        let mut dangling = None;
+        while let Some(id) = self.stack.pop() {
+            let chain = &p.nat.chains[id as usize];
+            if chain.declared == 0 && dangling.is_none() {
+                dangling = Some(chain.name.to_string());
+            }
+            if &*chain.name != "KUBE-MARK-MASQ" {
+                path.push(chain.name.clone());
+            }
+            for &dnat in self.dnats.of(id) {
+                targets.push(dnat_target(p, nat, &p.dnats[dnat as usize], node_port));
+            }
+            // Reverse so the first jump in the chain is walked first.
+            for &next in self.jumps.of(id).iter().rev() {
+                if self.seen[next as usize] != self.generation {
+                    self.seen[next as usize] = self.generation;
+                    self.stack.push(next);
+                }
+            }
+        }
+        let first = &p.nat.chains[start as usize].name;
+        Reach {
+            path: path.into(),
+            targets: targets.into(),
+            dangling,
+            hash: kube_proxy::chain_hash(first).map(Arc::from),
+        }
     }
 }
 
-fn iptables_identity(table: TableKind, chain: &str, text: &str, spec_at: usize) -> RuleIdentity {
-    RuleIdentity::Iptables {
-        table: match table {
-            TableKind::Nat => "nat",
-            TableKind::Filter => "filter",
-            TableKind::Other => "other",
-        }
-        .to_string(),
-        chain: chain.to_string(),
-        spec: text.get(spec_at..).unwrap_or("").to_string(),
+fn dnat_target(p: &Parser, nat: &Arc<str>, d: &Dnat, node_port: u16) -> DnatTarget {
+    let chain = &p.nat.chains[d.chain as usize].name;
+    DnatTarget {
+        addr: SocketAddr::new(d.ip, d.port.unwrap_or(node_port)),
+        chain: chain.clone(),
+        rule: d.rule.clone(),
+        identity: RuleIdentity::Iptables { table: nat.clone(), chain: chain.clone(), rule: d.rule.text.clone() },
     }
 }
 

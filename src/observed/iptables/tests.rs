@@ -61,8 +61,9 @@ fn follows_nodeports_through_ext_svc_sep_to_dnat() {
         main.comment_service.as_ref().unwrap().kube_proxy_name(),
         "ns3/svc3:p80"
     );
+    let path: Vec<&str> = main.path.iter().map(|c| &**c).collect();
     assert_eq!(
-        main.path,
+        path,
         [
             "KUBE-EXT-X27LE4BHSL4DOUIK",
             "KUBE-SVC-X27LE4BHSL4DOUIK",
@@ -82,13 +83,13 @@ fn a_direct_dnat_in_kube_nodeports_is_a_nodeport_rule() {
     let direct = src.nodeports.iter().find(|r| r.port == 30080).unwrap();
     assert_eq!(direct.verdict, Verdict::Forward);
     assert_eq!(direct.targets[0].addr, "10.244.1.5:8080".parse().unwrap());
-    assert_eq!(direct.targets[0].chain, "KUBE-NODEPORTS");
+    assert_eq!(&*direct.targets[0].chain, "KUBE-NODEPORTS");
     match &direct.identity {
-        RuleIdentity::Iptables { table, chain, spec } => {
-            assert_eq!((table.as_str(), chain.as_str()), ("nat", "KUBE-NODEPORTS"));
+        RuleIdentity::Iptables { table, chain, .. } => {
+            assert_eq!((&**table, &**chain), ("nat", "KUBE-NODEPORTS"));
             assert_eq!(
-                spec,
-                "-p tcp -m tcp --dport 30080 -j DNAT --to-destination 10.244.1.5:8080"
+                direct.identity.iptables_spec(),
+                Some("-p tcp -m tcp --dport 30080 -j DNAT --to-destination 10.244.1.5:8080")
             );
         }
         other => panic!("unexpected identity {other:?}"),

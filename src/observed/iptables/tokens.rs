@@ -25,7 +25,11 @@ impl<'a> Iterator for Tokens<'a> {
     type Item = Result<Cow<'a, str>, TokenError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let s = self.rest.trim_start_matches([' ', '\t']);
+        // Byte-wise: separators and quotes are ASCII, so every cut falls on a char
+        // boundary, and scanning bytes avoids decoding UTF-8 on the hottest path.
+        let bytes = self.rest.as_bytes();
+        let start = bytes.iter().position(|&b| b != b' ' && b != b'\t').unwrap_or(bytes.len());
+        let s = &self.rest[start..];
         if s.is_empty() {
             self.rest = s;
             return None;
@@ -33,7 +37,8 @@ impl<'a> Iterator for Tokens<'a> {
         if let Some(quoted) = s.strip_prefix('"') {
             return Some(self.take_quoted(quoted));
         }
-        let end = s.find([' ', '\t']).unwrap_or(s.len());
+        // Tokens are a few bytes long: a plain loop beats memchr's per-call setup.
+        let end = s.as_bytes().iter().position(|&b| b == b' ' || b == b'\t').unwrap_or(s.len());
         self.rest = &s[end..];
         Some(Ok(Cow::Borrowed(&s[..end])))
     }

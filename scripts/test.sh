@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs what the tests need (idempotent), then
+# formatting, lints, and every test, including those that load real rules into the
+# kernel inside private network namespaces (they need root; with CI set they fail
+# rather than skip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(iptables nftables iproute2 nfacct prometheus shellcheck python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "missing packages (${missing[*]}); run as root on Debian to install them" >&2
+    [ -z "${CI:-}" ] || exit 1
+  fi
+fi
+
+echo "== cargo fmt"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+echo "== shellcheck"
+shellcheck -S warning scripts/*.sh .ci/run
+echo "== cargo test"
+cargo test --locked

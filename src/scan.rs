@@ -1,0 +1,107 @@
+//! One scan: the result the CLI prints and the agent serves.
+
+use serde::Serialize;
+
+use crate::desired::DesiredState;
+use crate::detect::{DetectConfig, detect};
+use crate::finding::{Finding, Severity};
+use crate::model::{Backend, Family};
+use crate::observed::Observed;
+
+/// How reading one source went. "Absent", "empty" and "error" are different answers:
+/// a node without iptables-legacy is fine, a failed read is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceState {
+    /// Read and understood.
+    Ok,
+    /// Read, but some of it could not be understood or it looks truncated: findings
+    /// that need proof of absence are not drawn from it.
+    Partial,
+    /// Not present (no file in the bundle, tool not installed).
+    Absent,
+    /// Present but unreadable.
+    Error,
+}
+
+/// The status of one input, for the report and `/findings`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceStatus {
+    /// The file or command (`iptables-nft-save.txt`, `proc/net/tcp`, `cluster.json`).
+    pub source: String,
+    pub status: SourceState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<Family>,
+    /// NodePort rules read (rule sources), listeners (socket files), Service ports
+    /// (cluster state).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items: Option<usize>,
+    /// Lines or objects that could not be understood.
+    pub unparsed: usize,
+    /// What went wrong or what the source itself said.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl SourceStatus {
+    pub fn new(source: impl Into<String>, status: SourceState) -> SourceStatus {
+        SourceStatus {
+            source: source.into(),
+            status,
+            backend: None,
+            family: None,
+            items: None,
+            unparsed: 0,
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// Counts of findings by severity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub critical: usize,
+    pub warning: usize,
+    pub info: usize,
+}
+
+/// Everything one scan produced: the JSON of `scan --format json` and `GET /findings`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScanReport {
+    pub node: Option<String>,
+    pub summary: Summary,
+    pub findings: Vec<Finding>,
+    pub sources: Vec<SourceStatus>,
+}
+
+/// What one scan reads: desired and observed state plus how reading went.
+#[derive(Debug, Default)]
+pub struct ScanInput {
+    pub node: Option<String>,
+    pub desired: Option<DesiredState>,
+    pub observed: Observed,
+    pub sources: Vec<SourceStatus>,
+}
+
+/// Runs the detector over what was read.
+pub fn run_scan(input: ScanInput, config: &DetectConfig) -> ScanReport {
+    let findings = detect(input.desired.as_ref(), &input.observed, config);
+    let mut summary = Summary::default();
+    for f in &findings {
+        match f.severity {
+            Severity::Critical => summary.critical += 1,
+            Severity::Warning => summary.warning += 1,
+            Severity::Info => summary.info += 1,
+        }
+    }
+    ScanReport { node: input.node, summary, findings, sources: input.sources }
+}
+
+impl ScanReport {
+    /// `scan`'s exit status: 1 when anything is a warning or worse, else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.summary.critical + self.summary.warning > 0 { 1 } else { 0 }
+    }
+}

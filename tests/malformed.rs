@@ -1,0 +1,106 @@
+//! Bad input gets a clear error or unparsed-line findings, exit status 2 at worst, and
+//! never a panic.
+
+mod support;
+
+use std::fs;
+
+use tempfile::TempDir;
+
+fn bundle(files: &[(&str, &[u8])]) -> TempDir {
+    let dir = TempDir::new().unwrap();
+    for (name, content) in files {
+        let path = dir.path().join(name);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, content).unwrap();
+    }
+    dir
+}
+
+fn clean_dump() -> String {
+    fs::read_to_string(support::root().join("testdata/duplicate-dnat-30080/iptables-nft-save.txt")).unwrap()
+}
+
+fn run(dir: &TempDir) -> (i32, String, String) {
+    let out = support::portdrift(&["scan", "--from", dir.path().to_str().unwrap(), "--format", "json"]);
+    let code = out.status.code().expect("exited normally");
+    (code, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_truncated_dump_is_reported_partial_not_trusted() {
+    let dump = clean_dump();
+    let cut = &dump[..dump.len() / 2];
+    let dir = bundle(&[("iptables-nft-save.txt", cut.as_bytes())]);
+    let (code, stdout, stderr) = run(&dir);
+    assert!(code <= 2, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let src = &report["sources"][0];
+    assert_eq!(src["status"], "partial", "{src}");
+    assert!(src["notes"].to_string().contains("truncated"), "{src}");
+}
+
+#[test]
+fn binary_garbage_and_a_huge_line_become_unparsed_findings() {
+    let mut garbage: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    garbage.extend(std::iter::repeat_n(b'x', 8 * 1024 * 1024));
+    garbage.push(b'\n');
+    let dir = bundle(&[("iptables-nft-save.txt", &garbage)]);
+    let (code, stdout, stderr) = run(&dir);
+    assert_eq!(code, 1, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let findings = report["findings"].as_array().unwrap();
+    assert!(!findings.is_empty());
+    assert!(findings.iter().all(|f| f["kind"] == "unparsed-rule"), "{findings:?}");
+    assert!(stdout.len() < 1_000_000, "the report stays readable: {} bytes", stdout.len());
+}
+
+#[test]
+fn bad_cluster_json_is_a_clear_error_with_status_2() {
+    let dump = clean_dump();
+    for bad in [&b"{\"kind\": \"List\", \"items\": [ {"[..], b"not json at all", b"[1, 2, 3]", b"\xff\xfe"] {
+        let dir = bundle(&[("iptables-nft-save.txt", dump.as_bytes()), ("cluster.json", bad)]);
+        let (code, _, stderr) = run(&dir);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("cluster.json"), "the error names the file: {stderr}");
+    }
+}
+
+#[test]
+fn api_objects_with_missing_fields_are_skipped_and_reported() {
+    let dump = clean_dump();
+    let cluster = br#"{"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nospec", "namespace": "a"}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {"name": "x", "namespace": "a", "labels": {"kubernetes.io/service-name": "web"}}},
+        {"apiVersion": "v1", "kind": "Service", "spec": {"ports": [{"port": 80, "nodePort": "thirty"}]}},
+        {"kind": "Service"}
+    ]}"#;
+    let dir = bundle(&[("iptables-nft-save.txt", dump.as_bytes()), ("cluster.json", cluster)]);
+    let (code, stdout, stderr) = run(&dir);
+    assert!(code <= 1, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let cluster_status = report["sources"].as_array().unwrap().iter().find(|s| s["source"] == "cluster.json").unwrap();
+    assert_eq!(cluster_status["status"], "partial", "{cluster_status}");
+}
+
+#[test]
+fn a_missing_or_empty_bundle_is_exit_2() {
+    let out = support::portdrift(&["scan", "--from", "/nonexistent/bundle"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+    let empty = TempDir::new().unwrap();
+    let out = support::portdrift(&["scan", "--from", empty.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn odd_proc_net_lines_are_reported_not_fatal() {
+    let dir = bundle(&[(
+        "proc/net/tcp",
+        b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 00000000:7580 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0\n garbage line\n",
+    )]);
+    let (code, stdout, stderr) = run(&dir);
+    assert!(code <= 1, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["sources"][0]["status"], "partial");
+}
