@@ -14,3 +14,6 @@ mod topology;
 pub use build::{DesiredBuilder, desired_state};
 pub use cluster_file::{ClusterFileError, read_cluster_state};
 pub use model::*;
+
+#[cfg(test)]
+mod tests;
