@@ -7,48 +7,31 @@
 //! as a whole, let alone as a `serde_json::Value`. An item that does not deserialize is
 //! reported and skipped; only a document that is not JSON, or not a List, is an error.
 
-use std::fmt;
-use std::io::{BufReader, Read};
+use std::io::Read;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::error::Category;
-use serde_json::value::RawValue;
 
 use super::build::{DesiredBuilder, object_name};
+use super::list_stream::{ListEvent, Position, message_without_position, syntax_error, walk_list};
 use super::model::DesiredState;
-use super::slices::{LABEL_SERVICE_NAME, OPT_OUT_LABELS, parse_api_protocol};
+use super::probe::{ItemProbe, LabelProbe, LabelValue, probe_item};
+use super::slices::parse_api_protocol;
 use crate::model::Protocol;
-
-/// The Node label kube-proxy reads for topology hints.
-const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
 /// Why a cluster state file could not be read at all.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterFileError {
     #[error("cannot read the cluster state: {0}")]
-    Io(#[source] std::io::Error),
-    #[error("the cluster state ends early (truncated?): {0}")]
-    Truncated(#[source] serde_json::Error),
-    #[error("the cluster state is not valid JSON: {0}")]
-    Syntax(#[source] serde_json::Error),
+    Io(#[from] std::io::Error),
+    #[error("the cluster state ends early at line {line} column {column} (truncated?)")]
+    Truncated { line: u64, column: u64 },
+    #[error("the cluster state is not valid JSON at line {line} column {column}: {message}")]
+    Syntax { line: u64, column: u64, message: String },
     #[error(
         "the cluster state is not a v1 List (as `kubectl get services,endpointslices -A -o json` prints): {found}"
     )]
     NotAList { found: String },
-}
-
-impl From<serde_json::Error> for ClusterFileError {
-    fn from(e: serde_json::Error) -> Self {
-        match e.classify() {
-            Category::Io => ClusterFileError::Io(e.into()),
-            Category::Eof => ClusterFileError::Truncated(e),
-            Category::Syntax => ClusterFileError::Syntax(e),
-            Category::Data => ClusterFileError::NotAList { found: e.to_string() },
-        }
-    }
 }
 
 /// Reads a `cluster.json` List from `reader` and computes the desired state of `node`
@@ -61,9 +44,13 @@ pub fn read_cluster_state<R: Read>(reader: R, node: Option<&str>) -> Result<Desi
         list_kind: None,
         next_index: 0,
     };
-    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(64 * 1024, reader));
-    let kind = de.deserialize_map(ListVisitor { state: &mut state })?;
-    de.end()?;
+    let kind = walk_list(reader, |event| match event {
+        ListEvent::Kind(kind) => {
+            state.list_kind = kind;
+            Ok(())
+        }
+        ListEvent::Item(bytes, at) => state.take_item(bytes, at),
+    })?;
     if !is_list_kind(kind.as_deref()) {
         let found = kind.map_or_else(|| "it has no kind".to_string(), |k| format!("its kind is {k:?}"));
         return Err(ClusterFileError::NotAList { found });
@@ -89,10 +76,11 @@ struct ReadState<'n> {
 }
 
 impl ReadState<'_> {
-    fn take_item(&mut self, raw: &RawValue) {
+    /// Reduces one item. Only a JSON syntax error in it is fatal.
+    fn take_item(&mut self, raw: &[u8], at: Position) -> Result<(), ClusterFileError> {
         let index = self.next_index;
         self.next_index += 1;
-        let probe = probe_item(raw.get());
+        let probe = probe_item(raw).map_err(|e| syntax_error(&e, at))?;
         let kind = probe.kind.clone().or_else(|| self.kind_from_list());
         match kind.as_deref() {
             Some("Service") => self.take_service(raw, &probe),
@@ -105,6 +93,7 @@ impl ReadState<'_> {
                 self.builder.mark_uncertain();
             }
         }
+        Ok(())
     }
 
     fn kind_from_list(&self) -> Option<String> {
@@ -114,20 +103,20 @@ impl ReadState<'_> {
             .map(str::to_string)
     }
 
-    fn take_service(&mut self, raw: &RawValue, probe: &ItemProbe) {
-        match serde_json::from_str::<Service>(raw.get()) {
+    fn take_service(&mut self, raw: &[u8], probe: &ItemProbe) {
+        match serde_json::from_slice::<Service>(raw) {
             Ok(service) => self.builder.add_service(&service),
             Err(e) => {
                 let object = object_name("Service", &probe.namespace, &probe.name);
-                let ports = lenient_node_ports(raw.get());
+                let ports = lenient_node_ports(raw);
                 self.builder
                     .unreadable_service(object, cannot_read(&e), ports.as_deref());
             }
         }
     }
 
-    fn take_slice(&mut self, raw: &RawValue, probe: &ItemProbe) {
-        match serde_json::from_str::<EndpointSlice>(raw.get()) {
+    fn take_slice(&mut self, raw: &[u8], probe: &ItemProbe) {
+        match serde_json::from_slice::<EndpointSlice>(raw) {
             Ok(slice) => self.builder.add_endpoint_slice(&slice),
             Err(e) => {
                 let object = object_name("EndpointSlice", &probe.namespace, &probe.name);
@@ -159,22 +148,16 @@ impl ReadState<'_> {
     }
 }
 
-/// `cannot be read: <serde's message>`, without serde's position (it counts within
-/// the item, which would mislead).
+/// `cannot be read: <serde's message>`.
 fn cannot_read(e: &serde_json::Error) -> String {
-    let message = e.to_string();
-    let position = format!(" at line {} column {}", e.line(), e.column());
-    format!(
-        "cannot be read: {}",
-        message.strip_suffix(&position).unwrap_or(&message)
-    )
+    format!("cannot be read: {}", message_without_position(e))
 }
 
 /// The nodePorts of a Service item that does not deserialize, read as leniently as
 /// possible: integers or numeric strings, protocol defaulting to TCP. None when some
 /// port's nodePort or protocol cannot be made out.
-fn lenient_node_ports(raw: &str) -> Option<Vec<(Protocol, u16)>> {
-    let item: serde_json::Value = serde_json::from_str(raw).ok()?;
+fn lenient_node_ports(raw: &[u8]) -> Option<Vec<(Protocol, u16)>> {
+    let item: serde_json::Value = serde_json::from_slice(raw).ok()?;
     let ports = match item.get("spec") {
         None | Some(serde_json::Value::Null) => return Some(Vec::new()),
         Some(spec) => match spec.as_object()?.get("ports") {
@@ -202,318 +185,4 @@ fn lenient_node_ports(raw: &str) -> Option<Vec<(Protocol, u16)>> {
         out.push((protocol, node_port));
     }
     Some(out)
-}
-
-/// Walks the top-level List object, streaming its `items`. Returns the List's kind.
-struct ListVisitor<'s, 'n> {
-    state: &'s mut ReadState<'n>,
-}
-
-impl<'de> Visitor<'de> for ListVisitor<'_, '_> {
-    type Value = Option<String>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object (a v1 List)")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut kind = None;
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "kind" => {
-                    kind = map.next_value::<LooseStr>()?.0;
-                    self.state.list_kind.clone_from(&kind);
-                }
-                "items" => map.next_value_seed(ItemsSeed { state: self.state })?,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(kind)
-    }
-}
-
-/// The `items` array: each element is captured as raw text and reduced at once.
-struct ItemsSeed<'s, 'n> {
-    state: &'s mut ReadState<'n>,
-}
-
-impl<'de> DeserializeSeed<'de> for ItemsSeed<'_, '_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ItemsSeed<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array of items")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(raw) = seq.next_element::<Box<RawValue>>()? {
-            self.state.take_item(&raw);
-        }
-        Ok(())
-    }
-}
-
-/// What can be made out of any item, however malformed: enough to name it, route it
-/// by kind, and pin it to a Service.
-#[derive(Debug, Default)]
-struct ItemProbe {
-    kind: Option<String>,
-    name: Option<String>,
-    namespace: Option<String>,
-    /// None when `metadata.labels` could not be read.
-    labels: Option<LabelProbe>,
-}
-
-/// The labels that matter for routing a broken item.
-#[derive(Debug, Default)]
-struct LabelProbe {
-    service_name: LabelValue,
-    opted_out: bool,
-    zone: Option<String>,
-}
-
-#[derive(Debug, Default, PartialEq, Eq)]
-enum LabelValue {
-    #[default]
-    Absent,
-    Str(String),
-    NotAString,
-}
-
-fn probe_item(raw: &str) -> ItemProbe {
-    let mut de = serde_json::Deserializer::from_str(raw);
-    de.deserialize_any(ItemProbeVisitor).unwrap_or_default()
-}
-
-struct ItemProbeVisitor;
-
-impl<'de> Visitor<'de> for ItemProbeVisitor {
-    type Value = ItemProbe;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ItemProbe, A::Error> {
-        let mut probe = ItemProbe::default();
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "kind" => probe.kind = map.next_value::<LooseStr>()?.0,
-                "metadata" => {
-                    let meta = map.next_value::<MetaProbe>()?;
-                    probe.name = meta.name;
-                    probe.namespace = meta.namespace;
-                    probe.labels = meta.labels;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(probe)
-    }
-}
-
-/// `metadata`, read leniently.
-#[derive(Debug, Default)]
-struct MetaProbe {
-    name: Option<String>,
-    namespace: Option<String>,
-    labels: Option<LabelProbe>,
-}
-
-impl<'de> Deserialize<'de> for MetaProbe {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(MetaProbeVisitor)
-    }
-}
-
-struct MetaProbeVisitor;
-
-impl<'de> Visitor<'de> for MetaProbeVisitor {
-    type Value = MetaProbe;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetaProbe, A::Error> {
-        let mut meta = MetaProbe::default();
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "name" => meta.name = map.next_value::<LooseStr>()?.0,
-                "namespace" => meta.namespace = map.next_value::<LooseStr>()?.0,
-                "labels" => meta.labels = map.next_value::<LooseLabels>()?.0,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(meta)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MetaProbe, A::Error> {
-        drain_seq(seq).map(|()| MetaProbe::default())
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<MetaProbe, E> {
-        Ok(MetaProbe::default())
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<MetaProbe, E> {
-        Ok(MetaProbe::default())
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<MetaProbe, E> {
-        Ok(MetaProbe::default())
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<MetaProbe, E> {
-        Ok(MetaProbe::default())
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<MetaProbe, E> {
-        Ok(MetaProbe::default())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<MetaProbe, E> {
-        Ok(MetaProbe::default())
-    }
-}
-
-/// `metadata.labels`, read leniently: None when it is not an object (a missing or
-/// null one reads as no labels).
-struct LooseLabels(Option<LabelProbe>);
-
-impl<'de> Deserialize<'de> for LooseLabels {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(LooseLabelsVisitor)
-    }
-}
-
-struct LooseLabelsVisitor;
-
-impl<'de> Visitor<'de> for LooseLabelsVisitor {
-    type Value = LooseLabels;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LooseLabels, A::Error> {
-        let mut labels = LabelProbe::default();
-        while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value::<LooseStr>()?.0;
-            if key == LABEL_SERVICE_NAME {
-                labels.service_name = value.map_or(LabelValue::NotAString, LabelValue::Str);
-            } else if key == LABEL_ZONE {
-                labels.zone = value;
-            } else if OPT_OUT_LABELS.contains(&key.as_str()) {
-                labels.opted_out = true;
-            }
-        }
-        Ok(LooseLabels(Some(labels)))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<LooseLabels, E> {
-        Ok(LooseLabels(Some(LabelProbe::default())))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<LooseLabels, A::Error> {
-        drain_seq(seq).map(|()| LooseLabels(None))
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<LooseLabels, E> {
-        Ok(LooseLabels(None))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<LooseLabels, E> {
-        Ok(LooseLabels(None))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<LooseLabels, E> {
-        Ok(LooseLabels(None))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<LooseLabels, E> {
-        Ok(LooseLabels(None))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<LooseLabels, E> {
-        Ok(LooseLabels(None))
-    }
-}
-
-/// Any JSON value, kept only when it is a string.
-struct LooseStr(Option<String>);
-
-impl<'de> Deserialize<'de> for LooseStr {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(LooseStrVisitor)
-    }
-}
-
-struct LooseStrVisitor;
-
-impl<'de> Visitor<'de> for LooseStrVisitor {
-    type Value = LooseStr;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<LooseStr, E> {
-        Ok(LooseStr(Some(v.to_string())))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<LooseStr, E> {
-        Ok(LooseStr(Some(v)))
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<LooseStr, E> {
-        Ok(LooseStr(None))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<LooseStr, E> {
-        Ok(LooseStr(None))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<LooseStr, E> {
-        Ok(LooseStr(None))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<LooseStr, E> {
-        Ok(LooseStr(None))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<LooseStr, E> {
-        Ok(LooseStr(None))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<LooseStr, A::Error> {
-        drain_seq(seq).map(|()| LooseStr(None))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LooseStr, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(LooseStr(None))
-    }
-}
-
-fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
-    while seq.next_element::<IgnoredAny>()?.is_some() {}
-    Ok(())
 }

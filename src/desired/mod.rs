@@ -7,7 +7,9 @@
 
 mod build;
 mod cluster_file;
+mod list_stream;
 mod model;
+mod probe;
 mod slices;
 mod topology;
 

@@ -210,20 +210,23 @@ fn truncated_json_is_an_error() {
     let text = list(vec![web_service(), web_slice(json!([ready("10.1.0.1", NODE)]))]);
     let cut = &text[..text.len() / 2];
     assert!(
-        matches!(read(cut), Err(ClusterFileError::Truncated(_))),
+        matches!(read(cut), Err(ClusterFileError::Truncated { .. })),
         "{:?}",
         read(cut)
     );
-    assert!(matches!(read(""), Err(ClusterFileError::Truncated(_))));
+    assert!(matches!(read(""), Err(ClusterFileError::Truncated { .. })));
 }
 
 #[test]
 fn bad_json_is_an_error() {
     assert!(matches!(
         read("{\"kind\": List}"),
-        Err(ClusterFileError::Syntax(_))
+        Err(ClusterFileError::Syntax { .. })
     ));
-    assert!(matches!(read("{} trailing"), Err(ClusterFileError::Syntax(_))));
+    assert!(matches!(
+        read("{} trailing"),
+        Err(ClusterFileError::Syntax { .. })
+    ));
 }
 
 #[test]
