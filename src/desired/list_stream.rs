@@ -316,6 +316,17 @@ impl<R: Read> Scanner<R> {
     }
 }
 
+/// The bytes that matter inside a container: quotes and brackets.
+const STRUCTURAL: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'"' as usize] = true;
+    table[b'{' as usize] = true;
+    table[b'}' as usize] = true;
+    table[b'[' as usize] = true;
+    table[b']' as usize] = true;
+    table
+};
+
 /// Where a JSON value ends, found chunk by chunk.
 #[derive(Debug, Default)]
 struct ValueCut {
@@ -392,6 +403,14 @@ impl ValueCut {
                     }
                 },
                 CutState::Nested => {
+                    // Most bytes of a pretty-printed document are indentation and
+                    // scalars; skip them in a tight loop.
+                    while i < chunk.len() && !STRUCTURAL[usize::from(chunk[i])] {
+                        i += 1;
+                    }
+                    if i == chunk.len() {
+                        break;
+                    }
                     match chunk[i] {
                         b'"' => {
                             self.state = CutState::Str {
