@@ -108,36 +108,43 @@ impl DesiredBuilder {
         if self.services.remove(&key).is_some() {
             self.problem(object.clone(), "is listed twice; the later copy is used");
         }
+        if let Some(summary) = self.summarize_service(&object, service) {
+            self.services.insert(key, summary);
+        }
+    }
+
+    /// The Service as kube-proxy programs it; None when it owns no nodePort or
+    /// kube-proxy skips it (its nodePorts then count as allocated).
+    fn summarize_service(&mut self, object: &str, service: &Service) -> Option<ServiceSummary> {
         let Some(spec) = service.spec.as_ref() else {
             self.problem(object, "has no spec");
-            return;
+            return None;
         };
-        let ports = self.node_port_specs(&object, spec);
+        let ports = self.node_port_specs(object, spec);
         if ports.is_empty() {
-            return;
+            return None;
         }
-        if skip_reason(service, spec).is_some() {
+        if skipped_by_kube_proxy(service, spec) {
             self.allocate(&ports, skipped_health_check_port(spec));
-            return;
+            return None;
         }
-        let families = self.service_families(&object, spec);
+        let families = self.service_families(object, spec);
         if families.is_empty() {
             self.problem(
                 object,
                 "has no usable clusterIP; its nodePorts are kept as allocated",
             );
             self.allocate(&ports, None);
-            return;
+            return None;
         }
-        let summary = ServiceSummary {
+        Some(ServiceSummary {
             families,
             ports,
             external_policy_local: external_policy_local(spec),
             internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
-            health_check_node_port: self.health_check_node_port(&object, spec),
-            created: meta.creation_timestamp.as_ref().map(|t| t.0),
-        };
-        self.services.insert(key, summary);
+            health_check_node_port: self.health_check_node_port(object, spec),
+            created: service.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        })
     }
 
     /// Adds (or replaces, when seen before) an EndpointSlice.
@@ -407,21 +414,17 @@ impl DesiredBuilder {
     }
 }
 
-/// Why kube-proxy does not program a Service at all, if it does not.
-fn skip_reason(service: &Service, spec: &ServiceSpec) -> Option<&'static str> {
-    // `ShouldSkipService` looks at spec.clusterIP alone (not clusterIPs).
-    match spec.cluster_ip.as_deref() {
-        None | Some("") | Some("None") => return Some("headless"),
-        _ => {}
-    }
-    if spec.type_.as_deref() == Some("ExternalName") {
-        return Some("ExternalName");
-    }
+/// kube-proxy does not program the Service at all: headless (`ShouldSkipService`
+/// looks at `spec.clusterIP` alone, not `clusterIPs`), ExternalName, or opted out by
+/// label (its informers never see the Service).
+fn skipped_by_kube_proxy(service: &Service, spec: &ServiceSpec) -> bool {
+    let headless = matches!(spec.cluster_ip.as_deref(), None | Some("" | "None"));
+    let external_name = spec.type_.as_deref() == Some("ExternalName");
     let labels = service.metadata.labels.as_ref();
-    OPT_OUT_LABELS
+    let opted_out = OPT_OUT_LABELS
         .iter()
-        .any(|label| labels.is_some_and(|l| l.contains_key(*label)))
-        .then_some("opted out of kube-proxy by label")
+        .any(|label| labels.is_some_and(|l| l.contains_key(*label)));
+    headless || external_name || opted_out
 }
 
 /// `ExternalPolicyLocal`: externally accessible by type (NodePort, LoadBalancer, or
