@@ -15,19 +15,41 @@ use portdrift::synth::{SynthConfig, generate};
 fn scan_10k(c: &mut Criterion) {
     let config = SynthConfig::default();
     let node = generate(&config);
-    let desired = read_cluster_state(node.cluster_json.as_bytes(), Some(&config.node)).expect("generated state parses");
-    let detect_config = DetectConfig { nodeport_range: 20000..=32767 };
+    let desired =
+        read_cluster_state(node.cluster_json.as_bytes(), Some(&config.node)).expect("generated state parses");
+    let detect_config = DetectConfig {
+        nodeport_range: 20000..=32767,
+    };
     let mut group = c.benchmark_group("10k-services");
     group.sample_size(20);
     group.bench_function("parse-iptables-save", |b| {
-        b.iter(|| parse_save(black_box(node.iptables_save.as_bytes()), "bench", SourceHint::default()).unwrap())
+        b.iter(|| {
+            parse_save(
+                black_box(node.iptables_save.as_bytes()),
+                "bench",
+                SourceHint::default(),
+            )
+            .unwrap()
+        })
     });
     group.bench_function("parse-and-detect", |b| {
         b.iter(|| {
-            let source = parse_save(black_box(node.iptables_save.as_bytes()), "bench", SourceHint::default()).unwrap();
-            let observed = Observed { sources: vec![source], ..Default::default() };
+            let source = parse_save(
+                black_box(node.iptables_save.as_bytes()),
+                "bench",
+                SourceHint::default(),
+            )
+            .unwrap();
+            let observed = Observed {
+                sources: vec![source],
+                ..Default::default()
+            };
             let findings = detect(Some(&desired), &observed, &detect_config);
-            assert!(findings.is_empty(), "a generated node is clean: {:?}", findings.first());
+            assert!(
+                findings.is_empty(),
+                "a generated node is clean: {:?}",
+                findings.first()
+            );
             findings
         })
     });

@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
                 r.protocol, r.port, r.verdict, r.rule.text
             );
             println!("    path {}", r.path.join(" → "));
-            for t in &r.targets {
+            for t in r.targets.iter() {
                 println!("    → {} ({}: {})", t.addr, t.chain, t.rule.text);
             }
             if let Some(d) = &r.dangling {

@@ -54,8 +54,14 @@ pub struct ScanArgs {
 /// Parses `30000-32767`.
 pub fn parse_port_range(s: &str) -> Result<RangeInclusive<u16>, String> {
     let (a, b) = s.split_once('-').ok_or("expected FIRST-LAST, e.g. 30000-32767")?;
-    let a: u16 = a.trim().parse().map_err(|_| format!("{a:?} is not a port number"))?;
-    let b: u16 = b.trim().parse().map_err(|_| format!("{b:?} is not a port number"))?;
+    let a: u16 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not a port number"))?;
+    let b: u16 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("{b:?} is not a port number"))?;
     if a > b {
         return Err(format!("the range {a}-{b} is empty"));
     }
@@ -74,8 +80,11 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
     let Some(dir) = &args.from else {
         bail!("scanning the live node is not available yet: capture a bundle and pass it with --from DIR");
     };
-    let input = read_bundle(dir, args.node.as_deref()).with_context(|| format!("cannot scan {}", dir.display()))?;
-    let config = DetectConfig { nodeport_range: args.nodeport_range };
+    let input =
+        read_bundle(dir, args.node.as_deref()).with_context(|| format!("cannot scan {}", dir.display()))?;
+    let config = DetectConfig {
+        nodeport_range: args.nodeport_range,
+    };
     let report = run_scan(input, &config);
     let mut stdout = std::io::stdout().lock();
     match args.format {

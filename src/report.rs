@@ -19,9 +19,16 @@ pub fn render_text(report: &ScanReport) -> String {
     let mut out = String::new();
     let node = report.node.as_deref().unwrap_or("(node unknown)");
     let s = report.summary;
-    let _ = writeln!(out, "portdrift: node {node}: {} critical, {} warning, {} info", s.critical, s.warning, s.info);
+    let _ = writeln!(
+        out,
+        "portdrift: node {node}: {} critical, {} warning, {} info",
+        s.critical, s.warning, s.info
+    );
     if report.findings.is_empty() {
-        let _ = writeln!(out, "\nNo drift: this node's NodePort rules and listeners match the cluster state.");
+        let _ = writeln!(
+            out,
+            "\nNo drift: this node's NodePort rules and listeners match the cluster state."
+        );
     }
 
     let many_info = s.info > INFO_LISTED;
@@ -47,7 +54,15 @@ pub fn render_text(report: &ScanReport) -> String {
             v.dedup();
             v
         };
-        let _ = writeln!(out, "\n{title}{}", if services.is_empty() { String::new() } else { format!("  ({})", services.join(", ")) });
+        let _ = writeln!(
+            out,
+            "\n{title}{}",
+            if services.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", services.join(", "))
+            }
+        );
         for f in findings {
             render_finding(&mut out, f);
         }
@@ -58,7 +73,11 @@ pub fn render_text(report: &ScanReport) -> String {
             *by_kind.entry(f.kind).or_default() += 1;
         }
         let parts: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        let _ = writeln!(out, "\ninfo: {} (harmless leftovers; --format json lists them)", parts.join(", "));
+        let _ = writeln!(
+            out,
+            "\ninfo: {} (harmless leftovers; --format json lists them)",
+            parts.join(", ")
+        );
     }
     render_sources(&mut out, report);
     out
@@ -75,7 +94,13 @@ fn render_finding(out: &mut String, f: &Finding) {
     if let Some(t) = &f.target {
         context.push(format!("→ {t}"));
     }
-    let _ = writeln!(out, "  {:<8} {}  {}", f.severity.as_str().to_uppercase(), f.kind, context.join("  "));
+    let _ = writeln!(
+        out,
+        "  {:<8} {}  {}",
+        f.severity.as_str().to_uppercase(),
+        f.kind,
+        context.join("  ")
+    );
     let _ = writeln!(out, "           {}", f.message);
     if let Some(rule) = &f.rule {
         let at = f.rule_source.as_deref().unwrap_or("");
@@ -101,7 +126,11 @@ fn render_finding(out: &mut String, f: &Finding) {
 fn render_sources(out: &mut String, report: &ScanReport) {
     let _ = writeln!(out, "\nsources:");
     for s in &report.sources {
-        let mut line = format!("  {:<28} {:<8}", s.source, format!("{:?}", s.status).to_lowercase());
+        let mut line = format!(
+            "  {:<28} {:<8}",
+            s.source,
+            format!("{:?}", s.status).to_lowercase()
+        );
         if let Some(b) = s.backend {
             let _ = write!(line, " {b}");
         }

@@ -96,12 +96,21 @@ pub fn run_scan(input: ScanInput, config: &DetectConfig) -> ScanReport {
             Severity::Info => summary.info += 1,
         }
     }
-    ScanReport { node: input.node, summary, findings, sources: input.sources }
+    ScanReport {
+        node: input.node,
+        summary,
+        findings,
+        sources: input.sources,
+    }
 }
 
 impl ScanReport {
     /// `scan`'s exit status: 1 when anything is a warning or worse, else 0.
     pub fn exit_code(&self) -> u8 {
-        if self.summary.critical + self.summary.warning > 0 { 1 } else { 0 }
+        if self.summary.critical + self.summary.warning > 0 {
+            1
+        } else {
+            0
+        }
     }
 }

@@ -23,7 +23,9 @@ use crate::scan::{ScanInput, SourceState, SourceStatus};
 pub enum SnapshotError {
     #[error("{0} is not a directory: a bundle is a directory of captured files")]
     NotADirectory(PathBuf),
-    #[error("{0} holds none of the files of a bundle (iptables-*-save.txt, nft.json, proc/net/*, cluster.json)")]
+    #[error(
+        "{0} holds none of the files of a bundle (iptables-*-save.txt, nft.json, proc/net/*, cluster.json)"
+    )]
     Empty(PathBuf),
     #[error("cannot read the cluster state {path}: {source}")]
     ClusterState {
@@ -36,9 +38,17 @@ pub enum SnapshotError {
 /// The iptables dumps a bundle may hold, with what their names say.
 const IPTABLES_FILES: [(&str, Option<Backend>, Family); 6] = [
     ("iptables-nft-save.txt", Some(Backend::IptablesNft), Family::Ipv4),
-    ("iptables-legacy-save.txt", Some(Backend::IptablesLegacy), Family::Ipv4),
+    (
+        "iptables-legacy-save.txt",
+        Some(Backend::IptablesLegacy),
+        Family::Ipv4,
+    ),
     ("ip6tables-nft-save.txt", Some(Backend::IptablesNft), Family::Ipv6),
-    ("ip6tables-legacy-save.txt", Some(Backend::IptablesLegacy), Family::Ipv6),
+    (
+        "ip6tables-legacy-save.txt",
+        Some(Backend::IptablesLegacy),
+        Family::Ipv6,
+    ),
     // A dump whose backend only its header tells.
     ("iptables-save.txt", None, Family::Ipv4),
     ("ip6tables-save.txt", None, Family::Ipv6),
@@ -57,7 +67,9 @@ pub fn read_bundle(dir: &Path, node: Option<&str>) -> Result<ScanInput, Snapshot
         return Err(SnapshotError::NotADirectory(dir.to_path_buf()));
     }
     let mut input = ScanInput {
-        node: node.map(str::to_string).or_else(|| read_node_name(&dir.join("node"))),
+        node: node
+            .map(str::to_string)
+            .or_else(|| read_node_name(&dir.join("node"))),
         ..Default::default()
     };
     let mut present = 0;
@@ -67,7 +79,10 @@ pub fn read_bundle(dir: &Path, node: Option<&str>) -> Result<ScanInput, Snapshot
             continue;
         }
         present += 1;
-        let hint = SourceHint { backend, family: Some(family) };
+        let hint = SourceHint {
+            backend,
+            family: Some(family),
+        };
         match File::open(&path).and_then(|f| iptables::parse_save(BufReader::new(f), name, hint)) {
             Ok(source) => push_rule_source(&mut input, source),
             Err(e) => input.sources.push(error_status(name, &e)),
@@ -86,11 +101,17 @@ pub fn read_bundle(dir: &Path, node: Option<&str>) -> Result<ScanInput, Snapshot
         if !d.problems.is_empty() {
             status.status = SourceState::Partial;
         }
-        status.notes = d.problems.iter().map(|p| format!("{}: {}", p.object, p.problem)).collect();
+        status.notes = d
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.object, p.problem))
+            .collect();
         input.sources.push(status);
     } else {
         let mut status = SourceStatus::new("cluster.json", SourceState::Absent);
-        status.notes.push("no cluster state: only checks that need none ran".into());
+        status
+            .notes
+            .push("no cluster state: only checks that need none ran".into());
         input.sources.push(status);
     }
     if present == 0 {
@@ -106,7 +127,10 @@ fn read_node_name(path: &Path) -> Option<String> {
 }
 
 fn read_cluster(path: &Path, node: Option<&str>) -> Result<DesiredState, SnapshotError> {
-    let cluster_error = |source| SnapshotError::ClusterState { path: path.to_path_buf(), source };
+    let cluster_error = |source| SnapshotError::ClusterState {
+        path: path.to_path_buf(),
+        source,
+    };
     let file = File::open(path).map_err(|e| cluster_error(desired::ClusterFileError::Io(e)))?;
     desired::read_cluster_state(BufReader::new(file), node).map_err(cluster_error)
 }
@@ -114,7 +138,11 @@ fn read_cluster(path: &Path, node: Option<&str>) -> Result<DesiredState, Snapsho
 fn push_rule_source(input: &mut ScanInput, source: RuleSource) {
     let mut status = SourceStatus::new(
         source.origin.clone(),
-        if source.complete { SourceState::Ok } else { SourceState::Partial },
+        if source.complete {
+            SourceState::Ok
+        } else {
+            SourceState::Partial
+        },
     );
     status.backend = Some(source.backend);
     status.family = Some(source.family);
@@ -139,13 +167,19 @@ fn read_nftables(dir: &Path, input: &mut ScanInput) -> usize {
     let json = dir.join("nft.json");
     let text = dir.join("nft.txt");
     let (name, parsed) = if json.exists() {
-        ("nft.json", std::fs::read(&json).map_err(|e| e.to_string()).and_then(|bytes| {
-            nftables::parse_ruleset_json(&bytes, "nft.json").map_err(|e| e.to_string())
-        }))
+        (
+            "nft.json",
+            std::fs::read(&json).map_err(|e| e.to_string()).and_then(|bytes| {
+                nftables::parse_ruleset_json(&bytes, "nft.json").map_err(|e| e.to_string())
+            }),
+        )
     } else if text.exists() {
-        ("nft.txt", std::fs::read_to_string(&text).map_err(|e| e.to_string()).and_then(|t| {
-            nftables::parse_ruleset_text(&t, "nft.txt").map_err(|e| e.to_string())
-        }))
+        (
+            "nft.txt",
+            std::fs::read_to_string(&text)
+                .map_err(|e| e.to_string())
+                .and_then(|t| nftables::parse_ruleset_text(&t, "nft.txt").map_err(|e| e.to_string())),
+        )
     } else {
         return 0;
     };
@@ -177,11 +211,19 @@ fn read_sockets(dir: &Path, input: &mut ScanInput) -> usize {
                 let (listeners, unparsed) = sockets::parse_proc_net(&bytes, protocol, v6, name);
                 let mut status = SourceStatus::new(
                     name,
-                    if unparsed.is_empty() { SourceState::Ok } else { SourceState::Partial },
+                    if unparsed.is_empty() {
+                        SourceState::Ok
+                    } else {
+                        SourceState::Partial
+                    },
                 );
                 status.items = Some(listeners.len());
                 status.unparsed = unparsed.len();
-                status.notes = unparsed.iter().take(5).map(|u| format!("line {}: {}", u.line, u.reason)).collect();
+                status.notes = unparsed
+                    .iter()
+                    .take(5)
+                    .map(|u| format!("line {}: {}", u.line, u.reason))
+                    .collect();
                 input.sources.push(status);
                 input.observed.listeners.extend(listeners);
             }

@@ -85,7 +85,11 @@ fn services(config: &SynthConfig) -> Vec<Svc> {
     (0..config.services)
         .map(|i| {
             let shape = shape(i);
-            let port = ServicePortRef { namespace: format!("team-{}", i % 40), name: format!("svc-{i}"), port_name: "http".into() };
+            let port = ServicePortRef {
+                namespace: format!("team-{}", i % 40),
+                name: format!("svc-{i}"),
+                port_name: "http".into(),
+            };
             let endpoints = if shape == Shape::NoEndpoints {
                 Vec::new()
             } else {
@@ -116,7 +120,10 @@ fn services(config: &SynthConfig) -> Vec<Svc> {
 /// Generates a node.
 pub fn generate(config: &SynthConfig) -> SynthNode {
     let svcs = services(config);
-    SynthNode { iptables_save: iptables_save(config, &svcs), cluster_json: cluster_json(config, &svcs) }
+    SynthNode {
+        iptables_save: iptables_save(config, &svcs),
+        cluster_json: cluster_json(config, &svcs),
+    }
 }
 
 /// The probability the kernel prints for `1/n`: stored as a fraction of 2^31, printed
@@ -153,7 +160,11 @@ impl TableText {
         for c in &self.chains {
             let _ = writeln!(out, ":{c} - [0:0]");
         }
-        for name in builtins.iter().map(|s| s.to_string()).chain(self.chains.iter().cloned()) {
+        for name in builtins
+            .iter()
+            .map(|s| s.to_string())
+            .chain(self.chains.iter().cloned())
+        {
             if let Some(rules) = self.rules.remove(&name) {
                 out.push_str(&rules);
             }
@@ -171,32 +182,75 @@ fn iptables_save(config: &SynthConfig, svcs: &[Svc]) -> String {
     out.push_str("*mangle\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:KUBE-IPTABLES-HINT - [0:0]\n:KUBE-KUBELET-CANARY - [0:0]\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n");
 
     let mut filter = TableText::default();
-    for c in ["KUBE-EXTERNAL-SERVICES", "KUBE-FIREWALL", "KUBE-FORWARD", "KUBE-KUBELET-CANARY", "KUBE-NODEPORTS", "KUBE-PROXY-CANARY", "KUBE-PROXY-FIREWALL", "KUBE-SERVICES"] {
+    for c in [
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-FIREWALL",
+        "KUBE-FORWARD",
+        "KUBE-KUBELET-CANARY",
+        "KUBE-NODEPORTS",
+        "KUBE-PROXY-CANARY",
+        "KUBE-PROXY-FIREWALL",
+        "KUBE-SERVICES",
+    ] {
         filter.chain(c);
     }
     filter.rule("INPUT", "-m conntrack --ctstate NEW -m comment --comment \"kubernetes load balancer firewall\" -j KUBE-PROXY-FIREWALL");
-    filter.rule("INPUT", "-m comment --comment \"kubernetes health check service ports\" -j KUBE-NODEPORTS");
+    filter.rule(
+        "INPUT",
+        "-m comment --comment \"kubernetes health check service ports\" -j KUBE-NODEPORTS",
+    );
     filter.rule("INPUT", "-m conntrack --ctstate NEW -m comment --comment \"kubernetes externally-visible service portals\" -j KUBE-EXTERNAL-SERVICES");
     filter.rule("INPUT", "-j KUBE-FIREWALL");
-    filter.rule("FORWARD", "-m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD");
-    filter.rule("FORWARD", "-m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES");
-    filter.rule("OUTPUT", "-m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES");
+    filter.rule(
+        "FORWARD",
+        "-m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD",
+    );
+    filter.rule(
+        "FORWARD",
+        "-m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+    );
+    filter.rule(
+        "OUTPUT",
+        "-m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+    );
     filter.rule("OUTPUT", "-j KUBE-FIREWALL");
     filter.rule("KUBE-FIREWALL", "! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP");
     filter.rule("KUBE-FORWARD", "-m conntrack --ctstate INVALID -j DROP");
-    filter.rule("KUBE-FORWARD", "-m comment --comment \"kubernetes forwarding rules\" -m mark --mark 0x4000/0x4000 -j ACCEPT");
+    filter.rule(
+        "KUBE-FORWARD",
+        "-m comment --comment \"kubernetes forwarding rules\" -m mark --mark 0x4000/0x4000 -j ACCEPT",
+    );
 
     let mut nat = TableText::default();
-    for c in ["KUBE-KUBELET-CANARY", "KUBE-MARK-MASQ", "KUBE-NODEPORTS", "KUBE-POSTROUTING", "KUBE-PROXY-CANARY", "KUBE-SERVICES"] {
+    for c in [
+        "KUBE-KUBELET-CANARY",
+        "KUBE-MARK-MASQ",
+        "KUBE-NODEPORTS",
+        "KUBE-POSTROUTING",
+        "KUBE-PROXY-CANARY",
+        "KUBE-SERVICES",
+    ] {
         nat.chain(c);
     }
-    nat.rule("PREROUTING", "-m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES");
-    nat.rule("OUTPUT", "-m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES");
-    nat.rule("POSTROUTING", "-m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING");
+    nat.rule(
+        "PREROUTING",
+        "-m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+    );
+    nat.rule(
+        "OUTPUT",
+        "-m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+    );
+    nat.rule(
+        "POSTROUTING",
+        "-m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING",
+    );
     nat.rule("KUBE-MARK-MASQ", "-j MARK --set-xmark 0x4000/0x4000");
     nat.rule("KUBE-POSTROUTING", "-m mark ! --mark 0x4000/0x4000 -j RETURN");
     nat.rule("KUBE-POSTROUTING", "-j MARK --set-xmark 0x4000/0x0");
-    nat.rule("KUBE-POSTROUTING", "-m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE --random-fully");
+    nat.rule(
+        "KUBE-POSTROUTING",
+        "-m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE --random-fully",
+    );
 
     for s in svcs {
         service_rules(config, s, large, &mut nat, &mut filter);
@@ -212,7 +266,12 @@ fn service_rules(config: &SynthConfig, s: &Svc, large: bool, nat: &mut TableText
     let proto = Protocol::Tcp;
     let (ip, np) = (s.cluster_ip, s.node_port);
     if let Some(hc) = s.health_check {
-        filter.rule("KUBE-NODEPORTS", &format!("-p tcp -m comment --comment \"{name} health check node port\" -m tcp --dport {hc} -j ACCEPT"));
+        filter.rule(
+            "KUBE-NODEPORTS",
+            &format!(
+                "-p tcp -m comment --comment \"{name} health check node port\" -m tcp --dport {hc} -j ACCEPT"
+            ),
+        );
     }
     if s.shape == Shape::NoEndpoints {
         filter.rule("KUBE-SERVICES", &format!("-d {ip}/32 -p tcp -m comment --comment \"{name} has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable"));
@@ -220,15 +279,29 @@ fn service_rules(config: &SynthConfig, s: &Svc, large: bool, nat: &mut TableText
         return;
     }
     let h = service_chain_hash(&s.port, proto);
-    let (svc, ext, svl) = (format!("KUBE-SVC-{h}"), format!("KUBE-EXT-{h}"), format!("KUBE-SVL-{h}"));
+    let (svc, ext, svl) = (
+        format!("KUBE-SVC-{h}"),
+        format!("KUBE-EXT-{h}"),
+        format!("KUBE-SVL-{h}"),
+    );
     nat.chain(&svc);
     nat.chain(&ext);
-    nat.rule("KUBE-SERVICES", &format!("-d {ip}/32 -p tcp -m comment --comment \"{name} cluster IP\" -m tcp --dport 80 -j {svc}"));
+    nat.rule(
+        "KUBE-SERVICES",
+        &format!("-d {ip}/32 -p tcp -m comment --comment \"{name} cluster IP\" -m tcp --dport 80 -j {svc}"),
+    );
     nat.rule("KUBE-NODEPORTS", &format!("-d 127.0.0.0/8 -p tcp -m comment --comment \"{name}\" -m tcp --dport {np} -m nfacct --nfacct-name  localhost_nps_accepted_pkts -j {ext}"));
-    nat.rule("KUBE-NODEPORTS", &format!("-p tcp -m comment --comment \"{name}\" -m tcp --dport {np} -j {ext}"));
+    nat.rule(
+        "KUBE-NODEPORTS",
+        &format!("-p tcp -m comment --comment \"{name}\" -m tcp --dport {np} -j {ext}"),
+    );
     let mut sorted: Vec<&(SocketAddr, String)> = s.endpoints.iter().collect();
     sorted.sort_by_key(|(a, _)| a.to_string());
-    let local: Vec<&(SocketAddr, String)> = sorted.iter().copied().filter(|(_, n)| *n == config.node).collect();
+    let local: Vec<&(SocketAddr, String)> = sorted
+        .iter()
+        .copied()
+        .filter(|(_, n)| *n == config.node)
+        .collect();
     if s.shape == Shape::Local {
         nat.rule(&ext, &format!("-s 10.244.0.0/16 -m comment --comment \"pod traffic for {name} external destinations\" -j {svc}"));
         nat.rule(&ext, &format!("-m comment --comment \"masquerade LOCAL traffic for {name} external destinations\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"));
@@ -251,9 +324,16 @@ fn service_rules(config: &SynthConfig, s: &Svc, large: bool, nat: &mut TableText
     for (addr, _) in &sorted {
         let sep = format!("KUBE-SEP-{}", endpoint_chain_hash(&s.port, proto, addr));
         nat.chain(&sep);
-        let comment = if large { String::new() } else { format!("-m comment --comment \"{name}\" ") };
+        let comment = if large {
+            String::new()
+        } else {
+            format!("-m comment --comment \"{name}\" ")
+        };
         nat.rule(&sep, &format!("-s {}/32 {comment}-j KUBE-MARK-MASQ", addr.ip()));
-        nat.rule(&sep, &format!("-p tcp {comment}-m tcp -j DNAT --to-destination {addr}"));
+        nat.rule(
+            &sep,
+            &format!("-p tcp {comment}-m tcp -j DNAT --to-destination {addr}"),
+        );
     }
 }
 
@@ -268,10 +348,17 @@ fn write_endpoint_jumps(
     let n = endpoints.len();
     for (i, (addr, _)) in endpoints.iter().enumerate() {
         let sep = format!("KUBE-SEP-{}", endpoint_chain_hash(port, Protocol::Tcp, addr));
-        let comment = if large { String::new() } else { format!("-m comment --comment \"{name} -> {addr}\" ") };
+        let comment = if large {
+            String::new()
+        } else {
+            format!("-m comment --comment \"{name} -> {addr}\" ")
+        };
         if i + 1 < n {
             let p = kernel_probability(n - i);
-            nat.rule(chain, &format!("{comment}-m statistic --mode random --probability {p} -j {sep}"));
+            nat.rule(
+                chain,
+                &format!("{comment}-m statistic --mode random --probability {p} -j {sep}"),
+            );
         } else {
             nat.rule(chain, &format!("{comment}-j {sep}"));
         }
@@ -286,7 +373,8 @@ fn cluster_json(config: &SynthConfig, svcs: &[Svc]) -> String {
             items.push(slice_object(i, s, config));
         }
     }
-    let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items});
+    let list =
+        json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items});
     let mut out = Vec::with_capacity(svcs.len() * 3000);
     let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut ser = serde_json::Serializer::with_formatter(&mut out, formatter);

@@ -9,10 +9,16 @@ use std::path::Path;
 use serde_json::Value;
 
 /// The fields that decide whether a finding is the right one.
-const KEY_FIELDS: [&str; 8] = ["kind", "severity", "protocol", "port", "family", "backend", "service", "target"];
+const KEY_FIELDS: [&str; 8] = [
+    "kind", "severity", "protocol", "port", "family", "backend", "service", "target",
+];
 
 fn key(f: &Value) -> String {
-    KEY_FIELDS.iter().map(|k| format!("{k}={}", f.get(*k).unwrap_or(&Value::Null))).collect::<Vec<_>>().join(" ")
+    KEY_FIELDS
+        .iter()
+        .map(|k| format!("{k}={}", f.get(*k).unwrap_or(&Value::Null)))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Findings as a multiset of their key fields.
@@ -44,11 +50,20 @@ fn check_bundle(dir: &Path) -> Result<(), String> {
     if want != have {
         let missing: Vec<_> = want.keys().filter(|k| want.get(*k) != have.get(*k)).collect();
         let extra: Vec<_> = have.keys().filter(|k| want.get(*k) != have.get(*k)).collect();
-        return Err(format!("{}:\n  expected but not (as often) found: {missing:#?}\n  found but not (as often) expected: {extra:#?}", dir.display()));
+        return Err(format!(
+            "{}:\n  expected but not (as often) found: {missing:#?}\n  found but not (as often) expected: {extra:#?}",
+            dir.display()
+        ));
     }
-    let actionable = got.iter().any(|f| f["severity"] == "critical" || f["severity"] == "warning");
+    let actionable = got
+        .iter()
+        .any(|f| f["severity"] == "critical" || f["severity"] == "warning");
     if code != i32::from(actionable) {
-        return Err(format!("{}: exit status {code}, expected {}", dir.display(), i32::from(actionable)));
+        return Err(format!(
+            "{}: exit status {code}, expected {}",
+            dir.display(),
+            i32::from(actionable)
+        ));
     }
     for f in &got {
         if f["message"].as_str().is_none_or(str::is_empty) {
@@ -61,7 +76,11 @@ fn check_bundle(dir: &Path) -> Result<(), String> {
 #[test]
 fn every_bundle_gives_exactly_its_expected_findings() {
     let dirs = bundles();
-    assert!(dirs.len() >= 8, "expected the shipped incident bundles, found {}", dirs.len());
+    assert!(
+        dirs.len() >= 8,
+        "expected the shipped incident bundles, found {}",
+        dirs.len()
+    );
     let failures: Vec<String> = dirs.iter().filter_map(|d| check_bundle(d).err()).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -70,7 +89,12 @@ fn every_bundle_gives_exactly_its_expected_findings() {
 fn the_text_report_names_every_finding() {
     for dir in bundles() {
         let out = support::portdrift(&["scan", "--from", dir.to_str().unwrap()]);
-        assert!(matches!(out.status.code(), Some(0 | 1)), "{}: {:?}", dir.display(), out);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{}: {:?}",
+            dir.display(),
+            out
+        );
         let text = String::from_utf8(out.stdout).unwrap();
         let (_, report) = support::scan_json(&dir, &[]);
         for f in report["findings"].as_array().unwrap() {

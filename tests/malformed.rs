@@ -24,7 +24,11 @@ fn clean_dump() -> String {
 fn run(dir: &TempDir) -> (i32, String, String) {
     let out = support::portdrift(&["scan", "--from", dir.path().to_str().unwrap(), "--format", "json"]);
     let code = out.status.code().expect("exited normally");
-    (code, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        code,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -42,7 +46,9 @@ fn a_truncated_dump_is_reported_partial_not_trusted() {
 
 #[test]
 fn binary_garbage_and_a_huge_line_become_unparsed_findings() {
-    let mut garbage: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    let mut garbage: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
     garbage.extend(std::iter::repeat_n(b'x', 8 * 1024 * 1024));
     garbage.push(b'\n');
     let dir = bundle(&[("iptables-nft-save.txt", &garbage)]);
@@ -51,18 +57,33 @@ fn binary_garbage_and_a_huge_line_become_unparsed_findings() {
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let findings = report["findings"].as_array().unwrap();
     assert!(!findings.is_empty());
-    assert!(findings.iter().all(|f| f["kind"] == "unparsed-rule"), "{findings:?}");
-    assert!(stdout.len() < 1_000_000, "the report stays readable: {} bytes", stdout.len());
+    assert!(
+        findings.iter().all(|f| f["kind"] == "unparsed-rule"),
+        "{findings:?}"
+    );
+    assert!(
+        stdout.len() < 1_000_000,
+        "the report stays readable: {} bytes",
+        stdout.len()
+    );
 }
 
 #[test]
 fn bad_cluster_json_is_a_clear_error_with_status_2() {
     let dump = clean_dump();
-    for bad in [&b"{\"kind\": \"List\", \"items\": [ {"[..], b"not json at all", b"[1, 2, 3]", b"\xff\xfe"] {
+    for bad in [
+        &b"{\"kind\": \"List\", \"items\": [ {"[..],
+        b"not json at all",
+        b"[1, 2, 3]",
+        b"\xff\xfe",
+    ] {
         let dir = bundle(&[("iptables-nft-save.txt", dump.as_bytes()), ("cluster.json", bad)]);
         let (code, _, stderr) = run(&dir);
         assert_eq!(code, 2, "{stderr}");
-        assert!(stderr.contains("cluster.json"), "the error names the file: {stderr}");
+        assert!(
+            stderr.contains("cluster.json"),
+            "the error names the file: {stderr}"
+        );
     }
 }
 
@@ -75,11 +96,19 @@ fn api_objects_with_missing_fields_are_skipped_and_reported() {
         {"apiVersion": "v1", "kind": "Service", "spec": {"ports": [{"port": 80, "nodePort": "thirty"}]}},
         {"kind": "Service"}
     ]}"#;
-    let dir = bundle(&[("iptables-nft-save.txt", dump.as_bytes()), ("cluster.json", cluster)]);
+    let dir = bundle(&[
+        ("iptables-nft-save.txt", dump.as_bytes()),
+        ("cluster.json", cluster),
+    ]);
     let (code, stdout, stderr) = run(&dir);
     assert!(code <= 1, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let cluster_status = report["sources"].as_array().unwrap().iter().find(|s| s["source"] == "cluster.json").unwrap();
+    let cluster_status = report["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "cluster.json")
+        .unwrap();
     assert_eq!(cluster_status["status"], "partial", "{cluster_status}");
 }
 

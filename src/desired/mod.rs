@@ -1,6 +1,21 @@
 //! Desired state: Services and EndpointSlices → what this node's NodePorts should be,
 //! with kube-proxy's exact semantics.
+//!
+//! - [`desired_state`] computes it from API objects (the watch calls this);
+//! - [`DesiredBuilder`] does the same one object at a time;
+//! - [`read_cluster_state`] streams a bundle's `cluster.json` into it.
 
+mod build;
+mod cluster_file;
+mod list_stream;
 mod model;
+mod probe;
+mod slices;
+mod topology;
 
+pub use build::{DesiredBuilder, desired_state};
+pub use cluster_file::{ClusterFileError, read_cluster_state};
 pub use model::*;
+
+#[cfg(test)]
+mod tests;

@@ -6,24 +6,56 @@ use std::net::SocketAddr;
 use crate::model::{Family, Protocol, ServicePortRef};
 
 /// The endpoints of one Service port in one IP family, as kube-proxy on this node
-/// categorises them.
+/// categorises them (`CategorizeEndpoints`, pkg/proxy/topology.go).
+///
+/// Which sets a NodePort reaches: kube-proxy's `KUBE-NODEPORTS` rule jumps to the
+/// port's `KUBE-EXT-*` chain. With externalTrafficPolicy Cluster that chain goes to
+/// `KUBE-SVC-*` (the [`cluster`](Self::cluster) set). With Local it short-circuits
+/// pod- and host-originated traffic to `KUBE-SVC-*` and sends the rest to `KUBE-SVL-*`
+/// (the [`local`](Self::local) set), so every DNAT reachable from the NodePort is in
+/// [`reachable`](Self::reachable).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FamilyEndpoints {
     /// Every `ip:port` any EndpointSlice of the Service lists for this port, whatever
     /// its conditions. A DNAT to an address outside this set is stale.
     pub listed: BTreeSet<SocketAddr>,
     /// kube-proxy's Cluster set: ready endpoints (after topology filtering), or all
-    /// serving-and-terminating ones when none is ready.
+    /// serving-and-terminating ones when none is ready anywhere. Empty when the port
+    /// does not use Cluster endpoints (`UsesClusterEndpoints`), which never happens for
+    /// a port with a nodePort: such a port is always externally accessible.
     pub cluster: BTreeSet<SocketAddr>,
     /// kube-proxy's Local set: this node's ready endpoints, or its
-    /// serving-and-terminating ones when none is ready.
+    /// serving-and-terminating ones when none of them is ready. Empty when the port
+    /// uses no Local policy (`UsesLocalEndpoints`: neither traffic policy is Local) and
+    /// when the node is unknown (then nothing is local).
     pub local: BTreeSet<SocketAddr>,
-    /// Any ready or serving-and-terminating endpoint exists cluster-wide: kube-proxy
-    /// writes DNAT rules (otherwise only a REJECT).
+    /// kube-proxy's `hasEndpoints`: a ready or serving-and-terminating endpoint exists
+    /// somewhere in the cluster. This alone decides whether the iptables proxier writes
+    /// the nat `KUBE-NODEPORTS` rule (to `KUBE-EXT-*`) and the nftables proxier adds the
+    /// `service-nodeports` map element; without it the nodePort has only a filter
+    /// REJECT and no nat rule at all.
     pub has_endpoints: bool,
+    /// kube-proxy's `hasExternalEndpoints`: `has_endpoints`, and with
+    /// externalTrafficPolicy Local also a non-empty Local set. When false kube-proxy
+    /// writes a filter rule for the nodePort in `KUBE-EXTERNAL-SERVICES` (nftables:
+    /// `no-endpoint-nodeports`): REJECT without endpoints, DROP when only remote ones
+    /// exist. Both that DROP and the nat rule exist for a Local-policy port whose
+    /// endpoints are all on other nodes.
+    pub has_external_endpoints: bool,
     /// The Cluster set could not be computed exactly (topology hints without a known
-    /// node zone): missing-endpoint checks are skipped rather than guessed.
+    /// node zone or node name, or node hints whose effect depends on kube-proxy's
+    /// `PreferSameTrafficDistribution` feature gate): `cluster` holds all ready
+    /// endpoints (or the node-hinted ones) and missing-endpoint checks on it are
+    /// skipped rather than guessed.
     pub cluster_uncertain: bool,
+}
+
+impl FamilyEndpoints {
+    /// Every endpoint kube-proxy writes a DNAT for on this node (its
+    /// `allLocallyReachableEndpoints`): the Cluster set and the Local set together.
+    pub fn reachable(&self) -> BTreeSet<SocketAddr> {
+        self.cluster.union(&self.local).copied().collect()
+    }
 }
 
 /// One Service port that owns a nodePort.
@@ -32,15 +64,24 @@ pub struct DesiredPort {
     pub service: ServicePortRef,
     pub protocol: Protocol,
     pub node_port: u16,
-    /// The families this Service is programmed in (from `spec.clusterIPs`).
+    /// The families this Service is programmed in (one per IP of `spec.clusterIPs`,
+    /// or `spec.clusterIP` when that list is empty), in the order listed.
     pub families: Vec<Family>,
+    /// `spec.externalTrafficPolicy: Local` on a NodePort or LoadBalancer Service
+    /// (kube-proxy's `ExternalPolicyLocal`).
     pub external_policy_local: bool,
+    /// `spec.internalTrafficPolicy: Local`.
     pub internal_policy_local: bool,
+    /// The Service's `spec.healthCheckNodePort`, when kube-proxy serves it: only for a
+    /// LoadBalancer with externalTrafficPolicy Local (`NeedsHealthCheck`).
     pub health_check_node_port: Option<u16>,
     /// Endpoints per family (only families in `families`).
     pub endpoints: BTreeMap<Family, FamilyEndpoints>,
-    /// Some of the Service's EndpointSlices could not be read: endpoint checks are
-    /// skipped for this port rather than guessed.
+    /// The endpoints kube-proxy uses for this port cannot be known exactly: one of
+    /// the Service's EndpointSlices could not be read, two slices list one `ip:port`
+    /// with conditions kube-proxy picks between arbitrarily, or a Local traffic policy
+    /// meets an unknown node. Endpoint checks are skipped for this port rather than
+    /// guessed.
     pub uncertain: bool,
     /// The newest change to the Service or its EndpointSlices, RFC 3339, when the
     /// objects carry it (creation time, or EndpointSlice's last-change-trigger-time).
@@ -69,12 +110,19 @@ pub struct ObjectProblem {
 /// What the cluster says this node's NodePorts should be.
 #[derive(Debug, Clone, Default)]
 pub struct DesiredState {
-    /// The node this state was computed for (its local endpoints).
+    /// The node this state was computed for (its local endpoints). Without it nothing
+    /// is local, and ports with a Local traffic policy are marked uncertain.
     pub node: Option<String>,
-    /// Every Service port with a nodePort, in a stable order (namespace, name, port).
+    /// The node's `topology.kubernetes.io/zone`, when known (topology hints).
+    pub node_zone: Option<String>,
+    /// Every Service port with a nodePort that kube-proxy programs, in a stable order
+    /// (namespace, name, port name, protocol).
     pub ports: Vec<DesiredPort>,
-    /// Services skipped by kube-proxy's rules (headless, ExternalName, service-proxy-name)
-    /// that still hold a nodePort allocation: their ports are allocated, not free.
+    /// nodePorts held by Services kube-proxy skips (headless, ExternalName,
+    /// `service.kubernetes.io/service-proxy-name`, `service.kubernetes.io/headless`) or
+    /// by Services that could not be read in full: these ports are allocated, not
+    /// free, and rules for them are neither stale nor checkable. Health-check node ports
+    /// of skipped Services are listed as TCP.
     pub other_allocated: BTreeSet<(Protocol, u16)>,
     /// Objects that could not be read.
     pub problems: Vec<ObjectProblem>,

@@ -17,6 +17,7 @@ fn port(svc: &str, protocol: Protocol, node_port: u16, ready: &[&str]) -> Desire
         cluster: ready.clone(),
         local: BTreeSet::new(),
         has_endpoints: !ready.is_empty(),
+        has_external_endpoints: !ready.is_empty(),
         cluster_uncertain: false,
     };
     DesiredPort {

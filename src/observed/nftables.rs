@@ -20,10 +20,10 @@
 mod json;
 mod text;
 
-use std::sync::Arc;
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::kube_proxy::parse_nft_service_chain;
 use crate::model::{
@@ -565,20 +565,6 @@ mod tests {
         assert_eq!(kube_proxy_family("ip6", "kube-proxy"), Some(Family::Ipv6));
         assert_eq!(kube_proxy_family("inet", "kube-proxy"), None);
         assert_eq!(kube_proxy_family("ip", "nat"), None);
-    }
-
-    #[test]
-    fn chain_hash_comes_from_service_chains_only() {
-        assert_eq!(
-            nft_chain_hash("external-42NFTM6N-ns2/svc2/tcp/p80"),
-            Some("42NFTM6N")
-        );
-        assert_eq!(
-            nft_chain_hash("external-ECO34HEO-default/nginx/tcp/"),
-            Some("ECO34HEO")
-        );
-        assert_eq!(nft_chain_hash("debug-nodeport"), None);
-        assert_eq!(nft_chain_hash("mark-for-masquerade"), None);
     }
 
     #[test]

@@ -11,7 +11,10 @@ pub fn root() -> PathBuf {
 
 /// Runs the built `portdrift` binary with `args`.
 pub fn portdrift(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_portdrift")).args(args).output().expect("the portdrift binary runs")
+    Command::new(env!("CARGO_BIN_EXE_portdrift"))
+        .args(args)
+        .output()
+        .expect("the portdrift binary runs")
 }
 
 /// `portdrift scan --from DIR --format json`, parsed; with the exit status.
@@ -20,10 +23,16 @@ pub fn scan_json(dir: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
     let mut args = vec!["scan", "--from", dir, "--format", "json"];
     args.extend_from_slice(extra);
     let out = portdrift(&args);
-    let code = out.status.code().expect("portdrift exited (no signal, no panic abort)");
+    let code = out
+        .status
+        .code()
+        .expect("portdrift exited (no signal, no panic abort)");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let json = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!("scan of {dir} printed no JSON ({e}); exit {code}\nstdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "scan of {dir} printed no JSON ({e}); exit {code}\nstdout: {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
     (code, json)
 }

@@ -388,7 +388,9 @@ impl Parser {
         // destination) is all that matters, read from the end of the line.
         let args = match kind {
             TableKind::Filter if !FILTER_DISPATCH_CHAINS.contains(&chain) => return,
-            TableKind::Nat if chain != "KUBE-NODEPORTS" => RuleArgs::read_target(spec).map_or_else(|| RuleArgs::read(spec), Ok),
+            TableKind::Nat if chain != "KUBE-NODEPORTS" => {
+                RuleArgs::read_target(spec).map_or_else(|| RuleArgs::read(spec), Ok)
+            }
             _ => RuleArgs::read(spec),
         };
         let args = match args {
@@ -430,7 +432,10 @@ impl Parser {
                         ip,
                         port,
                         chain: chain_id,
-                        rule: RuleText { text: text.into(), line: number },
+                        rule: RuleText {
+                            text: text.into(),
+                            line: number,
+                        },
                     });
                     dispatch_target = Some(DispatchTarget::Dnat(id));
                 }
@@ -469,14 +474,7 @@ impl Parser {
             );
             return;
         };
-        self.push_dispatch(
-            number,
-            text,
-            "KUBE-NODEPORTS",
-            TableKind::Nat,
-            args,
-            target,
-        );
+        self.push_dispatch(number, text, "KUBE-NODEPORTS", TableKind::Nat, args, target);
     }
 
     fn filter_rule(&mut self, number: u32, text: &str, chain: &str, args: &RuleArgs<'_>) {
@@ -545,7 +543,10 @@ impl Parser {
             dest,
             target,
             comment,
-            rule: RuleText { text: text.into(), line: number },
+            rule: RuleText {
+                text: text.into(),
+                line: number,
+            },
         });
     }
 
@@ -679,8 +680,11 @@ impl ByChain {
 fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<NodePortRule> {
     let nat: Arc<str> = Arc::from("nat");
     let filter: Arc<str> = Arc::from("filter");
-    let dispatch_chains: [Arc<str>; 3] =
-        [Arc::from("KUBE-NODEPORTS"), Arc::from("KUBE-EXTERNAL-SERVICES"), Arc::from("KUBE-SERVICES")];
+    let dispatch_chains: [Arc<str>; 3] = [
+        Arc::from("KUBE-NODEPORTS"),
+        Arc::from("KUBE-EXTERNAL-SERVICES"),
+        Arc::from("KUBE-SERVICES"),
+    ];
     let dispatch = std::mem::take(&mut p.dispatch);
     let p = &*p;
     let chains = p.nat.chains.len();
@@ -690,12 +694,23 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
         generation: 0,
         stack: Vec::new(),
         jumps: ByChain::build(chains, p.nat.jumps.iter().copied()),
-        dnats: ByChain::build(chains, p.dnats.iter().enumerate().map(|(i, d)| (d.chain, i as u32))),
+        dnats: ByChain::build(
+            chains,
+            p.dnats.iter().enumerate().map(|(i, d)| (d.chain, i as u32)),
+        ),
     };
     let mut out = Vec::with_capacity(p.dispatch.len());
     for d in dispatch {
-        let table = if d.table == TableKind::Nat { nat.clone() } else { filter.clone() };
-        let chain = dispatch_chains.iter().find(|c| ***c == *d.chain).cloned().unwrap_or_else(|| Arc::from(d.chain));
+        let table = if d.table == TableKind::Nat {
+            nat.clone()
+        } else {
+            filter.clone()
+        };
+        let chain = dispatch_chains
+            .iter()
+            .find(|c| ***c == *d.chain)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(d.chain));
         let mut rule = NodePortRule {
             backend,
             family,
@@ -708,14 +723,22 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
             comment_service: d.comment,
             chain_hash: None,
             dangling: None,
-            identity: RuleIdentity::Iptables { table, chain, rule: d.rule.text.clone() },
+            identity: RuleIdentity::Iptables {
+                table,
+                chain,
+                rule: d.rule.text.clone(),
+            },
             rule: d.rule,
         };
         match d.target {
             DispatchTarget::Verdict(v) => rule.verdict = v,
-            DispatchTarget::Dnat(id) => rule.targets = Arc::new([dnat_target(p, &nat, &p.dnats[id as usize], d.port)]),
+            DispatchTarget::Dnat(id) => {
+                rule.targets = Arc::new([dnat_target(p, &nat, &p.dnats[id as usize], d.port)])
+            }
             DispatchTarget::Chain(start) => {
-                let reach = memo[start as usize].get_or_insert_with(|| walker.reach(p, &nat, start, d.port)).clone();
+                let reach = memo[start as usize]
+                    .get_or_insert_with(|| walker.reach(p, &nat, start, d.port))
+                    .clone();
                 rule.path = reach.path;
                 rule.targets = reach.targets;
                 rule.dangling = reach.dangling;
@@ -781,7 +804,11 @@ fn dnat_target(p: &Parser, nat: &Arc<str>, d: &Dnat, node_port: u16) -> DnatTarg
         addr: SocketAddr::new(d.ip, d.port.unwrap_or(node_port)),
         chain: chain.clone(),
         rule: d.rule.clone(),
-        identity: RuleIdentity::Iptables { table: nat.clone(), chain: chain.clone(), rule: d.rule.text.clone() },
+        identity: RuleIdentity::Iptables {
+            table: nat.clone(),
+            chain: chain.clone(),
+            rule: d.rule.text.clone(),
+        },
     }
 }
 

@@ -28,7 +28,10 @@ impl<'a> Iterator for Tokens<'a> {
         // Byte-wise: separators and quotes are ASCII, so every cut falls on a char
         // boundary, and scanning bytes avoids decoding UTF-8 on the hottest path.
         let bytes = self.rest.as_bytes();
-        let start = bytes.iter().position(|&b| b != b' ' && b != b'\t').unwrap_or(bytes.len());
+        let start = bytes
+            .iter()
+            .position(|&b| b != b' ' && b != b'\t')
+            .unwrap_or(bytes.len());
         let s = &self.rest[start..];
         if s.is_empty() {
             self.rest = s;
@@ -38,7 +41,11 @@ impl<'a> Iterator for Tokens<'a> {
             return Some(self.take_quoted(quoted));
         }
         // Tokens are a few bytes long: a plain loop beats memchr's per-call setup.
-        let end = s.as_bytes().iter().position(|&b| b == b' ' || b == b'\t').unwrap_or(s.len());
+        let end = s
+            .as_bytes()
+            .iter()
+            .position(|&b| b == b' ' || b == b'\t')
+            .unwrap_or(s.len());
         self.rest = &s[end..];
         Some(Ok(Cow::Borrowed(&s[..end])))
     }
