@@ -178,10 +178,32 @@ fn rule_finding(
     f.backend = Some(source.backend);
     f.rule = Some(rule.rule.text.to_string());
     f.rule_source = Some(locate(&source.origin, rule.rule.line));
-    if !rule.path.is_empty() {
-        f.evidence.push(format!("path: {}", rule.path.join(" → ")));
-    }
+    f.evidence.extend(describe_path(rule, None));
     f
+}
+
+/// The service-level chains of a rule's path (endpoint chains are many and named by
+/// the target instead), ending in `endpoint_chain` when one target is meant.
+fn describe_path(rule: &NodePortRule, endpoint_chain: Option<&str>) -> Option<String> {
+    let is_endpoint = |c: &str| c.starts_with("KUBE-SEP-") || c.starts_with("endpoint-");
+    let mut hops: Vec<&str> = rule
+        .path
+        .iter()
+        .map(|c| &**c)
+        .filter(|c| !is_endpoint(c))
+        .collect();
+    let endpoints = rule.path.iter().filter(|c| is_endpoint(c)).count();
+    match endpoint_chain {
+        Some(chain) => hops.push(chain),
+        None if endpoints > 0 => {
+            return Some(format!(
+                "path: {} → {endpoints} endpoint chains",
+                hops.join(" → ")
+            ));
+        }
+        None => {}
+    }
+    (!hops.is_empty()).then(|| format!("path: {}", hops.join(" → ")))
 }
 
 fn locate(origin: &str, line: u32) -> String {
@@ -227,7 +249,10 @@ fn owner_rule_lines<'s>(source: &'s RuleSource, index: &DesiredIndex<'_>) -> Own
 fn stale_rules(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     let mut reported_dnats: HashSet<&RuleIdentity> = HashSet::new();
     let owner_lines = owner_rule_lines(source, index);
-    for rule in &source.nodeports {
+    // The main rule first, so evidence shows it rather than kube-proxy's localhost twin.
+    let mut ordered: Vec<&NodePortRule> = source.nodeports.iter().collect();
+    ordered.sort_by_key(|r| r.dest == DestMatch::Localhost);
+    for rule in ordered {
         match rule.verdict {
             Verdict::HealthCheckAccept => stale_health_check(source, rule, index, out),
             Verdict::Reject | Verdict::Drop => {
@@ -341,14 +366,12 @@ fn stale_forward<'s>(
         );
         set_service(&mut f, &desired.service);
         f.target = Some(target.addr.to_string());
-        f.evidence.insert(
-            0,
-            format!(
-                "NodePort rule: {} ({})",
-                rule.rule.text,
-                locate(&source.origin, rule.rule.line)
-            ),
-        );
+        f.evidence = vec![format!(
+            "NodePort rule: {} ({})",
+            rule.rule.text,
+            locate(&source.origin, rule.rule.line)
+        )];
+        f.evidence.extend(describe_path(rule, Some(&target.chain)));
         f.rule = Some(target.rule.text.to_string());
         f.rule_source = Some(locate(&source.origin, target.rule.line));
         out.push(f);
@@ -438,7 +461,7 @@ fn missing_rules(family: Family, primary: &RuleSource, index: &DesiredIndex<'_>,
             .get(&(desired.protocol, desired.node_port))
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let forwarding: Vec<&NodePortRule> = rules
+        let mut forwarding: Vec<&NodePortRule> = rules
             .iter()
             .copied()
             .filter(|r| r.verdict == Verdict::Forward)
@@ -452,6 +475,7 @@ fn missing_rules(family: Family, primary: &RuleSource, index: &DesiredIndex<'_>,
             out.push(missing_rule_finding(family, primary, desired, rules));
             continue;
         }
+        forwarding.sort_by_key(|r| r.dest == DestMatch::Localhost);
         if eps.cluster_uncertain {
             continue;
         }

@@ -138,7 +138,14 @@ fn render_sources(out: &mut String, report: &ScanReport) {
             let _ = write!(line, " {f}");
         }
         if let Some(n) = s.items {
-            let _ = write!(line, "  {n} items");
+            let what = if s.source.starts_with("proc/") {
+                "listeners"
+            } else if s.source == "cluster.json" {
+                "Service ports"
+            } else {
+                "NodePort rules"
+            };
+            let _ = write!(line, "  {n} {what}");
         }
         if s.unparsed > 0 {
             let _ = write!(line, "  {} not understood", s.unparsed);
