@@ -5,6 +5,10 @@
 //! or by its comment), then judged against the Service that owns its port now.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
+// per scan of a large node; SipHash's flood resistance buys nothing here.
+use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 
@@ -43,19 +47,27 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
     let has_desired = desired.is_some();
     let mut findings = Vec::new();
 
-    let primaries = choose_primaries(&observed.sources, &index, has_desired);
-    for source in &observed.sources {
+    // Each rule is attributed to a Service port once; every check reads the verdict.
+    let judged: Vec<Vec<Judged<'_>>> = observed.sources.iter().map(|s| judge_source(s, &index)).collect();
+    let primaries = choose_primaries(&observed.sources, &judged, &index, has_desired);
+    for (source, judged) in observed.sources.iter().zip(&judged) {
         if has_desired {
-            stale_rules(source, &index, &mut findings);
+            stale_rules(source, judged, &index, &mut findings);
         }
-        duplicate_rules(source, &index, &mut findings);
+        duplicate_rules(source, judged, &index, &mut findings);
         orphan_chains(source, &index, &mut findings);
         unparsed_rules(source, &mut findings);
     }
-    backend_split(&observed.sources, &primaries, &index, &mut findings);
+    backend_split(&observed.sources, &judged, &primaries, &index, &mut findings);
     if has_desired {
         for (&family, &primary) in &primaries {
-            missing_rules(family, &observed.sources[primary], &index, &mut findings);
+            missing_rules(
+                family,
+                &observed.sources[primary],
+                &judged[primary],
+                &index,
+                &mut findings,
+            );
         }
         squatters(observed, &index, config, &mut findings);
         nodeport_collisions(&index, &mut findings);
@@ -69,9 +81,9 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
 /// Lookup tables over the desired state, built once per scan.
 struct DesiredIndex<'a> {
     state: &'a DesiredState,
-    by_port: HashMap<(Protocol, u16), Vec<usize>>,
-    by_hash: HashMap<String, usize>,
-    by_name: HashMap<(ServicePortRef, Protocol), usize>,
+    by_port: FxHashMap<(Protocol, u16), Vec<usize>>,
+    by_hash: FxHashMap<String, usize>,
+    by_name: FxHashMap<(&'a ServicePortRef, Protocol), usize>,
     health_check: HashMap<u16, usize>,
     /// Every port allocated to any Service, whatever its protocol or whether kube-proxy
     /// programs it.
@@ -80,14 +92,14 @@ struct DesiredIndex<'a> {
 
 impl<'a> DesiredIndex<'a> {
     fn new(state: &'a DesiredState) -> Self {
-        let mut by_port: HashMap<(Protocol, u16), Vec<usize>> = HashMap::new();
-        let mut by_hash = HashMap::with_capacity(state.ports.len());
-        let mut by_name = HashMap::with_capacity(state.ports.len());
+        let mut by_port: FxHashMap<(Protocol, u16), Vec<usize>> = FxHashMap::default();
+        let mut by_hash = FxHashMap::default();
+        let mut by_name = FxHashMap::default();
         let mut health_check = HashMap::new();
         for (i, p) in state.ports.iter().enumerate() {
             by_port.entry((p.protocol, p.node_port)).or_default().push(i);
             by_hash.insert(kube_proxy::service_chain_hash(&p.service, p.protocol), i);
-            by_name.insert((p.service.clone(), p.protocol), i);
+            by_name.insert((&p.service, p.protocol), i);
             if let Some(hc) = p.health_check_node_port {
                 health_check.insert(hc, i);
             }
@@ -113,32 +125,41 @@ impl<'a> DesiredIndex<'a> {
     }
 
     /// Desired ports owning `protocol`/`port` in `family`.
-    fn owners(&self, protocol: Protocol, port: u16, family: Family) -> Vec<usize> {
+    fn owners(&self, protocol: Protocol, port: u16, family: Family) -> impl Iterator<Item = usize> + '_ {
         self.by_port
             .get(&(protocol, port))
-            .map(|v| {
-                v.iter()
-                    .copied()
-                    .filter(|&i| self.port(i).in_family(family))
-                    .collect()
-            })
-            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(move |&i| self.port(i).in_family(family))
     }
 
-    fn attribute(&self, rule: &NodePortRule) -> Attribution {
+    fn attribute<'r>(&self, rule: &'r NodePortRule) -> Attribution<'r> {
         if let Some(hash) = &rule.chain_hash {
             return match self.by_hash.get(&**hash) {
                 Some(&i) => Attribution::Known(i),
-                None => Attribution::Foreign(rule.comment_service.clone()),
+                None => Attribution::Foreign(rule.comment_service.as_ref()),
             };
         }
         if let Some(svc) = &rule.comment_service {
-            return match self.by_name.get(&(svc.clone(), rule.protocol)) {
+            return match self.by_name.get(&(svc, rule.protocol)) {
                 Some(&i) => Attribution::Known(i),
-                None => Attribution::Foreign(Some(svc.clone())),
+                None => Attribution::Foreign(Some(svc)),
             };
         }
         Attribution::Unknown
+    }
+
+    /// Attributes a rule and names the Service port it serves now, if any: the one it
+    /// names when that one owns its port, or the port's owner when it names none.
+    fn judge<'r>(&self, rule: &'r NodePortRule, family: Family) -> Judged<'r> {
+        let attribution = self.attribute(rule);
+        let owner = match attribution {
+            Attribution::Known(i) => self.owners(rule.protocol, rule.port, family).find(|&o| o == i),
+            Attribution::Unknown => self.owners(rule.protocol, rule.port, family).next(),
+            Attribution::Foreign(_) => None,
+        };
+        Judged { attribution, owner }
     }
 
     /// Whether endpoint checks can be trusted for this desired port.
@@ -152,14 +173,30 @@ impl<'a> DesiredIndex<'a> {
 }
 
 /// Which Service port a rule belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Attribution {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attribution<'r> {
     /// A Service port in the desired state.
     Known(usize),
     /// A Service port the cluster no longer has (named when the rule says which).
-    Foreign(Option<ServicePortRef>),
+    Foreign(Option<&'r ServicePortRef>),
     /// The rule names no Service (a hand-written DNAT without a comment).
     Unknown,
+}
+
+/// A rule's attribution and the Service port it serves now.
+#[derive(Debug, Clone, Copy)]
+struct Judged<'r> {
+    attribution: Attribution<'r>,
+    owner: Option<usize>,
+}
+
+/// Judges every rule of a source, in the source's order.
+fn judge_source<'r>(source: &'r RuleSource, index: &DesiredIndex<'_>) -> Vec<Judged<'r>> {
+    source
+        .nodeports
+        .iter()
+        .map(|r| index.judge(r, source.family))
+        .collect()
 }
 
 // === Shared finding builders ===
@@ -219,10 +256,10 @@ fn set_service(f: &mut Finding, svc: &ServicePortRef) {
     f.service_port = Some(svc.port_name.clone());
 }
 
-fn describe_attribution(index: &DesiredIndex<'_>, a: &Attribution) -> Option<ServicePortRef> {
+fn describe_attribution<'r>(index: &DesiredIndex<'r>, a: Attribution<'r>) -> Option<&'r ServicePortRef> {
     match a {
-        Attribution::Known(i) => Some(index.port(*i).service.clone()),
-        Attribution::Foreign(s) => s.clone(),
+        Attribution::Known(i) => Some(&index.port(i).service),
+        Attribution::Foreign(s) => s,
         Attribution::Unknown => None,
     }
 }
@@ -232,57 +269,74 @@ fn describe_attribution(index: &DesiredIndex<'_>, a: &Attribution) -> Option<Ser
 /// For each NodePort key, the first line at which the port's owner has its own rule.
 type OwnerLines<'s> = HashMap<(Protocol, u16, &'s DestMatch), u32>;
 
-fn owner_rule_lines<'s>(source: &'s RuleSource, index: &DesiredIndex<'_>) -> OwnerLines<'s> {
+fn owner_rule_lines<'s>(source: &'s RuleSource, judged: &[Judged<'_>]) -> OwnerLines<'s> {
     let mut lines = OwnerLines::new();
-    for r in source.nodeports.iter().filter(|r| r.verdict == Verdict::Forward) {
-        if let Attribution::Known(i) = index.attribute(r) {
-            let p = index.port(i);
-            if p.protocol == r.protocol && p.node_port == r.port && p.in_family(source.family) {
-                let line = lines.entry((r.protocol, r.port, &r.dest)).or_insert(r.rule.line);
-                *line = (*line).min(r.rule.line);
-            }
+    for (r, j) in source.nodeports.iter().zip(judged) {
+        if r.verdict == Verdict::Forward
+            && j.owner.is_some()
+            && matches!(j.attribution, Attribution::Known(_))
+        {
+            let line = lines.entry((r.protocol, r.port, &r.dest)).or_insert(r.rule.line);
+            *line = (*line).min(r.rule.line);
         }
     }
     lines
 }
 
-fn stale_rules(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+fn stale_rules(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     let mut reported_dnats: HashSet<&RuleIdentity> = HashSet::new();
-    let owner_lines = owner_rule_lines(source, index);
+    let owner_lines = owner_rule_lines(source, judged);
     // The main rule first, so evidence shows it rather than kube-proxy's localhost twin.
-    let mut ordered: Vec<&NodePortRule> = source.nodeports.iter().collect();
-    ordered.sort_by_key(|r| r.dest == DestMatch::Localhost);
-    for rule in ordered {
+    let mut ordered: Vec<(&NodePortRule, &Judged<'_>)> = source.nodeports.iter().zip(judged).collect();
+    ordered.sort_by_key(|(r, _)| r.dest == DestMatch::Localhost);
+    for (rule, judged) in ordered {
         match rule.verdict {
             Verdict::HealthCheckAccept => stale_health_check(source, rule, index, out),
             Verdict::Reject | Verdict::Drop => {
-                if index.owners(rule.protocol, rule.port, source.family).is_empty() {
-                    let mut f = rule_finding(
-                        Kind::StaleNodeport,
-                        Severity::Info,
-                        source,
-                        rule,
-                        format!(
-                            "{} still {} {}/{} for a Service that no longer owns the port; the port is dead anyway, but kube-proxy should have removed this rule: check that kube-proxy is syncing.",
-                            source.backend,
-                            if rule.verdict == Verdict::Reject {
-                                "rejects"
-                            } else {
-                                "drops"
-                            },
-                            rule.protocol,
-                            rule.port
-                        ),
-                    );
-                    if let Some(svc) = &rule.comment_service {
-                        set_service(&mut f, svc);
-                    }
-                    out.push(f);
+                if index
+                    .owners(rule.protocol, rule.port, source.family)
+                    .next()
+                    .is_none()
+                {
+                    out.push(stale_filter_finding(source, rule));
                 }
             }
-            Verdict::Forward => stale_forward(source, rule, index, &owner_lines, &mut reported_dnats, out),
+            Verdict::Forward => match judged.owner {
+                None => out.push(stale_nodeport_finding(
+                    source,
+                    rule,
+                    index,
+                    &owner_lines,
+                    judged.attribution,
+                )),
+                Some(owner) => stale_endpoints(source, rule, index, owner, &mut reported_dnats, out),
+            },
         }
     }
+}
+
+fn stale_filter_finding(source: &RuleSource, rule: &NodePortRule) -> Finding {
+    let mut f = rule_finding(
+        Kind::StaleNodeport,
+        Severity::Info,
+        source,
+        rule,
+        format!(
+            "{} still {} {}/{} for a Service that no longer owns the port; the port is dead anyway, but kube-proxy should have removed this rule: check that kube-proxy is syncing.",
+            source.backend,
+            if rule.verdict == Verdict::Reject {
+                "rejects"
+            } else {
+                "drops"
+            },
+            rule.protocol,
+            rule.port
+        ),
+    );
+    if let Some(svc) = &rule.comment_service {
+        set_service(&mut f, svc);
+    }
+    f
 }
 
 fn stale_health_check(
@@ -314,32 +368,14 @@ fn stale_health_check(
     out.push(f);
 }
 
-fn stale_forward<'s>(
+fn stale_endpoints<'s>(
     source: &'s RuleSource,
     rule: &'s NodePortRule,
     index: &DesiredIndex<'_>,
-    owner_lines: &OwnerLines<'_>,
+    owner: usize,
     reported_dnats: &mut HashSet<&'s RuleIdentity>,
     out: &mut Vec<Finding>,
 ) {
-    let owners = index.owners(rule.protocol, rule.port, source.family);
-    let attribution = index.attribute(rule);
-    let owner = match &attribution {
-        Attribution::Known(i) if owners.contains(i) => Some(*i),
-        Attribution::Unknown => owners.first().copied(),
-        _ => None,
-    };
-    let Some(owner) = owner else {
-        out.push(stale_nodeport_finding(
-            source,
-            rule,
-            index,
-            &owners,
-            owner_lines,
-            &attribution,
-        ));
-        return;
-    };
     if !index.endpoints_certain(owner) {
         return;
     }
@@ -382,36 +418,35 @@ fn stale_nodeport_finding(
     source: &RuleSource,
     rule: &NodePortRule,
     index: &DesiredIndex<'_>,
-    owners: &[usize],
     owner_lines: &OwnerLines<'_>,
-    attribution: &Attribution,
+    attribution: Attribution<'_>,
 ) -> Finding {
     let named = describe_attribution(index, attribution);
+    let owner = index.owners(rule.protocol, rule.port, source.family).next();
     // A stale rule ahead of the owner's rule takes the owner's traffic.
     let owner_line = owner_lines.get(&(rule.protocol, rule.port, &rule.dest)).copied();
-    let hijacks = !owners.is_empty() && owner_line.is_none_or(|l| rule.rule.line < l);
-    let whose = match &named {
+    let hijacks = owner.is_some() && owner_line.is_none_or(|l| rule.rule.line < l);
+    let whose = match named {
         Some(svc) => format!("for {}", svc.service()),
         None => "naming no Service".to_string(),
     };
-    let message = if owners.is_empty() {
-        format!(
+    let message = match owner {
+        None => format!(
             "No Service owns {}/{} in {}, but {} still forwards it ({whose}); kube-proxy should have removed this rule: check that it is running and syncing, then delete the rule.",
             rule.protocol, rule.port, source.family, source.backend
-        )
-    } else {
-        let owner = index.port(owners[0]).service.service();
-        format!(
-            "{}/{} now belongs to {owner}, but {} still has a rule {whose}{}; delete the stale rule.",
+        ),
+        Some(owner) => format!(
+            "{}/{} now belongs to {}, but {} still has a rule {whose}{}; delete the stale rule.",
             rule.protocol,
             rule.port,
+            index.port(owner).service.service(),
             source.backend,
             if hijacks {
                 " that matches first and takes the port's traffic"
             } else {
                 ""
             }
-        )
+        ),
     };
     let severity = if hijacks {
         Severity::Critical
@@ -419,7 +454,7 @@ fn stale_nodeport_finding(
         Severity::Warning
     };
     let mut f = rule_finding(Kind::StaleNodeport, severity, source, rule, message);
-    if let Some(svc) = &named {
+    if let Some(svc) = named {
         set_service(&mut f, svc);
     }
     for t in rule.targets.iter() {
@@ -438,15 +473,25 @@ fn stale_nodeport_finding(
 
 // === missing-rule and missing-endpoint ===
 
-fn missing_rules(family: Family, primary: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+fn missing_rules(
+    family: Family,
+    primary: &RuleSource,
+    judged: &[Judged<'_>],
+    index: &DesiredIndex<'_>,
+    out: &mut Vec<Finding>,
+) {
     if !primary.complete {
         // A truncated or partly unreadable dump cannot prove a rule is absent.
         return;
     }
-    let mut by_port: HashMap<(Protocol, u16), Vec<&NodePortRule>> = HashMap::new();
-    for rule in &primary.nodeports {
-        by_port.entry((rule.protocol, rule.port)).or_default().push(rule);
+    let mut by_port: FxHashMap<(Protocol, u16), Vec<(&NodePortRule, &Judged<'_>)>> = FxHashMap::default();
+    for (rule, j) in primary.nodeports.iter().zip(judged) {
+        by_port
+            .entry((rule.protocol, rule.port))
+            .or_default()
+            .push((rule, j));
     }
+    let mut forwarding: Vec<&NodePortRule> = Vec::new();
     for (i, desired) in index.state.ports.iter().enumerate() {
         if !desired.in_family(family) || !index.endpoints_certain(i) {
             continue;
@@ -461,33 +506,31 @@ fn missing_rules(family: Family, primary: &RuleSource, index: &DesiredIndex<'_>,
             .get(&(desired.protocol, desired.node_port))
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let mut forwarding: Vec<&NodePortRule> = rules
-            .iter()
-            .copied()
-            .filter(|r| r.verdict == Verdict::Forward)
-            .filter(|r| match index.attribute(r) {
-                Attribution::Known(k) => k == i,
-                Attribution::Unknown => true,
-                Attribution::Foreign(_) => false,
-            })
-            .collect();
+        forwarding.clear();
+        forwarding.extend(
+            rules
+                .iter()
+                .filter(|(r, j)| r.verdict == Verdict::Forward && j.owner == Some(i))
+                .map(|(r, _)| *r),
+        );
         if forwarding.is_empty() {
             out.push(missing_rule_finding(family, primary, desired, rules));
             continue;
         }
-        forwarding.sort_by_key(|r| r.dest == DestMatch::Localhost);
         if eps.cluster_uncertain {
             continue;
         }
-        let reached: BTreeSet<SocketAddr> = forwarding
-            .iter()
-            .flat_map(|r| r.targets.iter().map(|t| t.addr))
-            .collect();
-        let mut expected: BTreeSet<SocketAddr> = eps.cluster.clone();
-        if desired.external_policy_local {
-            expected.extend(eps.local.iter().copied());
-        }
-        for addr in expected.difference(&reached) {
+        forwarding.sort_by_key(|r| r.dest == DestMatch::Localhost);
+        let reached = |addr: &SocketAddr| {
+            forwarding
+                .iter()
+                .any(|r| r.targets.iter().any(|t| t.addr == *addr))
+        };
+        let local = eps.local.iter().filter(|_| desired.external_policy_local);
+        let mut missing: Vec<&SocketAddr> = eps.cluster.iter().chain(local).filter(|a| !reached(a)).collect();
+        missing.sort();
+        missing.dedup();
+        for addr in missing {
             let mut f = rule_finding(
                 Kind::MissingEndpoint,
                 Severity::Warning,
@@ -512,7 +555,7 @@ fn missing_rule_finding(
     family: Family,
     primary: &RuleSource,
     desired: &DesiredPort,
-    rules: &[&NodePortRule],
+    rules: &[(&NodePortRule, &Judged<'_>)],
 ) -> Finding {
     let mut f = Finding::new(
         Kind::MissingRule,
@@ -531,7 +574,7 @@ fn missing_rule_finding(
     f.family = Some(family);
     f.backend = Some(primary.backend);
     set_service(&mut f, &desired.service);
-    for r in rules {
+    for (r, _) in rules {
         let what = match r.verdict {
             Verdict::Reject => "still rejects the port as if the Service had no endpoints",
             Verdict::Drop => "still drops the port as if there were no local endpoints",
@@ -549,21 +592,31 @@ fn missing_rule_finding(
 
 // === duplicate-rule ===
 
-fn duplicate_rules(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
-    let mut groups: BTreeMap<(Protocol, u16, &DestMatch), Vec<&NodePortRule>> = BTreeMap::new();
-    for rule in source.nodeports.iter().filter(|r| r.verdict == Verdict::Forward) {
+fn duplicate_rules(
+    source: &RuleSource,
+    judged: &[Judged<'_>],
+    index: &DesiredIndex<'_>,
+    out: &mut Vec<Finding>,
+) {
+    let mut groups: FxHashMap<(Protocol, u16, &DestMatch), Vec<(&NodePortRule, &Judged<'_>)>> =
+        FxHashMap::default();
+    for (rule, j) in source
+        .nodeports
+        .iter()
+        .zip(judged)
+        .filter(|(r, _)| r.verdict == Verdict::Forward)
+    {
         groups
             .entry((rule.protocol, rule.port, &rule.dest))
             .or_default()
-            .push(rule);
+            .push((rule, j));
     }
+    let mut groups: Vec<_> = groups.into_iter().filter(|(_, rules)| rules.len() > 1).collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
     for ((protocol, port, _), rules) in groups {
-        if rules.len() < 2 {
-            continue;
-        }
-        let first = rules[0];
+        let (first, _) = rules[0];
         let first_targets: BTreeSet<SocketAddr> = first.targets.iter().map(|t| t.addr).collect();
-        for rule in &rules[1..] {
+        for &(rule, j) in &rules[1..] {
             let targets: BTreeSet<SocketAddr> = rule.targets.iter().map(|t| t.addr).collect();
             let differ = targets != first_targets;
             let mut f = rule_finding(
@@ -587,8 +640,8 @@ fn duplicate_rules(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<
                     }
                 ),
             );
-            if let Some(svc) = describe_attribution(index, &index.attribute(rule)) {
-                set_service(&mut f, &svc);
+            if let Some(svc) = describe_attribution(index, j.attribution) {
+                set_service(&mut f, svc);
             }
             f.evidence.push(format!("first rule: {}", first.rule.text));
             out.push(f);
@@ -612,6 +665,7 @@ fn backend_rank(b: Backend) -> u8 {
 /// agree best with the cluster state.
 fn choose_primaries(
     sources: &[RuleSource],
+    judged: &[Vec<Judged<'_>>],
     index: &DesiredIndex<'_>,
     has_desired: bool,
 ) -> BTreeMap<Family, usize> {
@@ -621,7 +675,7 @@ fn choose_primaries(
             continue;
         }
         let score = if has_desired {
-            agreement(s, index)
+            agreement(s, &judged[i], index)
         } else {
             s.kube_rule_count as i64
         };
@@ -640,19 +694,14 @@ fn choose_primaries(
 
 /// +1 for every forwarding rule that matches its Service's current endpoints, -1 for
 /// every one that does not.
-fn agreement(source: &RuleSource, index: &DesiredIndex<'_>) -> i64 {
+fn agreement(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<'_>) -> i64 {
     source
         .nodeports
         .iter()
-        .filter(|r| r.verdict == Verdict::Forward)
-        .map(|r| {
-            let owners = index.owners(r.protocol, r.port, source.family);
-            let owner = match index.attribute(r) {
-                Attribution::Known(i) if owners.contains(&i) => Some(i),
-                Attribution::Unknown => owners.first().copied(),
-                _ => None,
-            };
-            let fresh = owner.is_some_and(|i| {
+        .zip(judged)
+        .filter(|(r, _)| r.verdict == Verdict::Forward)
+        .map(|(r, j)| {
+            let fresh = j.owner.is_some_and(|i| {
                 index
                     .port(i)
                     .endpoints(source.family)
@@ -665,6 +714,7 @@ fn agreement(source: &RuleSource, index: &DesiredIndex<'_>) -> i64 {
 
 fn backend_split(
     sources: &[RuleSource],
+    judged: &[Vec<Judged<'_>>],
     primaries: &BTreeMap<Family, usize>,
     index: &DesiredIndex<'_>,
     out: &mut Vec<Finding>,
@@ -677,10 +727,11 @@ fn backend_split(
             continue;
         }
         let active = sources[primary].backend;
-        let forwarding: Vec<&NodePortRule> = s
+        let forwarding: Vec<(&NodePortRule, &Judged<'_>)> = s
             .nodeports
             .iter()
-            .filter(|r| r.verdict == Verdict::Forward)
+            .zip(&judged[i])
+            .filter(|(r, _)| r.verdict == Verdict::Forward)
             .collect();
         if forwarding.is_empty() {
             let mut f = Finding::new(
@@ -697,7 +748,7 @@ fn backend_split(
             out.push(f);
             continue;
         }
-        for rule in forwarding {
+        for (rule, j) in forwarding {
             let mut f = rule_finding(
                 Kind::BackendSplit,
                 Severity::Warning,
@@ -708,8 +759,8 @@ fn backend_split(
                     rule.protocol, rule.port, s.backend, active, s.backend, s.backend
                 ),
             );
-            if let Some(svc) = describe_attribution(index, &index.attribute(rule)) {
-                set_service(&mut f, &svc);
+            if let Some(svc) = describe_attribution(index, j.attribution) {
+                set_service(&mut f, svc);
             }
             out.push(f);
         }
@@ -880,7 +931,7 @@ fn owner_of_chain(
         };
     }
     let (svc, protocol) = kube_proxy::parse_nft_service_chain(chain)?;
-    index.by_name.get(&(svc, protocol)).copied()
+    index.by_name.get(&(&svc, protocol)).copied()
 }
 
 // === unparsed-rule ===
