@@ -174,10 +174,11 @@ def _service_json(s: Service) -> dict:
     if s.external_ips:
         spec["externalIPs"] = list(s.external_ips)
     spec["ports"] = [_port_json(p, s) for p in s.ports]
-    if s.selector is not None:
+    if s.selector:
         spec["selector"] = dict(s.selector)
-    elif not s.key == "default/kubernetes":
+    elif s.selector is None:
         spec["selector"] = {"app.kubernetes.io/name": s.name}
+    # selector == {}: a Service without selector (default/kubernetes): no field
     if s.affinity_timeout:
         spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": s.affinity_timeout}}
     status: dict = {"loadBalancer": {}}
