@@ -141,10 +141,17 @@ inside() {
 
 # ---------------------------------------------------------------- outside
 
+STAGING=""
+cleanup_outside() {
+  [[ -n $STAGING ]] && rm -rf "$STAGING"
+  return 0
+}
+
 capture() {
   local bundle=$1 staging f
   [[ -d $bundle/source ]] || die "$bundle has no source/"
   staging=$(mktemp -d)
+  STAGING=$staging
   # PID namespace + --kill-child: every listener dies with the namespace, whatever happens.
   if ! unshare --net --pid --fork --mount-proc --kill-child "$SELF" --inside "$bundle" "$staging"; then
     rm -rf "$staging"
@@ -158,6 +165,7 @@ capture() {
     mv "$staging/$f" "$bundle/$f"
   done
   rm -rf "$staging"
+  STAGING=""
   local got=()
   for f in "${CAPTURED[@]}"; do
     [[ -e $bundle/$f ]] && got+=("$f")
@@ -173,6 +181,7 @@ main() {
     return
   fi
   [[ $(id -u) -eq 0 ]] || die "must run as root (it creates network namespaces)"
+  trap cleanup_outside EXIT
   local t
   for t in unshare ip nft nfacct iptables-nft-restore iptables-legacy-restore ip6tables-nft-restore \
     ip6tables-legacy-restore iptables-nft-save iptables-legacy-save python3; do
