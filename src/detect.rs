@@ -873,8 +873,9 @@ fn orphan_chains(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Fi
         return;
     }
     let endpoint_hashes = endpoint_hash_index(index, source.family, &source.orphans);
+    let mut budget = ORPHAN_HASH_BUDGET;
     for orphan in &source.orphans {
-        let owner = owner_of_chain(&orphan.chain, index, &endpoint_hashes);
+        let owner = owner_of_chain(orphan, index, &endpoint_hashes, &mut budget);
         let mut f = Finding::new(
             Kind::OrphanChain,
             Severity::Info,
@@ -918,17 +919,38 @@ fn endpoint_hash_index(
     out
 }
 
+/// How many endpoint-chain hashes may be computed, in all, to attribute orphan
+/// endpoint chains of deleted pods (each try is one sha256 per Service port): enough
+/// for the leftovers of an ordinary rollout, bounded after a mass deletion.
+const ORPHAN_HASH_BUDGET: usize = 200_000;
+
 fn owner_of_chain(
-    chain: &str,
+    orphan: &crate::model::OrphanChain,
     index: &DesiredIndex<'_>,
     endpoint_hashes: &HashMap<String, usize>,
+    budget: &mut usize,
 ) -> Option<usize> {
+    let chain = orphan.chain.as_str();
     if let Some(hash) = kube_proxy::chain_hash(chain) {
-        return if chain.starts_with("KUBE-SEP-") {
-            endpoint_hashes.get(hash).copied()
-        } else {
-            index.by_hash.get(hash).copied()
-        };
+        if !chain.starts_with("KUBE-SEP-") {
+            return index.by_hash.get(hash).copied();
+        }
+        if let Some(&i) = endpoint_hashes.get(hash) {
+            return Some(i);
+        }
+        // The pod is gone from the API, but the chain still DNATs to it: the name is
+        // the hash of (Service port, protocol, that address), so try each Service port.
+        let dnat = orphan.dnat?;
+        let ports = index.state.ports.len();
+        if *budget < ports {
+            return None;
+        }
+        *budget -= ports;
+        return index
+            .state
+            .ports
+            .iter()
+            .position(|p| kube_proxy::endpoint_chain_hash(&p.service, p.protocol, &dnat) == hash);
     }
     let (svc, protocol) = kube_proxy::parse_nft_service_chain(chain)?;
     index.by_name.get(&(&svc, protocol)).copied()

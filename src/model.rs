@@ -289,6 +289,9 @@ pub struct OrphanChain {
     pub table: String,
     pub chain: String,
     pub line: u32,
+    /// The DNAT an endpoint chain still holds: with the chain name's hash it tells
+    /// which Service port the chain belonged to.
+    pub dnat: Option<SocketAddr>,
 }
 
 /// Everything read from one netfilter source (one dump of one backend and family).

@@ -551,6 +551,8 @@ fn orphan_chains(table: &TableIr<'_>) -> Vec<OrphanChain> {
             table: table_label(table.family).to_string(),
             chain: chain.name.to_string(),
             line: chain.line,
+            // nftables chain names carry the Service port themselves.
+            dnat: None,
         })
         .collect()
 }

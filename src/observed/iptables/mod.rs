@@ -585,19 +585,26 @@ impl Parser {
             || self.filter.index.contains_key("KUBE-PROXY-CANARY")
             || self.other_chains.iter().any(|c| &**c == "KUBE-PROXY-CANARY");
         let nodeports = resolve_dispatch(&mut self, backend, family);
-        let orphans = self
-            .nat
-            .chains
-            .iter()
-            .filter(|c| c.declared != 0 && !c.referenced && kube_proxy::chain_hash(&c.name).is_some())
-            .map(|c| OrphanChain {
-                backend,
-                family,
-                table: "nat".into(),
-                chain: c.name.to_string(),
-                line: c.declared,
-            })
-            .collect();
+        let mut orphans: Vec<OrphanChain> = Vec::new();
+        let mut orphan_ids = FxHashMap::default();
+        for (id, c) in self.nat.chains.iter().enumerate() {
+            if c.declared != 0 && !c.referenced && kube_proxy::chain_hash(&c.name).is_some() {
+                orphan_ids.insert(id as u32, orphans.len());
+                orphans.push(OrphanChain {
+                    backend,
+                    family,
+                    table: "nat".into(),
+                    chain: c.name.to_string(),
+                    line: c.declared,
+                    dnat: None,
+                });
+            }
+        }
+        for d in &self.dnats {
+            if let (Some(&i), Some(port)) = (orphan_ids.get(&d.chain), d.port) {
+                orphans[i].dnat.get_or_insert(SocketAddr::new(d.ip, port));
+            }
+        }
         let complete = !self.uncommitted && self.unparsed.is_empty();
         RuleSource {
             origin: self.origin,
