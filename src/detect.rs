@@ -190,6 +190,9 @@ struct Judged<'r> {
     owner: Option<usize>,
 }
 
+/// A rule beside its judgment.
+type JudgedRule<'s, 'r> = (&'s NodePortRule, &'s Judged<'r>);
+
 /// Judges every rule of a source, in the source's order.
 fn judge_source<'r>(source: &'r RuleSource, index: &DesiredIndex<'_>) -> Vec<Judged<'r>> {
     source
@@ -598,8 +601,7 @@ fn duplicate_rules(
     index: &DesiredIndex<'_>,
     out: &mut Vec<Finding>,
 ) {
-    let mut groups: FxHashMap<(Protocol, u16, &DestMatch), Vec<(&NodePortRule, &Judged<'_>)>> =
-        FxHashMap::default();
+    let mut groups: FxHashMap<(Protocol, u16, &DestMatch), Vec<JudgedRule<'_, '_>>> = FxHashMap::default();
     for (rule, j) in source
         .nodeports
         .iter()
