@@ -81,8 +81,8 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
 /// Lookup tables over the desired state, built once per scan.
 struct DesiredIndex<'a> {
     state: &'a DesiredState,
-    by_port: FxHashMap<(Protocol, u16), Vec<usize>>,
-    by_hash: FxHashMap<String, usize>,
+    by_port: PortIndex<usize>,
+    by_hash: FxHashMap<[u8; 16], usize>,
     by_name: FxHashMap<(&'a ServicePortRef, Protocol), usize>,
     health_check: HashMap<u16, usize>,
     /// Every port allocated to any Service, whatever its protocol or whether kube-proxy
@@ -92,21 +92,26 @@ struct DesiredIndex<'a> {
 
 impl<'a> DesiredIndex<'a> {
     fn new(state: &'a DesiredState) -> Self {
-        let mut by_port: FxHashMap<(Protocol, u16), Vec<usize>> = FxHashMap::default();
         let mut by_hash = FxHashMap::default();
         let mut by_name = FxHashMap::default();
         let mut health_check = HashMap::new();
         for (i, p) in state.ports.iter().enumerate() {
-            by_port.entry((p.protocol, p.node_port)).or_default().push(i);
-            by_hash.insert(kube_proxy::service_chain_hash(&p.service, p.protocol), i);
+            by_hash.insert(kube_proxy::service_chain_hash_bytes(&p.service, p.protocol), i);
             by_name.insert((&p.service, p.protocol), i);
             if let Some(hc) = p.health_check_node_port {
                 health_check.insert(hc, i);
             }
         }
+        let by_port = PortIndex::new(
+            state
+                .ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| ((p.protocol, p.node_port), i)),
+        );
         let allocated = by_port
             .keys()
-            .map(|&(_, port)| port)
+            .map(|(_, port)| port)
             .chain(health_check.keys().copied())
             .chain(state.other_allocated.iter().map(|&(_, port)| port))
             .collect();
@@ -127,16 +132,15 @@ impl<'a> DesiredIndex<'a> {
     /// Desired ports owning `protocol`/`port` in `family`.
     fn owners(&self, protocol: Protocol, port: u16, family: Family) -> impl Iterator<Item = usize> + '_ {
         self.by_port
-            .get(&(protocol, port))
-            .into_iter()
-            .flatten()
+            .get((protocol, port))
+            .iter()
             .copied()
             .filter(move |&i| self.port(i).in_family(family))
     }
 
     fn attribute<'r>(&self, rule: &'r NodePortRule) -> Attribution<'r> {
         if let Some(hash) = &rule.chain_hash {
-            return match self.by_hash.get(&**hash) {
+            return match hash_key(hash).and_then(|k| self.by_hash.get(&k)) {
                 Some(&i) => Attribution::Known(i),
                 None => Attribution::Foreign(rule.comment_service.as_ref()),
             };
@@ -170,6 +174,50 @@ impl<'a> DesiredIndex<'a> {
     fn allocated(&self, port: u16) -> bool {
         self.allocated.contains(&port)
     }
+}
+
+/// Values grouped by protocol and port: one sorted vector, looked up by binary search,
+/// so a 10,000-Service cluster costs no allocation per port.
+struct PortIndex<T> {
+    keys: Vec<(Protocol, u16)>,
+    values: Vec<T>,
+}
+
+impl<T> PortIndex<T> {
+    fn new(items: impl Iterator<Item = ((Protocol, u16), T)>) -> Self {
+        let mut items: Vec<_> = items.collect();
+        // Stable: values of one key keep their order (rules stay in dump order).
+        items.sort_by_key(|(k, _)| *k);
+        let (keys, values) = items.into_iter().unzip();
+        PortIndex { keys, values }
+    }
+
+    fn get(&self, key: (Protocol, u16)) -> &[T] {
+        let from = self.keys.partition_point(|k| *k < key);
+        let to = from + self.keys[from..].partition_point(|k| *k == key);
+        &self.values[from..to]
+    }
+
+    fn keys(&self) -> impl Iterator<Item = (Protocol, u16)> + '_ {
+        self.keys.iter().copied()
+    }
+
+    /// Each key with its values, in key order.
+    fn groups(&self) -> impl Iterator<Item = ((Protocol, u16), &[T])> + '_ {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let key = *self.keys.get(at)?;
+            let len = self.keys[at..].partition_point(|k| *k == key);
+            let group = &self.values[at..at + len];
+            at += len;
+            Some((key, group))
+        })
+    }
+}
+
+/// A chain-name hash as an index key.
+fn hash_key(hash: &str) -> Option<[u8; 16]> {
+    hash.as_bytes().try_into().ok()
 }
 
 /// Which Service port a rule belongs to.
@@ -270,10 +318,10 @@ fn describe_attribution<'r>(index: &DesiredIndex<'r>, a: Attribution<'r>) -> Opt
 // === stale-nodeport and stale-endpoint ===
 
 /// For each NodePort key, the first line at which the port's owner has its own rule.
-type OwnerLines<'s> = HashMap<(Protocol, u16, &'s DestMatch), u32>;
+type OwnerLines<'s> = FxHashMap<(Protocol, u16, &'s DestMatch), u32>;
 
 fn owner_rule_lines<'s>(source: &'s RuleSource, judged: &[Judged<'_>]) -> OwnerLines<'s> {
-    let mut lines = OwnerLines::new();
+    let mut lines = OwnerLines::default();
     for (r, j) in source.nodeports.iter().zip(judged) {
         if r.verdict == Verdict::Forward
             && j.owner.is_some()
@@ -288,11 +336,15 @@ fn owner_rule_lines<'s>(source: &'s RuleSource, judged: &[Judged<'_>]) -> OwnerL
 
 fn stale_rules(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     let mut reported_dnats: HashSet<&RuleIdentity> = HashSet::new();
-    let owner_lines = owner_rule_lines(source, judged);
-    // The main rule first, so evidence shows it rather than kube-proxy's localhost twin.
-    let mut ordered: Vec<(&NodePortRule, &Judged<'_>)> = source.nodeports.iter().zip(judged).collect();
-    ordered.sort_by_key(|(r, _)| r.dest == DestMatch::Localhost);
-    for (rule, judged) in ordered {
+    // Needed only to judge stale rules, which a healthy node has none of.
+    let mut owner_lines: Option<OwnerLines<'_>> = None;
+    let all_judged = judged;
+    // The main rules first, so evidence shows them rather than kube-proxy's localhost twins.
+    let rules = || source.nodeports.iter().zip(all_judged);
+    let main_first = rules()
+        .filter(|(r, _)| r.dest != DestMatch::Localhost)
+        .chain(rules().filter(|(r, _)| r.dest == DestMatch::Localhost));
+    for (rule, judged) in main_first {
         match rule.verdict {
             Verdict::HealthCheckAccept => stale_health_check(source, rule, index, out),
             Verdict::Reject | Verdict::Drop => {
@@ -305,13 +357,16 @@ fn stale_rules(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<
                 }
             }
             Verdict::Forward => match judged.owner {
-                None => out.push(stale_nodeport_finding(
-                    source,
-                    rule,
-                    index,
-                    &owner_lines,
-                    judged.attribution,
-                )),
+                None => {
+                    let lines = owner_lines.get_or_insert_with(|| owner_rule_lines(source, all_judged));
+                    out.push(stale_nodeport_finding(
+                        source,
+                        rule,
+                        index,
+                        lines,
+                        judged.attribution,
+                    ));
+                }
                 Some(owner) => stale_endpoints(source, rule, index, owner, &mut reported_dnats, out),
             },
         }
@@ -405,12 +460,16 @@ fn stale_endpoints<'s>(
         );
         set_service(&mut f, &desired.service);
         f.target = Some(target.addr.to_string());
-        f.evidence = vec![format!(
-            "NodePort rule: {} ({})",
-            rule.rule.text,
-            locate(&source.origin, rule.rule.line)
-        )];
-        f.evidence.extend(describe_path(rule, Some(&target.chain)));
+        f.evidence.clear();
+        // A DNAT written straight into the dispatch chain is its own evidence.
+        if target.rule.line != rule.rule.line || target.rule.text != rule.rule.text {
+            f.evidence.push(format!(
+                "NodePort rule: {} ({})",
+                rule.rule.text,
+                locate(&source.origin, rule.rule.line)
+            ));
+            f.evidence.extend(describe_path(rule, Some(&target.chain)));
+        }
         f.rule = Some(target.rule.text.to_string());
         f.rule_source = Some(locate(&source.origin, target.rule.line));
         out.push(f);
@@ -487,13 +546,13 @@ fn missing_rules(
         // A truncated or partly unreadable dump cannot prove a rule is absent.
         return;
     }
-    let mut by_port: FxHashMap<(Protocol, u16), Vec<(&NodePortRule, &Judged<'_>)>> = FxHashMap::default();
-    for (rule, j) in primary.nodeports.iter().zip(judged) {
-        by_port
-            .entry((rule.protocol, rule.port))
-            .or_default()
-            .push((rule, j));
-    }
+    let by_port = PortIndex::new(
+        primary
+            .nodeports
+            .iter()
+            .zip(judged)
+            .map(|(r, j)| ((r.protocol, r.port), (r, j))),
+    );
     let mut forwarding: Vec<&NodePortRule> = Vec::new();
     for (i, desired) in index.state.ports.iter().enumerate() {
         if !desired.in_family(family) || !index.endpoints_certain(i) {
@@ -505,10 +564,7 @@ fn missing_rules(
         if !eps.has_endpoints {
             continue;
         }
-        let rules = by_port
-            .get(&(desired.protocol, desired.node_port))
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let rules = by_port.get((desired.protocol, desired.node_port));
         forwarding.clear();
         forwarding.extend(
             rules
@@ -601,54 +657,78 @@ fn duplicate_rules(
     index: &DesiredIndex<'_>,
     out: &mut Vec<Finding>,
 ) {
-    let mut groups: FxHashMap<(Protocol, u16, &DestMatch), Vec<JudgedRule<'_, '_>>> = FxHashMap::default();
-    for (rule, j) in source
+    // Sorted by key, stable, so each group keeps dump order: the first rule matches.
+    let mut forward: Vec<JudgedRule<'_, '_>> = source
         .nodeports
         .iter()
         .zip(judged)
         .filter(|(r, _)| r.verdict == Verdict::Forward)
-    {
-        groups
-            .entry((rule.protocol, rule.port, &rule.dest))
-            .or_default()
-            .push((rule, j));
-    }
-    let mut groups: Vec<_> = groups.into_iter().filter(|(_, rules)| rules.len() > 1).collect();
-    groups.sort_by(|a, b| a.0.cmp(&b.0));
-    for ((protocol, port, _), rules) in groups {
-        let (first, _) = rules[0];
-        let first_targets: BTreeSet<SocketAddr> = first.targets.iter().map(|t| t.addr).collect();
-        for &(rule, j) in &rules[1..] {
+        .collect();
+    forward.sort_by(|(a, _), (b, _)| (a.protocol, a.port, &a.dest).cmp(&(b.protocol, b.port, &b.dest)));
+    let same_key = |(a, _): &JudgedRule<'_, '_>, (b, _): &JudgedRule<'_, '_>| {
+        (a.protocol, a.port, &a.dest) == (b.protocol, b.port, &b.dest)
+    };
+    for rules in forward.chunk_by(same_key).filter(|g| g.len() > 1) {
+        let (protocol, port) = (rules[0].0.protocol, rules[0].0.port);
+        let first = rules[0].0;
+        // The rule to keep: kube-proxy's own when exactly one is, else the first (the
+        // one that matches). Every other rule of the group is reported.
+        let kube_proxys: Vec<usize> = (0..rules.len())
+            .filter(|&i| written_by_kube_proxy(rules[i].0))
+            .collect();
+        let keep = if kube_proxys.len() == 1 { kube_proxys[0] } else { 0 };
+        let kept = rules[keep].0;
+        let kept_targets: BTreeSet<SocketAddr> = kept.targets.iter().map(|t| t.addr).collect();
+        for (i, &(rule, j)) in rules.iter().enumerate().filter(|&(i, _)| i != keep) {
             let targets: BTreeSet<SocketAddr> = rule.targets.iter().map(|t| t.addr).collect();
-            let differ = targets != first_targets;
-            let mut f = rule_finding(
-                Kind::DuplicateRule,
+            let differ = targets != kept_targets;
+            let shadows = i == 0;
+            let message = format!(
+                "{protocol}/{port} has {} NodePort rules in {}; only the first ({}) ever matches{}: delete this {}rule{}.",
+                rules.len(),
+                source.backend,
+                locate(&source.origin, first.rule.line),
                 if differ {
-                    Severity::Critical
+                    ", and they disagree on where traffic goes"
                 } else {
-                    Severity::Warning
+                    ""
                 },
-                source,
-                rule,
-                format!(
-                    "{protocol}/{port} has {} NodePort rules in {}; only the first ({}) ever matches{}: keep the rule kube-proxy wrote and delete the other.",
-                    rules.len(),
-                    source.backend,
-                    locate(&source.origin, first.rule.line),
-                    if differ {
-                        ", and the rules disagree on where traffic goes"
-                    } else {
-                        ", the rest are dead weight"
-                    }
-                ),
+                if written_by_kube_proxy(rule) {
+                    ""
+                } else {
+                    "hand-written "
+                },
+                if shadows {
+                    format!(
+                        ", which shadows kube-proxy's ({})",
+                        locate(&source.origin, kept.rule.line)
+                    )
+                } else {
+                    String::new()
+                }
             );
-            if let Some(svc) = describe_attribution(index, j.attribution) {
+            let severity = if differ {
+                Severity::Critical
+            } else {
+                Severity::Warning
+            };
+            let mut f = rule_finding(Kind::DuplicateRule, severity, source, rule, message);
+            // A hand-written rule names no Service: it serves the port's owner.
+            let named = describe_attribution(index, j.attribution)
+                .or_else(|| j.owner.map(|i| &index.port(i).service));
+            if let Some(svc) = named {
                 set_service(&mut f, svc);
             }
-            f.evidence.push(format!("first rule: {}", first.rule.text));
+            f.evidence.push(format!("kept rule: {}", kept.rule.text));
             out.push(f);
         }
     }
+}
+
+/// Rules kube-proxy writes jump to its hashed per-service chains (iptables) or are its
+/// map elements (nftables); anything else was written by someone else.
+fn written_by_kube_proxy(rule: &NodePortRule) -> bool {
+    rule.chain_hash.is_some() || rule.backend == Backend::Nftables
 }
 
 // === backend-split ===
@@ -781,11 +861,7 @@ fn squatters(observed: &Observed, index: &DesiredIndex<'_>, config: &DetectConfi
         if l.protocol == Protocol::Tcp && index.health_check.contains_key(&l.port) {
             continue;
         }
-        let owner = index
-            .by_port
-            .get(&(l.protocol, l.port))
-            .and_then(|v| v.first())
-            .copied();
+        let owner = index.by_port.get((l.protocol, l.port)).first().copied();
         let process = observed.owners.get(&l.inode).cloned();
         let who = match &process {
             Some(p) => format!("{} (pid {})", p.name, p.pid),
@@ -842,9 +918,7 @@ fn squatters(observed: &Observed, index: &DesiredIndex<'_>, config: &DetectConfi
 // === nodeport-collision ===
 
 fn nodeport_collisions(index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
-    let mut keys: Vec<_> = index.by_port.iter().filter(|(_, v)| v.len() > 1).collect();
-    keys.sort();
-    for (&(protocol, port), claimants) in keys {
+    for ((protocol, port), claimants) in index.by_port.groups().filter(|(_, v)| v.len() > 1) {
         let names: Vec<String> = claimants
             .iter()
             .map(|&i| index.port(i).service.service())
@@ -935,7 +1009,7 @@ fn owner_of_chain(
     let chain = orphan.chain.as_str();
     if let Some(hash) = kube_proxy::chain_hash(chain) {
         if !chain.starts_with("KUBE-SEP-") {
-            return index.by_hash.get(hash).copied();
+            return hash_key(hash).and_then(|k| index.by_hash.get(&k)).copied();
         }
         if let Some(&i) = endpoint_hashes.get(hash) {
             return Some(i);

@@ -23,9 +23,27 @@ fn base32_sha256_prefix(input: &[u8], len: usize) -> String {
 /// The 16-character suffix of `KUBE-SVC-`, `KUBE-SVL-`, `KUBE-EXT-` and `KUBE-FW-`
 /// chains for one Service port.
 pub fn service_chain_hash(svc: &ServicePortRef, protocol: Protocol) -> String {
-    let mut input = svc.kube_proxy_name();
-    input.push_str(protocol.as_str());
-    base32_sha256_prefix(input.as_bytes(), 16)
+    let hash = service_chain_hash_bytes(svc, protocol);
+    String::from_utf8_lossy(&hash).into_owned()
+}
+
+/// [`service_chain_hash`] without allocating, for indexing every Service of a large
+/// cluster: the hash as 16 ASCII bytes.
+pub fn service_chain_hash_bytes(svc: &ServicePortRef, protocol: Protocol) -> [u8; 16] {
+    let mut hasher = Sha256::new();
+    hasher.update(svc.namespace.as_bytes());
+    hasher.update(b"/");
+    hasher.update(svc.name.as_bytes());
+    if !svc.port_name.is_empty() {
+        hasher.update(b":");
+        hasher.update(svc.port_name.as_bytes());
+    }
+    hasher.update(protocol.as_str().as_bytes());
+    let digest = hasher.finalize();
+    // 10 bytes of digest encode to exactly 16 base32 characters.
+    let mut out = [0u8; 16];
+    BASE32.encode_mut(&digest[..10], &mut out);
+    out
 }
 
 /// The 16-character suffix of a `KUBE-SEP-` chain.

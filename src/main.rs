@@ -3,6 +3,12 @@
 
 use std::process::ExitCode;
 
+/// mimalloc: a scan allocates hundreds of thousands of small objects (rule text, API
+/// objects); with it, parse + diff of a 10,000-Service node runs ~25% faster than
+/// with glibc malloc (see the README's figures).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use portdrift::cli::{Cli, run};
 

@@ -20,10 +20,15 @@ pub struct Line<'a> {
     pub truncated: bool,
 }
 
-/// Reads lines into one reused buffer.
+/// Reads lines, borrowing them straight from the reader's buffer when a whole line is
+/// there (the common case), and copying into one reused buffer only when a line spans
+/// two reads.
 pub struct BoundedLines<R> {
     reader: R,
     buf: Vec<u8>,
+    /// Bytes of the reader's buffer handed out as the last line, consumed on the next
+    /// call (the line borrowed them until then).
+    pending: usize,
     number: u32,
     max: usize,
     /// The input ended without a final newline (a sign of a truncated dump).
@@ -39,6 +44,7 @@ impl<R: BufRead> BoundedLines<R> {
         BoundedLines {
             reader,
             buf: Vec::with_capacity(512),
+            pending: 0,
             number: 0,
             max,
             ended_without_newline: false,
@@ -47,23 +53,41 @@ impl<R: BufRead> BoundedLines<R> {
 
     /// The next line, or None at the end of input.
     pub fn next_line(&mut self) -> io::Result<Option<Line<'_>>> {
+        self.reader.consume(std::mem::take(&mut self.pending));
+        // Fast path: the whole line is already in the reader's buffer.
+        let available = fill(&mut self.reader)?;
+        if available.is_empty() {
+            return Ok(None);
+        }
+        if let Some(i) = memchr::memchr(b'\n', available)
+            && i <= self.max
+        {
+            self.pending = i + 1;
+            self.number = self.number.saturating_add(1);
+            let available = fill(&mut self.reader)?;
+            let mut line = &available[..i];
+            if line.last() == Some(&b'\r') {
+                line = &line[..line.len() - 1];
+            }
+            return Ok(Some(Line {
+                number: self.number,
+                bytes: line,
+                truncated: false,
+            }));
+        }
+        self.copy_line()
+    }
+
+    /// The slow path: a line that spans reads, or is longer than the bound.
+    fn copy_line(&mut self) -> io::Result<Option<Line<'_>>> {
         self.buf.clear();
         let mut truncated = false;
-        let mut saw_any = false;
         loop {
-            let available = match self.reader.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
+            let available = fill(&mut self.reader)?;
             if available.is_empty() {
-                if !saw_any {
-                    return Ok(None);
-                }
                 self.ended_without_newline = true;
                 break;
             }
-            saw_any = true;
             let (chunk, consumed, done) = match memchr::memchr(b'\n', available) {
                 Some(i) => (&available[..i], i + 1, true),
                 None => (available, available.len(), false),
@@ -88,6 +112,19 @@ impl<R: BufRead> BoundedLines<R> {
             truncated,
         }))
     }
+}
+
+/// `fill_buf`, retried on EINTR. (The second call returns the buffered bytes without
+/// reading; it exists so the borrow checker sees one borrow.)
+fn fill<R: BufRead>(reader: &mut R) -> io::Result<&[u8]> {
+    loop {
+        match reader.fill_buf() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+            Ok(_) => break,
+        }
+    }
+    reader.fill_buf()
 }
 
 /// Cuts a line to a readable length for reports (on a character boundary).

@@ -36,3 +36,58 @@ pub fn scan_json(dir: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
     });
     (code, json)
 }
+
+/// The fields that decide whether a finding is the right one.
+pub const KEY_FIELDS: [&str; 8] = [
+    "kind", "severity", "protocol", "port", "family", "backend", "service", "target",
+];
+
+/// Findings as a multiset of their key fields.
+pub fn finding_multiset(findings: &[serde_json::Value]) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for f in findings {
+        let key = KEY_FIELDS
+            .iter()
+            .map(|k| format!("{k}={}", f.get(*k).unwrap_or(&serde_json::Value::Null)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        *out.entry(key).or_default() += 1;
+    }
+    out
+}
+
+/// Compares a scan's findings with a bundle's `expected.json`; the difference, if any.
+pub fn compare_with_expected(bundle: &Path, report: &serde_json::Value) -> Result<(), String> {
+    let text = std::fs::read_to_string(bundle.join("expected.json")).map_err(|e| e.to_string())?;
+    let expected: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("bad expected.json: {e}"))?;
+    let want = finding_multiset(expected["findings"].as_array().map(Vec::as_slice).unwrap_or(&[]));
+    let have = finding_multiset(report["findings"].as_array().map(Vec::as_slice).unwrap_or(&[]));
+    if want == have {
+        return Ok(());
+    }
+    let missing: Vec<_> = want.keys().filter(|k| want.get(*k) != have.get(*k)).collect();
+    let extra: Vec<_> = have.keys().filter(|k| want.get(*k) != have.get(*k)).collect();
+    Err(format!(
+        "{}:\n  expected but not (as often) found: {missing:#?}\n  found but not (as often) expected: {extra:#?}",
+        bundle.display()
+    ))
+}
+
+/// Whether tests that need root and the kernel may run; with `CI` set, a missing
+/// privilege is a failure, never a skip.
+pub fn require_root(test: &str) -> bool {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if !root {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test} needs root, and CI must not skip it"
+        );
+        eprintln!("skipping {test}: needs root (CI runs it as root)");
+    }
+    root
+}

@@ -164,10 +164,24 @@ impl<'a> RuleArgs<'a> {
             return Some(RuleArgs::default());
         };
         let tail = &spec[at..];
-        if tail.contains('"') {
+        if memchr::memchr(b'"', tail.as_bytes()).is_some() {
             return None;
         }
-        RuleArgs::read(tail).ok()
+        // `-j TARGET [target options]`: split by blanks, no quoting to undo.
+        let mut words = tail[3..].split(' ').filter(|w| !w.is_empty());
+        let target = words.next()?;
+        let mut args = RuleArgs {
+            target: Some(Cow::Borrowed(target)),
+            ..RuleArgs::default()
+        };
+        if target == "DNAT" {
+            while let Some(w) = words.next() {
+                if w == "--to-destination" {
+                    args.to_destination = words.next().map(Cow::Borrowed);
+                }
+            }
+        }
+        Some(args)
     }
 
     fn read(spec: &'a str) -> Result<RuleArgs<'a>, TokenError> {
@@ -368,10 +382,9 @@ impl Parser {
     }
 
     fn rule(&mut self, number: u32, text: &str) {
-        let after_a = &text[3..];
-        let after_a = after_a.trim_start();
-        let (chain, spec) = match after_a.split_once([' ', '\t']) {
-            Some((c, s)) => (c, s.trim_start()),
+        let after_a = text[3..].trim_start_matches(' ');
+        let (chain, spec) = match memchr::memchr2(b' ', b'\t', after_a.as_bytes()) {
+            Some(i) => (&after_a[..i], after_a[i + 1..].trim_start_matches(' ')),
             None => (after_a, ""),
         };
         if self.table.is_none() {
