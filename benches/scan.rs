@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 // The allocator the binary uses, so the figures are the binary's.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portdrift::desired::read_cluster_state;

@@ -4,6 +4,7 @@
 //! (by the hash in its chain name, which kube-proxy keeps even when it drops comments,
 //! or by its comment), then judged against the Service that owns its port now.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 // FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
@@ -11,14 +12,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 use crate::desired::{DesiredPort, DesiredState};
 use crate::finding::{Finding, Kind, Severity};
 use crate::kube_proxy;
 use crate::model::{
-    Backend, DestMatch, Family, NodePortRule, Protocol, RuleIdentity, RuleSource, ServicePortRef, Verdict,
+    Backend, DestMatch, DnatTarget, Family, NodePortRule, Protocol, RuleIdentity, RuleSource, ServicePortRef,
+    Verdict,
 };
-use crate::observed::Observed;
+use crate::observed::{Observed, iptables};
 
 /// Settings that change what counts as drift.
 #[derive(Debug, Clone)]
@@ -307,11 +310,20 @@ fn set_service(f: &mut Finding, svc: &ServicePortRef) {
     f.service_port = Some(svc.port_name.clone());
 }
 
-fn describe_attribution<'r>(index: &DesiredIndex<'r>, a: Attribution<'r>) -> Option<&'r ServicePortRef> {
+/// The Service port a rule is for, as the report names it: its owner, or the one its
+/// comment names (decoded from the rule text when the parser left it to the hash).
+fn describe_attribution<'r>(
+    index: &DesiredIndex<'r>,
+    rule: &'r NodePortRule,
+    a: Attribution<'r>,
+) -> Option<Cow<'r, ServicePortRef>> {
     match a {
-        Attribution::Known(i) => Some(&index.port(i).service),
-        Attribution::Foreign(s) => s,
-        Attribution::Unknown => None,
+        Attribution::Known(i) => Some(Cow::Borrowed(&index.port(i).service)),
+        Attribution::Foreign(Some(s)) => Some(Cow::Borrowed(s)),
+        Attribution::Foreign(None) if matches!(rule.identity, RuleIdentity::Iptables { .. }) => {
+            iptables::comment_service(&rule.rule.text).map(Cow::Owned)
+        }
+        Attribution::Foreign(None) | Attribution::Unknown => None,
     }
 }
 
@@ -336,6 +348,7 @@ fn owner_rule_lines<'s>(source: &'s RuleSource, judged: &[Judged<'_>]) -> OwnerL
 
 fn stale_rules(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     let mut reported_dnats: HashSet<&RuleIdentity> = HashSet::new();
+    let mut checked: rustc_hash::FxHashSet<(usize, usize)> = Default::default();
     // Needed only to judge stale rules, which a healthy node has none of.
     let mut owner_lines: Option<OwnerLines<'_>> = None;
     let all_judged = judged;
@@ -367,7 +380,13 @@ fn stale_rules(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<
                         judged.attribution,
                     ));
                 }
-                Some(owner) => stale_endpoints(source, rule, index, owner, &mut reported_dnats, out),
+                Some(owner) => {
+                    // kube-proxy's localhost twin shares its targets with the main rule:
+                    // one check serves both.
+                    if checked.insert((Arc::as_ptr(&rule.targets) as *const DnatTarget as usize, owner)) {
+                        stale_endpoints(source, rule, index, owner, &mut reported_dnats, out);
+                    }
+                }
             },
         }
     }
@@ -483,12 +502,12 @@ fn stale_nodeport_finding(
     owner_lines: &OwnerLines<'_>,
     attribution: Attribution<'_>,
 ) -> Finding {
-    let named = describe_attribution(index, attribution);
+    let named = describe_attribution(index, rule, attribution);
     let owner = index.owners(rule.protocol, rule.port, source.family).next();
     // A stale rule ahead of the owner's rule takes the owner's traffic.
     let owner_line = owner_lines.get(&(rule.protocol, rule.port, &rule.dest)).copied();
     let hijacks = owner.is_some() && owner_line.is_none_or(|l| rule.rule.line < l);
-    let whose = match named {
+    let whose = match &named {
         Some(svc) => format!("for {}", svc.service()),
         None => "naming no Service".to_string(),
     };
@@ -516,7 +535,7 @@ fn stale_nodeport_finding(
         Severity::Warning
     };
     let mut f = rule_finding(Kind::StaleNodeport, severity, source, rule, message);
-    if let Some(svc) = named {
+    if let Some(svc) = &named {
         set_service(&mut f, svc);
     }
     for t in rule.targets.iter() {
@@ -714,10 +733,10 @@ fn duplicate_rules(
             };
             let mut f = rule_finding(Kind::DuplicateRule, severity, source, rule, message);
             // A hand-written rule names no Service: it serves the port's owner.
-            let named = describe_attribution(index, j.attribution)
-                .or_else(|| j.owner.map(|i| &index.port(i).service));
+            let named = describe_attribution(index, rule, j.attribution)
+                .or_else(|| j.owner.map(|i| Cow::Borrowed(&index.port(i).service)));
             if let Some(svc) = named {
-                set_service(&mut f, svc);
+                set_service(&mut f, &svc);
             }
             f.evidence.push(format!("kept rule: {}", kept.rule.text));
             out.push(f);
@@ -841,8 +860,8 @@ fn backend_split(
                     rule.protocol, rule.port, s.backend, active, s.backend, s.backend
                 ),
             );
-            if let Some(svc) = describe_attribution(index, j.attribution) {
-                set_service(&mut f, svc);
+            if let Some(svc) = describe_attribution(index, rule, j.attribution) {
+                set_service(&mut f, &svc);
             }
             out.push(f);
         }

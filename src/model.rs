@@ -262,7 +262,10 @@ pub struct NodePortRule {
     pub path: Arc<[Arc<str>]>,
     /// Every DNAT reachable from this rule (shared like `path`).
     pub targets: Arc<[DnatTarget]>,
-    /// The Service port named by kube-proxy's comment or the nftables chain name.
+    /// The Service port named by kube-proxy's comment or the nftables chain name. For
+    /// an iptables rule that jumps to a hashed kube-proxy chain the hash names the
+    /// Service, and the comment is left undecoded (see
+    /// `observed::iptables::comment_service`).
     pub comment_service: Option<ServicePortRef>,
     /// The service hash embedded in the first-hop chain name (`KUBE-EXT-<hash>`), if any.
     pub chain_hash: Option<Arc<str>>,

@@ -5,6 +5,65 @@ use std::net::SocketAddr;
 
 use crate::model::{Family, Protocol, ServicePortRef};
 
+/// A set of endpoint addresses: a sorted vector. A Service port has a handful of
+/// endpoints, and a cluster has 10,000+ ports: a B-tree node per set cost ~2 KiB per
+/// port, this costs what the addresses take.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct EndpointSet(Vec<SocketAddr>);
+
+impl EndpointSet {
+    pub fn contains(&self, addr: &SocketAddr) -> bool {
+        self.0.binary_search(addr).is_ok()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, SocketAddr> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds an address, keeping the set sorted.
+    pub fn insert(&mut self, addr: SocketAddr) -> bool {
+        match self.0.binary_search(&addr) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, addr);
+                true
+            }
+        }
+    }
+}
+
+impl FromIterator<SocketAddr> for EndpointSet {
+    fn from_iter<I: IntoIterator<Item = SocketAddr>>(iter: I) -> Self {
+        let mut v: Vec<SocketAddr> = iter.into_iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        v.shrink_to_fit();
+        EndpointSet(v)
+    }
+}
+
+impl<'a> IntoIterator for &'a EndpointSet {
+    type Item = &'a SocketAddr;
+    type IntoIter = std::slice::Iter<'a, SocketAddr>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<const N: usize> From<[SocketAddr; N]> for EndpointSet {
+    fn from(addrs: [SocketAddr; N]) -> Self {
+        addrs.into_iter().collect()
+    }
+}
+
 /// The endpoints of one Service port in one IP family, as kube-proxy on this node
 /// categorises them (`CategorizeEndpoints`, pkg/proxy/topology.go).
 ///
@@ -18,17 +77,17 @@ use crate::model::{Family, Protocol, ServicePortRef};
 pub struct FamilyEndpoints {
     /// Every `ip:port` any EndpointSlice of the Service lists for this port, whatever
     /// its conditions. A DNAT to an address outside this set is stale.
-    pub listed: BTreeSet<SocketAddr>,
+    pub listed: EndpointSet,
     /// kube-proxy's Cluster set: ready endpoints (after topology filtering), or all
     /// serving-and-terminating ones when none is ready anywhere. Empty when the port
     /// does not use Cluster endpoints (`UsesClusterEndpoints`), which never happens for
     /// a port with a nodePort: such a port is always externally accessible.
-    pub cluster: BTreeSet<SocketAddr>,
+    pub cluster: EndpointSet,
     /// kube-proxy's Local set: this node's ready endpoints, or its
     /// serving-and-terminating ones when none of them is ready. Empty when the port
     /// uses no Local policy (`UsesLocalEndpoints`: neither traffic policy is Local) and
     /// when the node is unknown (then nothing is local).
-    pub local: BTreeSet<SocketAddr>,
+    pub local: EndpointSet,
     /// kube-proxy's `hasEndpoints`: a ready or serving-and-terminating endpoint exists
     /// somewhere in the cluster. This alone decides whether the iptables proxier writes
     /// the nat `KUBE-NODEPORTS` rule (to `KUBE-EXT-*`) and the nftables proxier adds the
@@ -53,8 +112,8 @@ pub struct FamilyEndpoints {
 impl FamilyEndpoints {
     /// Every endpoint kube-proxy writes a DNAT for on this node (its
     /// `allLocallyReachableEndpoints`): the Cluster set and the Local set together.
-    pub fn reachable(&self) -> BTreeSet<SocketAddr> {
-        self.cluster.union(&self.local).copied().collect()
+    pub fn reachable(&self) -> EndpointSet {
+        self.cluster.iter().chain(self.local.iter()).copied().collect()
     }
 }
 

@@ -1,10 +1,7 @@
 //! kube-proxy's `CategorizeEndpoints` (pkg/proxy/topology.go): which endpoints a
 //! Service port uses on this node, given its traffic policies and topology hints.
 
-use std::collections::BTreeSet;
-use std::net::SocketAddr;
-
-use super::model::FamilyEndpoints;
+use super::model::{EndpointSet, FamilyEndpoints};
 use super::slices::{MergedEndpoint, NodeHint, ZoneId};
 
 /// The traffic-policy facts of one Service port that kube-proxy's categorisation reads.
@@ -93,7 +90,7 @@ fn serving_terminating(endpoint: &MergedEndpoint) -> bool {
 /// Ready endpoints available under `mode`; when there are none, every
 /// serving-and-terminating endpoint, without topology (kube-proxy only ignores
 /// topology there because a ready endpoint anywhere would have been kept).
-fn cluster_set(endpoints: &[MergedEndpoint], mode: TopologyMode, view: NodeView) -> BTreeSet<SocketAddr> {
+fn cluster_set(endpoints: &[MergedEndpoint], mode: TopologyMode, view: NodeView) -> EndpointSet {
     let ready = ready_for_topology(endpoints, mode, view);
     if !ready.is_empty() {
         return ready;
@@ -105,11 +102,7 @@ fn cluster_set(endpoints: &[MergedEndpoint], mode: TopologyMode, view: NodeView)
         .collect()
 }
 
-fn ready_for_topology(
-    endpoints: &[MergedEndpoint],
-    mode: TopologyMode,
-    view: NodeView,
-) -> BTreeSet<SocketAddr> {
+fn ready_for_topology(endpoints: &[MergedEndpoint], mode: TopologyMode, view: NodeView) -> EndpointSet {
     endpoints
         .iter()
         .filter(|e| e.ready && available_for_topology(e, mode, view))
@@ -129,8 +122,8 @@ fn available_for_topology(endpoint: &MergedEndpoint, mode: TopologyMode, view: N
 }
 
 /// This node's ready endpoints, or its serving-and-terminating ones when none is ready.
-fn local_set(endpoints: &[MergedEndpoint]) -> BTreeSet<SocketAddr> {
-    let local_ready: BTreeSet<_> = endpoints
+fn local_set(endpoints: &[MergedEndpoint]) -> EndpointSet {
+    let local_ready: EndpointSet = endpoints
         .iter()
         .filter(|e| e.local && e.ready)
         .map(|e| e.addr)

@@ -11,11 +11,11 @@ fn addr(s: &str) -> SocketAddr {
 
 /// A desired Service port with ready endpoints in IPv4.
 fn port(svc: &str, protocol: Protocol, node_port: u16, ready: &[&str]) -> DesiredPort {
-    let ready: BTreeSet<SocketAddr> = ready.iter().map(|a| addr(a)).collect();
+    let ready: crate::desired::EndpointSet = ready.iter().map(|a| addr(a)).collect();
     let eps = FamilyEndpoints {
         listed: ready.clone(),
         cluster: ready.clone(),
-        local: BTreeSet::new(),
+        local: Default::default(),
         has_endpoints: !ready.is_empty(),
         has_external_endpoints: !ready.is_empty(),
         cluster_uncertain: false,

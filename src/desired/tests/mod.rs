@@ -5,7 +5,6 @@ mod cluster_file;
 mod semantics;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -119,7 +118,7 @@ pub(super) fn endpoint(
 }
 
 /// `ip:port` strings as a set.
-pub(super) fn addrs(list: &[&str]) -> BTreeSet<SocketAddr> {
+pub(super) fn addrs(list: &[&str]) -> crate::desired::EndpointSet {
     list.iter().map(|a| a.parse().expect("address")).collect()
 }
 

@@ -57,8 +57,10 @@ fn follows_nodeports_through_ext_svc_sep_to_dnat() {
     assert_eq!(forward.len(), 2);
     let main = forward.iter().find(|r| r.dest == DestMatch::Any).unwrap();
     assert_eq!(main.chain_hash.as_deref(), Some("X27LE4BHSL4DOUIK"));
+    // The hash names the Service; the comment is decoded only on demand.
+    assert_eq!(main.comment_service, None);
     assert_eq!(
-        main.comment_service.as_ref().unwrap().kube_proxy_name(),
+        comment_service(&main.rule.text).unwrap().kube_proxy_name(),
         "ns3/svc3:p80"
     );
     let path: Vec<&str> = main.path.iter().map(|c| &**c).collect();
@@ -202,9 +204,7 @@ fn old_layout_mark_masq_in_nodeports_is_not_a_dispatch_rule() {
     ));
     assert_eq!(src.nodeports.len(), 1);
     assert_eq!(
-        src.nodeports[0]
-            .comment_service
-            .as_ref()
+        comment_service(&src.nodeports[0].rule.text)
             .unwrap()
             .kube_proxy_name(),
         "default/web"
