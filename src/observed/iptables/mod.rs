@@ -168,7 +168,7 @@ impl<'a> RuleArgs<'a> {
             return None;
         }
         // `-j TARGET [target options]`: split by blanks, no quoting to undo.
-        let mut words = tail[3..].split(|c| c == ' ').filter(|w| !w.is_empty());
+        let mut words = tail[3..].split(' ').filter(|w| !w.is_empty());
         let target = words.next()?;
         let mut args = RuleArgs {
             target: Some(Cow::Borrowed(target)),
