@@ -3,7 +3,7 @@
 //! Objects are reduced to compact summaries as they arrive, so a caller streaming a
 //! large cluster state (see `cluster_file`) never holds the API objects themselves.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -300,7 +300,7 @@ impl DesiredBuilder {
         let slice_unreadable = self.uncertain_services.contains(&key);
         let (namespace, name) = key;
         for port in &service.ports {
-            let mut endpoints = BTreeMap::new();
+            let mut endpoints = Vec::with_capacity(service.families.len());
             let mut ambiguous = false;
             for &family in &service.families {
                 let merged = merge_port(slices, family, &port.name, port.protocol);
@@ -310,7 +310,7 @@ impl DesiredBuilder {
                 }
                 let mut categorized = categorize(&merged.endpoints, policy, view);
                 categorized.listed = merged.endpoints.iter().map(|e| e.addr).collect();
-                endpoints.insert(family, categorized);
+                endpoints.push((family, categorized));
             }
             out.push(DesiredPort {
                 service: ServicePortRef {

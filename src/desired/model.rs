@@ -1,6 +1,6 @@
 //! The desired NodePort state of one node, as kube-proxy on that node would program it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use crate::model::{Family, Protocol, ServicePortRef};
@@ -134,8 +134,10 @@ pub struct DesiredPort {
     /// The Service's `spec.healthCheckNodePort`, when kube-proxy serves it: only for a
     /// LoadBalancer with externalTrafficPolicy Local (`NeedsHealthCheck`).
     pub health_check_node_port: Option<u16>,
-    /// Endpoints per family (only families in `families`).
-    pub endpoints: BTreeMap<Family, FamilyEndpoints>,
+    /// Endpoints per family (only families in `families`), at most one entry each. A
+    /// vector, not a map: a map's first node reserves room for eleven entries, which
+    /// across 10,000 ports cost megabytes for at most two.
+    pub endpoints: Vec<(Family, FamilyEndpoints)>,
     /// The endpoints kube-proxy uses for this port cannot be known exactly: one of
     /// the Service's EndpointSlices could not be read, two slices list one `ip:port`
     /// with conditions kube-proxy picks between arbitrarily, or a Local traffic policy
@@ -150,7 +152,7 @@ pub struct DesiredPort {
 impl DesiredPort {
     /// The endpoints of this port in `family`, if the Service is programmed there.
     pub fn endpoints(&self, family: Family) -> Option<&FamilyEndpoints> {
-        self.endpoints.get(&family)
+        self.endpoints.iter().find(|(f, _)| *f == family).map(|(_, e)| e)
     }
 
     pub fn in_family(&self, family: Family) -> bool {

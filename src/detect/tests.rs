@@ -28,7 +28,7 @@ fn port(svc: &str, protocol: Protocol, node_port: u16, ready: &[&str]) -> Desire
         external_policy_local: false,
         internal_policy_local: false,
         health_check_node_port: None,
-        endpoints: BTreeMap::from([(Family::Ipv4, eps)]),
+        endpoints: vec![(Family::Ipv4, eps)],
         uncertain: false,
         last_change: None,
     }
