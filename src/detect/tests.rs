@@ -1,5 +1,3 @@
-use std::collections::BTreeMap;
-
 use super::*;
 use crate::desired::FamilyEndpoints;
 use crate::model::Listener;
