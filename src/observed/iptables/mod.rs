@@ -144,12 +144,16 @@ struct RuleArgs<'a> {
 
 /// Where the last `-j `/`-g ` option starts (at the start or after a blank).
 fn last_jump(spec: &[u8]) -> Option<usize> {
-    (0..spec.len().saturating_sub(2)).rev().find(|&i| {
-        spec[i] == b'-'
-            && matches!(spec[i + 1], b'j' | b'g')
-            && spec[i + 2] == b' '
+    memchr::memrchr_iter(b'-', spec).find(|&i| {
+        spec.get(i + 1).is_some_and(|b| matches!(b, b'j' | b'g'))
+            && spec.get(i + 2) == Some(&b' ')
             && (i == 0 || spec[i - 1] == b' ')
     })
+}
+
+/// Blank-separated words (iptables-save separates arguments with single spaces).
+fn words(s: &str) -> impl Iterator<Item = &str> {
+    s.split_ascii_whitespace()
 }
 
 /// Filter chains that hold NodePort REJECT/DROP/ACCEPT rules.
@@ -168,7 +172,7 @@ impl<'a> RuleArgs<'a> {
             return None;
         }
         // `-j TARGET [target options]`: split by blanks, no quoting to undo.
-        let mut words = tail[3..].split(' ').filter(|w| !w.is_empty());
+        let mut words = words(&tail[3..]);
         let target = words.next()?;
         let mut args = RuleArgs {
             target: Some(Cow::Borrowed(target)),
