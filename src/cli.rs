@@ -144,7 +144,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| format!("{s:?} is not a size (e.g. 256M)"))?;
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 256M)"))?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
@@ -152,7 +154,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "g" | "gb" | "gib" => 30,
         _ => return Err(format!("{s:?}: unknown unit (use K, M or G)")),
     };
-    let size = n.checked_mul(1u64 << shift).ok_or_else(|| format!("{s:?} is too large"))?;
+    let size = n
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))?;
     if size == 0 {
         return Err("the size must be more than zero".into());
     }

@@ -362,20 +362,14 @@ pub fn stderr_notes(stderr: &str) -> Vec<String> {
                 line.trim_start_matches("# ").trim_start_matches("Warning: ")
             ));
         } else if line.contains("is incompatible, use 'nft' tool") {
-            notes.push(format!(
-                "the tool says: {}",
-                line.trim_start_matches("# ")
-            ));
+            notes.push(format!("the tool says: {}", line.trim_start_matches("# ")));
         } else {
             other.push(line);
         }
     }
     if !other.is_empty() {
         let text = other.join(" / ");
-        notes.push(format!(
-            "stderr: {}",
-            crate::observed::lines::excerpt(&text, 400)
-        ));
+        notes.push(format!("stderr: {}", crate::observed::lines::excerpt(&text, 400)));
     }
     notes
 }
@@ -515,7 +509,11 @@ fn parse_response(raw: &[u8], at_eof: bool) -> Result<HttpResponse, String> {
         };
         let value = value.trim();
         if name.eq_ignore_ascii_case("content-length") {
-            content_length = Some(value.parse().map_err(|_| format!("bad Content-Length {value:?}"))?);
+            content_length = Some(
+                value
+                    .parse()
+                    .map_err(|_| format!("bad Content-Length {value:?}"))?,
+            );
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             chunked = value.to_ascii_lowercase().contains("chunked");
         }
@@ -674,9 +672,10 @@ impl LiveNode {
             Ok(resp) => {
                 if resp.status != 200 {
                     fetched.state = Some(SourceState::Failed);
-                    fetched
-                        .notes
-                        .push(format!("kube-proxy answered HTTP {} {}", resp.status, resp.reason));
+                    fetched.notes.push(format!(
+                        "kube-proxy answered HTTP {} {}",
+                        resp.status, resp.reason
+                    ));
                 }
                 fetched.bytes = Some(resp.body.len() as u64);
                 fetched.value = Some(consume(&mut Cursor::new(resp.body)));
@@ -810,7 +809,12 @@ mod tests {
     fn a_hung_tool_is_killed_at_its_deadline_with_its_children() {
         let start = Instant::now();
         // The shell's `sleep` child holds stdout open: only a group kill ends it.
-        let run = run_tool("sh", &["-c", "echo begun; sleep 30; echo never"], limits(300), lines);
+        let run = run_tool(
+            "sh",
+            &["-c", "echo begun; sleep 30; echo never"],
+            limits(300),
+            lines,
+        );
         assert_eq!(run.outcome, ToolOutcome::TimedOut);
         assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
         assert_eq!(run.value.unwrap().unwrap(), vec!["begun".to_string()]);
@@ -854,28 +858,29 @@ mod tests {
 
     #[test]
     fn stderr_warnings_become_notes() {
-        let notes = stderr_notes(
-            "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them\n",
-        );
+        let notes =
+            stderr_notes("# Warning: iptables-legacy tables present, use iptables-legacy-save to see them\n");
         assert_eq!(notes.len(), 1);
         assert!(notes[0].contains("iptables-legacy tables present"), "{notes:?}");
-        let notes = stderr_notes(
-            "# Warning: ip6tables-legacy tables present, use ip6tables-legacy-save to see them",
+        let notes =
+            stderr_notes("# Warning: ip6tables-legacy tables present, use ip6tables-legacy-save to see them");
+        assert!(
+            notes[0].starts_with("the tool says: ip6tables-legacy tables present"),
+            "{notes:?}"
         );
-        assert!(notes[0].starts_with("the tool says: ip6tables-legacy tables present"), "{notes:?}");
         let notes = stderr_notes("\n  \nsomething odd\nand more\n");
         assert_eq!(notes, vec!["stderr: something odd / and more".to_string()]);
     }
 
-    fn serve_once(response: &'static [u8]) -> SocketAddr {
+    fn serve_once(response: impl AsRef<[u8]> + Send + 'static) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         thread::spawn(move || {
             if let Ok((mut s, _)) = listener.accept() {
                 let mut buf = [0u8; 1024];
                 let _ = s.read(&mut buf);
-                let _ = s.write_all(response);
-                if !response.is_empty() {
+                let _ = s.write_all(response.as_ref());
+                if !response.as_ref().is_empty() {
                     let _ = s.shutdown(std::net::Shutdown::Write);
                 }
                 thread::sleep(Duration::from_millis(1500));
@@ -887,18 +892,30 @@ mod tests {
     #[test]
     fn healthz_answers_are_read() {
         let body = br#"{"lastUpdated": "2025-11-30 10:00:00 +0000 UTC","currentTime": "2025-11-30 10:00:00 +0000 UTC"}"#;
-        let addr = serve_once(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 98\r\n\r\n{\"lastUpdated\": \"2025-11-30 10:00:00 +0000 UTC\",\"currentTime\": \"2025-11-30 10:00:00 +0000 UTC\"}");
+        let mut response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        response.extend_from_slice(body);
+        let addr = serve_once(response);
         let r = http_get(addr, "/healthz", Duration::from_secs(1)).unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(r.body, body);
 
         let addr = serve_once(b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n");
         let r = http_get(addr, "/healthz", Duration::from_secs(1)).unwrap();
-        assert_eq!((r.status, r.reason.as_str(), &r.body[..]), (503, "Service Unavailable", &b"{\"a\":1}"[..]));
+        assert_eq!(
+            (r.status, r.reason.as_str(), &r.body[..]),
+            (503, "Service Unavailable", &b"{\"a\":1}"[..])
+        );
 
         // No framing: the body runs to the end of the connection.
         let addr = serve_once(b"HTTP/1.0 200 OK\r\n\r\n{}");
-        assert_eq!(http_get(addr, "/healthz", Duration::from_secs(1)).unwrap().body, b"{}");
+        assert_eq!(
+            http_get(addr, "/healthz", Duration::from_secs(1)).unwrap().body,
+            b"{}"
+        );
     }
 
     #[test]

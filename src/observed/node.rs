@@ -43,7 +43,9 @@ fn port(word: &str) -> Result<u16, SysctlParseError> {
 pub fn parse_local_port_range(text: &str) -> Result<RangeInclusive<u16>, SysctlParseError> {
     let words: Vec<&str> = text.split_whitespace().collect();
     let [first, last] = words[..] else {
-        return Err(SysctlParseError::NotARange(text.trim().chars().take(80).collect()));
+        return Err(SysctlParseError::NotARange(
+            text.trim().chars().take(80).collect(),
+        ));
     };
     let (first, last) = (port(first)?, port(last)?);
     if first > last {
@@ -154,7 +156,10 @@ pub fn parse_go_time(text: &str) -> Option<SystemTime> {
         Some(o) => parse_offset(o)?,
         None => 0,
     };
-    apply_offset(humantime::parse_rfc3339_weak(&format!("{date} {time}")).ok()?, offset)
+    apply_offset(
+        humantime::parse_rfc3339_weak(&format!("{date} {time}")).ok()?,
+        offset,
+    )
 }
 
 /// `2025-11-30T10:00:00Z` → (`2025-11-30T10:00:00`, 0); `…+01:00` → (…, 3600).
@@ -207,8 +212,14 @@ mod tests {
 
     #[test]
     fn odd_local_port_ranges_are_errors() {
-        assert!(matches!(parse_local_port_range(""), Err(SysctlParseError::NotARange(_))));
-        assert!(matches!(parse_local_port_range("32768"), Err(SysctlParseError::NotARange(_))));
+        assert!(matches!(
+            parse_local_port_range(""),
+            Err(SysctlParseError::NotARange(_))
+        ));
+        assert!(matches!(
+            parse_local_port_range("32768"),
+            Err(SysctlParseError::NotARange(_))
+        ));
         assert!(matches!(
             parse_local_port_range("1 2 3"),
             Err(SysctlParseError::NotARange(_))
@@ -283,7 +294,11 @@ mod tests {
         assert!(!h.healthy);
         assert_eq!(h.since_last_update, Some(Duration::from_secs(125)));
         assert_eq!(h.node_eligible, Some(false));
-        assert!(h.describe().iter().any(|n| n.contains("2m 5s")), "{:?}", h.describe());
+        assert!(
+            h.describe().iter().any(|n| n.contains("2m 5s")),
+            "{:?}",
+            h.describe()
+        );
 
         // What kube-proxy really prints: Go's time.Time.String() through %q.
         let h = KubeProxyHealth::from_body(

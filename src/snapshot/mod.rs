@@ -28,7 +28,9 @@ use crate::observed::node::{self, KubeProxyHealth, NodeSysctls};
 use crate::observed::{nftables, sockets};
 use crate::scan::{ScanInput, SourceState, SourceStatus};
 
-pub use source::{BundleDir, Fetched, MANIFEST_FILE, Manifest, ManifestEntry, Source, fetch_file, fetch_required};
+pub use source::{
+    BundleDir, Fetched, MANIFEST_FILE, Manifest, ManifestEntry, Source, fetch_file, fetch_required,
+};
 pub use write::{SnapshotOptions, write_snapshot};
 
 /// Why a bundle could not be scanned or written at all.
@@ -323,7 +325,13 @@ fn read_nftables<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
 }
 
 /// Reads one socket table.
-fn read_sockets<S: Source>(src: &mut S, name: &str, protocol: Protocol, v6: bool, input: &mut ScanInput) -> bool {
+fn read_sockets<S: Source>(
+    src: &mut S,
+    name: &str,
+    protocol: Protocol,
+    v6: bool,
+    input: &mut ScanInput,
+) -> bool {
     let origin = src.label(name);
     let fetched = src.fetch(name, read_all);
     let Some(settled) = settle(src, name, fetched) else {
@@ -396,7 +404,13 @@ fn read_sysctls<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
                 status.notes.push(
                     ranges
                         .iter()
-                        .map(|r| if r.start() == r.end() { r.start().to_string() } else { format!("{}-{}", r.start(), r.end()) })
+                        .map(|r| {
+                            if r.start() == r.end() {
+                                r.start().to_string()
+                            } else {
+                                format!("{}-{}", r.start(), r.end())
+                            }
+                        })
                         .collect::<Vec<_>>()
                         .join(","),
                 );
@@ -419,7 +433,10 @@ fn read_healthz<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
     };
     let mut status = settled.status;
     if let Some(body) = settled.value
-        && matches!(status.status, SourceState::Ok | SourceState::Failed | SourceState::Empty)
+        && matches!(
+            status.status,
+            SourceState::Ok | SourceState::Failed | SourceState::Empty
+        )
     {
         let healthy = status.status != SourceState::Failed;
         match KubeProxyHealth::from_body(healthy, body.as_bytes()) {

@@ -264,9 +264,9 @@ impl Source for BundleDir {
                 fetched.notes = rec.notes.clone();
                 if rec.file {
                     fetched.state = Some(SourceState::Error);
-                    fetched
-                        .notes
-                        .push(format!("{MANIFEST_FILE} lists {name} as captured, but the file is missing"));
+                    fetched.notes.push(format!(
+                        "{MANIFEST_FILE} lists {name} as captured, but the file is missing"
+                    ));
                 }
             }
             Some(SourceState::Error) => {}

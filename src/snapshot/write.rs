@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::source::{MANIFEST_FILE, Manifest, ManifestEntry, Source};
-use super::{HEALTHZ_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, RESERVED_PORTS_FILE, SOCKET_FILES, SnapshotError};
+use super::{
+    HEALTHZ_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, RESERVED_PORTS_FILE, SOCKET_FILES, SnapshotError,
+};
 use crate::scan::SourceState;
 
 /// What `snapshot` was asked for.
@@ -190,7 +192,12 @@ pub fn write_snapshot<S: Source>(
     let mut names: Vec<&str> = IPTABLES_FILES[..4].iter().map(|(n, _, _)| *n).collect();
     names.push("nft.json");
     names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
-    names.extend([LOCAL_PORT_RANGE_FILE, RESERVED_PORTS_FILE, HEALTHZ_FILE, "cluster.json"]);
+    names.extend([
+        LOCAL_PORT_RANGE_FILE,
+        RESERVED_PORTS_FILE,
+        HEALTHZ_FILE,
+        "cluster.json",
+    ]);
     for name in names {
         if let Some(entry) = capture(src, out, name)? {
             manifest.sources.push(entry);
@@ -216,7 +223,11 @@ pub fn write_snapshot<S: Source>(
 }
 
 /// Captures one bundle file. None when the source has nothing to say about it.
-fn capture<S: Source>(src: &mut S, out: &Path, name: &'static str) -> Result<Option<ManifestEntry>, SnapshotError> {
+fn capture<S: Source>(
+    src: &mut S,
+    out: &Path,
+    name: &'static str,
+) -> Result<Option<ManifestEntry>, SnapshotError> {
     let dest = out.join(name);
     let parent = dest.parent().unwrap_or(out).to_path_buf();
     fs::create_dir_all(&parent).map_err(write_error(&parent))?;
