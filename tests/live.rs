@@ -250,7 +250,7 @@ fn every_bundle_built_live_gives_its_expected_findings_and_so_does_its_snapshot(
     }
     let bundles = bundles_with_sources();
     assert!(
-        bundles.len() >= 10,
+        bundles.len() >= 11,
         "found {} bundles with sources",
         bundles.len()
     );

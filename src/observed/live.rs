@@ -361,8 +361,13 @@ pub fn stderr_notes(stderr: &str) -> Vec<String> {
                 "the tool says: {}; portdrift reads both backends",
                 line.trim_start_matches("# ").trim_start_matches("Warning: ")
             ));
-        } else if line.contains("is incompatible, use 'nft' tool") {
-            notes.push(format!("the tool says: {}", line.trim_start_matches("# ")));
+        } else if line.contains("is incompatible, use 'nft' tool") || line.starts_with("# Warning:") {
+            // iptables-nft: "# Table `nat' is incompatible, use 'nft' tool."; nft:
+            // "# Warning: table ip nat is managed by iptables-nft, do not touch!".
+            notes.push(format!(
+                "the tool says: {}",
+                line.trim_start_matches("# ").trim_start_matches("Warning: ")
+            ));
         } else {
             other.push(line);
         }
@@ -867,6 +872,11 @@ mod tests {
         assert!(
             notes[0].starts_with("the tool says: ip6tables-legacy tables present"),
             "{notes:?}"
+        );
+        let notes = stderr_notes("# Warning: table ip nat is managed by iptables-nft, do not touch!\n");
+        assert_eq!(
+            notes,
+            vec!["the tool says: table ip nat is managed by iptables-nft, do not touch!".to_string()]
         );
         let notes = stderr_notes("\n  \nsomething odd\nand more\n");
         assert_eq!(notes, vec!["stderr: something odd / and more".to_string()]);
