@@ -196,8 +196,7 @@ def deleted_while_proxy_down():
         "before billing/invoice-api and billing/pdf-renderer were deleted and billing/invoice-api-v2\n"
         "was created.\n")
     return node, cur, {
-        "source/iptables-nft.rules": iptables_restore_file(proxy_view(old, "IPv4", node),
-                                                           IptOptions(node=node, nfacct=False), hdr),
+        "source/iptables-nft.rules": iptables_restore_file(proxy_view(old, "IPv4", node), IptOptions(node=node), hdr),
         "source/listeners": LISTEN_BASE,  # kube-proxy is not running
     }
 
@@ -451,8 +450,7 @@ def udp_stale_endpoint():
         "from before logging/syslog-ingest was scaled from 3 to 2 replicas (syslog-ingest-2,\n"
         "10.244.3.61, deleted 2025-11-29T03:12Z).\n")
     return node, cur, {
-        "source/iptables-nft.rules": iptables_restore_file(proxy_view(old, "IPv4", node),
-                                                           IptOptions(node=node, nfacct=False), hdr),
+        "source/iptables-nft.rules": iptables_restore_file(proxy_view(old, "IPv4", node), IptOptions(node=node), hdr),
         "source/listeners": LISTEN_BASE + LISTEN_KUBE_PROXY,
     }
 
