@@ -22,10 +22,12 @@ pub enum Kind {
     OrphanChain,
     /// A rule line the parser could not understand: the analysis around it is incomplete.
     UnparsedRule,
+    /// A CNI hostPort mapping on a port a Service uses as its nodePort.
+    HostportConflict,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::StaleNodeport,
         Kind::StaleEndpoint,
         Kind::MissingEndpoint,
@@ -36,6 +38,7 @@ impl Kind {
         Kind::NodeportCollision,
         Kind::OrphanChain,
         Kind::UnparsedRule,
+        Kind::HostportConflict,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +53,7 @@ impl Kind {
             Kind::NodeportCollision => "nodeport-collision",
             Kind::OrphanChain => "orphan-chain",
             Kind::UnparsedRule => "unparsed-rule",
+            Kind::HostportConflict => "hostport-conflict",
         }
     }
 }
