@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::detect::DetectConfig;
+use crate::detect::{DetectConfig, Grace};
 use crate::report::render_text;
 use crate::scan::run_scan;
 use crate::snapshot::read_bundle;
@@ -46,9 +46,23 @@ pub struct ScanArgs {
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node: Option<String>,
 
+    /// How long kube-proxy may take to apply a change: a difference about a Service or
+    /// EndpointSlice that changed more recently (by the objects' own timestamps) is
+    /// reported as pending, severity info. `0` turns it off.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub grace: std::time::Duration,
+
     /// The cluster's NodePort range (the API server's --service-node-port-range).
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
     pub nodeport_range: RangeInclusive<u16>,
+}
+
+/// Parses durations written like `30s`, `2m`, `1h30m`, `500ms`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration like 30s or 2m: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
 }
 
 /// Parses `30000-32767`.
@@ -82,7 +96,12 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
     };
     let input =
         read_bundle(dir, args.node.as_deref()).with_context(|| format!("cannot scan {}", dir.display()))?;
+    let grace = (!args.grace.is_zero()).then(|| Grace {
+        now: jiff::Timestamp::now(),
+        window: args.grace,
+    });
     let config = DetectConfig {
+        grace,
         nodeport_range: args.nodeport_range,
     };
     let report = run_scan(input, &config);
@@ -108,6 +127,15 @@ mod tests {
         assert!(parse_port_range("32767-30000").is_err());
         assert!(parse_port_range("30000").is_err());
         assert!(parse_port_range("a-b").is_err());
+    }
+
+    #[test]
+    fn durations_parse_like_kubectl_flags() {
+        assert_eq!(parse_duration("30s"), Ok(std::time::Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(std::time::Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(std::time::Duration::from_millis(500)));
+        assert_eq!(parse_duration("0s"), Ok(std::time::Duration::ZERO));
+        assert!(parse_duration("soon").is_err());
     }
 
     #[test]

@@ -28,12 +28,24 @@ use crate::observed::{Observed, iptables};
 pub struct DetectConfig {
     /// The cluster's `--service-node-port-range`.
     pub nodeport_range: RangeInclusive<u16>,
+    /// How long kube-proxy may take to apply a change before a difference counts.
+    pub grace: Option<Grace>,
+}
+
+/// kube-proxy applies API changes seconds late: a difference about a Service that
+/// changed less than `window` before `now` is reported as pending (severity info).
+/// `now` is passed in, so the detector stays free of clocks.
+#[derive(Debug, Clone, Copy)]
+pub struct Grace {
+    pub now: jiff::Timestamp,
+    pub window: std::time::Duration,
 }
 
 impl Default for DetectConfig {
     fn default() -> Self {
         DetectConfig {
             nodeport_range: 30000..=32767,
+            grace: None,
         }
     }
 }
@@ -75,6 +87,9 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
         }
         squatters(observed, &index, config, &mut findings);
         nodeport_collisions(&index, &mut findings);
+    }
+    if let Some(grace) = config.grace {
+        mark_pending(&mut findings, &index, grace);
     }
     findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     findings
@@ -866,6 +881,49 @@ fn backend_split(
             }
             out.push(f);
         }
+    }
+}
+
+// === grace ===
+
+/// Turns differences about recently changed Services into pending, info findings. A
+/// rule whose Service no longer exists has no clock: it is never pending.
+fn mark_pending(findings: &mut [Finding], index: &DesiredIndex<'_>, grace: Grace) {
+    for f in findings.iter_mut() {
+        if !matches!(
+            f.kind,
+            Kind::StaleEndpoint | Kind::MissingEndpoint | Kind::MissingRule
+        ) {
+            continue;
+        }
+        let (Some(protocol), Some(port), Some(service)) = (f.protocol, f.port, f.service.as_deref()) else {
+            continue;
+        };
+        let changed = index
+            .by_port
+            .get((protocol, port))
+            .iter()
+            .map(|&i| index.port(i))
+            .find(|p| {
+                p.service.service() == service
+                    && Some(p.service.port_name.as_str()) == f.service_port.as_deref()
+            })
+            .and_then(|p| p.last_change.as_deref())
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        let Some(changed) = changed else { continue };
+        let age = grace.now.duration_since(changed);
+        let window = jiff::SignedDuration::try_from(grace.window).unwrap_or(jiff::SignedDuration::MAX);
+        if age >= window {
+            continue;
+        }
+        let left = (window - age.max(jiff::SignedDuration::ZERO)).as_secs();
+        f.severity = Severity::Info;
+        f.pending_seconds = Some(left.max(0) as u64);
+        f.message = format!(
+            "Pending for {left} s more: {service} changed {} s ago, and kube-proxy may still be applying it. {}",
+            age.as_secs().max(0),
+            f.message
+        );
     }
 }
 

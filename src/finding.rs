@@ -118,6 +118,10 @@ pub struct Finding {
     /// The socket inode of a squatting listener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inode: Option<u64>,
+    /// Seconds left in the grace window when the difference is still settling (the
+    /// Service changed recently); such a finding is `info` until then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_seconds: Option<u64>,
     /// One human sentence: what is wrong and what to do.
     pub message: String,
     /// Supporting facts beyond the fields above (chain path, other rules), for people.
@@ -142,6 +146,7 @@ impl Finding {
             rule_source: None,
             process: None,
             inode: None,
+            pending_seconds: None,
             message: message.into(),
             evidence: Vec::new(),
         }
