@@ -374,6 +374,12 @@ fn stale_rules(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<
         .filter(|(r, _)| r.dest != DestMatch::Localhost)
         .chain(rules().filter(|(r, _)| r.dest == DestMatch::Localhost));
     for (rule, judged) in main_first {
+        // A port held by a Service the cluster state could not show in full (an
+        // unreadable object, or a Service kube-proxy skips) is not judged: its rules
+        // may be right, and "stale" would be a guess.
+        if index.state.uncertain || index.state.other_allocated.contains(&(rule.protocol, rule.port)) {
+            continue;
+        }
         match rule.verdict {
             Verdict::HealthCheckAccept => stale_health_check(source, rule, index, out),
             Verdict::Reject | Verdict::Drop => {

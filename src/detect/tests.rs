@@ -487,3 +487,14 @@ fn a_rule_of_a_deleted_service_is_never_pending() {
         [(Kind::StaleNodeport, Severity::Warning, Some(30090), None)]
     );
 }
+
+#[test]
+fn ports_of_unreadable_or_skipped_services_are_not_judged() {
+    let nat = kube_proxy_nat(&[("shop/odd:http", Protocol::Tcp, 30090, &["10.244.1.9:80"])], "");
+    let mut d = state(vec![]);
+    d.other_allocated.insert((Protocol::Tcp, 30090));
+    assert_eq!(kinds(&run(&d, &observed(&[(&nat, Backend::IptablesNft)]))), []);
+    let mut d = state(vec![]);
+    d.uncertain = true;
+    assert_eq!(kinds(&run(&d, &observed(&[(&nat, Backend::IptablesNft)]))), []);
+}
