@@ -339,6 +339,7 @@ fn squatters_on_owned_and_free_ports_but_not_health_checks() {
             name: "haproxy".into(),
             container: None,
             pod: None,
+            cmdline: None,
         },
     );
     let f = run(&d, &obs);

@@ -3,6 +3,7 @@
 pub mod iptables;
 pub mod lines;
 pub mod nftables;
+pub mod owners;
 pub mod sockets;
 
 use std::collections::HashMap;
