@@ -24,10 +24,12 @@ pub enum Kind {
     UnparsedRule,
     /// A CNI hostPort mapping on a port a Service uses as its nodePort.
     HostportConflict,
+    /// The node's ephemeral port range overlaps the NodePort range without reserving it.
+    PortRangeOverlap,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::StaleNodeport,
         Kind::StaleEndpoint,
         Kind::MissingEndpoint,
@@ -39,6 +41,7 @@ impl Kind {
         Kind::OrphanChain,
         Kind::UnparsedRule,
         Kind::HostportConflict,
+        Kind::PortRangeOverlap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +57,7 @@ impl Kind {
             Kind::OrphanChain => "orphan-chain",
             Kind::UnparsedRule => "unparsed-rule",
             Kind::HostportConflict => "hostport-conflict",
+            Kind::PortRangeOverlap => "port-range-overlap",
         }
     }
 }
