@@ -455,6 +455,57 @@ def udp_stale_endpoint():
     }
 
 
+# --------------------------------------------------------------------------- hostPort over a NodePort
+
+
+def hostport_over_nodeport():
+    """A DaemonSet pod took hostPort 30443, the nodePort of edge/ingress: the CNI portmap
+    plugin's DNAT and kube-proxy's NodePort rule compete for one port."""
+    node = "worker-1"
+    c = Cluster([], [])
+    base_services(c)
+    add(c, Service("edge", "ingress", "NodePort", ["10.102.8.30"], [Port("https", "TCP", 443, 8443, 30443)],
+                   created="2025-02-11T09:00:00Z", resource_version="3120455"),
+        pods("ingress-6f9d8c7b5", [("10.244.1.31", "worker-1"), ("10.244.2.31", "worker-2")], "ingress"))
+    add(c, Service("monitoring", "grafana", "NodePort", ["10.104.2.55"], [Port("service", "TCP", 80, 3000, 30300)],
+                   created="2024-09-01T12:00:00Z", resource_version="50112"),
+        pods("grafana-7c9d5f6b8", [("10.244.2.12", "worker-2")], "grafana"))
+    # The portmap plugin's chains, as it writes them for two containers on this node: the
+    # metrics agent on hostPort 30443 (the conflict) and a log shipper on hostPort 24224
+    # (outside the NodePort range, no Service on it: no finding).
+    comment = lambda cid: '-m comment --comment "dnat name: \\"cbr0\\" id: \\"%s\\""' % cid
+    agent, shipper = "3f2a9c1e7b5d4f60", "8b1c0d2e3f4a5b6c"
+    hostport_chains = [
+        ("CNI-HOSTPORT-SETMARK", ['-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000']),
+        ("CNI-HOSTPORT-MASQ", ['-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE']),
+        ("CNI-HOSTPORT-DNAT", [
+            f"-A CNI-HOSTPORT-DNAT -p tcp {comment(agent)} -m multiport --dports 30443 -j CNI-DN-{agent}",
+            f"-A CNI-HOSTPORT-DNAT -p tcp {comment(shipper)} -m multiport --dports 24224 -j CNI-DN-{shipper}",
+        ]),
+        (f"CNI-DN-{agent}", [
+            f"-A CNI-DN-{agent} -s 10.244.1.0/24 -p tcp -m tcp --dport 30443 -j CNI-HOSTPORT-SETMARK",
+            f"-A CNI-DN-{agent} -s 127.0.0.1/32 -p tcp -m tcp --dport 30443 -j CNI-HOSTPORT-SETMARK",
+            f"-A CNI-DN-{agent} -p tcp -m tcp --dport 30443 -j DNAT --to-destination 10.244.1.40:9443",
+        ]),
+        (f"CNI-DN-{shipper}", [
+            f"-A CNI-DN-{shipper} -p tcp -m tcp --dport 24224 -j DNAT --to-destination 10.244.1.41:24224",
+        ]),
+    ]
+    jumps = [
+        "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+        "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+        '-A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ',
+    ]
+    hdr = header(HEADER_NFT, fam="IPv4") + (
+        "\nIncident: the metrics-agent DaemonSet was given hostPort 30443, which edge/ingress already\n"
+        "holds as its nodePort; the CNI portmap plugin's CNI-HOSTPORT-DNAT chain now DNATs the same port.\n")
+    opts = IptOptions(node=node, extra_nat_chains=hostport_chains, extra_nat_jumps=jumps)
+    return node, c, {
+        "source/iptables-nft.rules": iptables_restore_file(proxy_view(c, "IPv4", node), opts, hdr),
+        "source/listeners": LISTEN_BASE + LISTEN_KUBE_PROXY,
+    }
+
+
 # --------------------------------------------------------------------------- 9 and 10: clean nodes
 
 
@@ -704,6 +755,7 @@ BUNDLES = {
     "nftables-stale-element": nftables_stale_element,
     "dual-stack": dual_stack,
     "udp-stale-endpoint": udp_stale_endpoint,
+    "hostport-over-nodeport": hostport_over_nodeport,
     "clean-iptables": clean_iptables,
     "clean-nftables": clean_nftables,
     "nftables-mode-switch": nftables_mode_switch,

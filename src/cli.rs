@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::detect::DetectConfig;
+use crate::detect::{DetectConfig, Grace};
 use crate::observed::live::{self, LiveConfig, LiveNode, ToolLimits};
 use crate::report::render_text;
 use crate::scan::run_scan;
@@ -62,6 +62,12 @@ pub struct ScanArgs {
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node: Option<String>,
 
+    /// How long kube-proxy may take to apply a change: a difference about a Service or
+    /// EndpointSlice that changed more recently (by the objects' own timestamps) is
+    /// reported as pending, severity info. `0` turns it off.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub grace: std::time::Duration,
+
     /// The cluster's NodePort range (the API server's --service-node-port-range).
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
     pub nodeport_range: RangeInclusive<u16>,
@@ -77,7 +83,7 @@ pub struct LiveArgs {
 
     /// How long each dump tool (iptables-*-save, nft) may run before it is killed and
     /// reported as timed out: `10s`, `500ms`, `2m`.
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
     pub tool_timeout: Duration,
 
     /// The most each dump tool may print (bytes; K, M, G suffixes are binary units).
@@ -130,15 +136,6 @@ pub struct SnapshotArgs {
     pub live: LiveArgs,
 }
 
-/// Parses `10s`, `500ms`, `2m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write durations like 10s, 500ms, 2m)"))?;
-    if d.is_zero() {
-        return Err("the duration must be more than zero".into());
-    }
-    Ok(d)
-}
-
 /// Parses `1048576`, `64K`, `256M`, `1G` (binary units; `KiB`, `MiB`, `GiB` too).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -172,6 +169,23 @@ pub fn parse_healthz_addr(s: &str) -> Result<HealthzAddr, String> {
             .map(|a| HealthzAddr(Some(a)))
             .map_err(|_| format!("{s:?} is not IP:PORT (or off)")),
     }
+}
+
+/// Parses durations written like `30s`, `2m`, `1h30m`, `500ms`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration like 30s or 2m: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
+}
+
+/// A tool timeout: a duration, more than zero.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("the timeout must be more than zero".into());
+    }
+    Ok(d)
 }
 
 /// Parses `30000-32767`.
@@ -209,7 +223,12 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
             read_input(&mut node, args.node.as_deref()).context("cannot scan this node")?
         }
     };
+    let grace = (!args.grace.is_zero()).then(|| Grace {
+        now: jiff::Timestamp::now(),
+        window: args.grace,
+    });
     let config = DetectConfig {
+        grace,
         nodeport_range: args.nodeport_range,
     };
     let report = run_scan(input, &config);
@@ -274,12 +293,20 @@ mod tests {
     }
 
     #[test]
-    fn durations_sizes_and_addresses_parse() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("0s").is_err());
+    fn durations_parse_like_kubectl_flags() {
+        assert_eq!(parse_duration("30s"), Ok(std::time::Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(std::time::Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(std::time::Duration::from_millis(500)));
+        assert_eq!(parse_duration("0s"), Ok(std::time::Duration::ZERO));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn durations_sizes_and_addresses_parse() {
+        assert_eq!(parse_timeout("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_timeout("0s").is_err());
+        assert!(parse_timeout("soon").is_err());
         assert_eq!(parse_size("256M"), Ok(256 << 20));
         assert_eq!(parse_size("64KiB"), Ok(64 << 10));
         assert_eq!(parse_size("1000"), Ok(1000));

@@ -28,12 +28,24 @@ use crate::observed::{Observed, iptables};
 pub struct DetectConfig {
     /// The cluster's `--service-node-port-range`.
     pub nodeport_range: RangeInclusive<u16>,
+    /// How long kube-proxy may take to apply a change before a difference counts.
+    pub grace: Option<Grace>,
+}
+
+/// kube-proxy applies API changes seconds late: a difference about a Service that
+/// changed less than `window` before `now` is reported as pending (severity info).
+/// `now` is passed in, so the detector stays free of clocks.
+#[derive(Debug, Clone, Copy)]
+pub struct Grace {
+    pub now: jiff::Timestamp,
+    pub window: std::time::Duration,
 }
 
 impl Default for DetectConfig {
     fn default() -> Self {
         DetectConfig {
             nodeport_range: 30000..=32767,
+            grace: None,
         }
     }
 }
@@ -56,6 +68,7 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
     for (source, judged) in observed.sources.iter().zip(&judged) {
         if has_desired {
             stale_rules(source, judged, &index, &mut findings);
+            hostport_conflicts(source, &index, &mut findings);
         }
         duplicate_rules(source, judged, &index, &mut findings);
         orphan_chains(source, &index, &mut findings);
@@ -74,6 +87,9 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
         }
         squatters(observed, &index, config, &mut findings);
         nodeport_collisions(&index, &mut findings);
+    }
+    if let Some(grace) = config.grace {
+        mark_pending(&mut findings, &index, grace);
     }
     findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     findings
@@ -358,6 +374,12 @@ fn stale_rules(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<
         .filter(|(r, _)| r.dest != DestMatch::Localhost)
         .chain(rules().filter(|(r, _)| r.dest == DestMatch::Localhost));
     for (rule, judged) in main_first {
+        // A port held by a Service the cluster state could not show in full (an
+        // unreadable object, or a Service kube-proxy skips) is not judged: its rules
+        // may be right, and "stale" would be a guess.
+        if index.state.uncertain || index.state.other_allocated.contains(&(rule.protocol, rule.port)) {
+            continue;
+        }
         match rule.verdict {
             Verdict::HealthCheckAccept => stale_health_check(source, rule, index, out),
             Verdict::Reject | Verdict::Drop => {
@@ -865,6 +887,85 @@ fn backend_split(
             }
             out.push(f);
         }
+    }
+}
+
+// === grace ===
+
+/// Turns differences about recently changed Services into pending, info findings. A
+/// rule whose Service no longer exists has no clock: it is never pending.
+fn mark_pending(findings: &mut [Finding], index: &DesiredIndex<'_>, grace: Grace) {
+    for f in findings.iter_mut() {
+        if !matches!(
+            f.kind,
+            Kind::StaleEndpoint | Kind::MissingEndpoint | Kind::MissingRule
+        ) {
+            continue;
+        }
+        let (Some(protocol), Some(port), Some(service)) = (f.protocol, f.port, f.service.as_deref()) else {
+            continue;
+        };
+        let changed = index
+            .by_port
+            .get((protocol, port))
+            .iter()
+            .map(|&i| index.port(i))
+            .find(|p| {
+                p.service.service() == service
+                    && Some(p.service.port_name.as_str()) == f.service_port.as_deref()
+            })
+            .and_then(|p| p.last_change.as_deref())
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        let Some(changed) = changed else { continue };
+        let age = grace.now.duration_since(changed);
+        let window = jiff::SignedDuration::try_from(grace.window).unwrap_or(jiff::SignedDuration::MAX);
+        if age >= window {
+            continue;
+        }
+        let left = (window - age.max(jiff::SignedDuration::ZERO)).as_secs();
+        f.severity = Severity::Info;
+        f.pending_seconds = Some(left.max(0) as u64);
+        f.message = format!(
+            "Pending for {left} s more: {service} changed {} s ago, and kube-proxy may still be applying it. {}",
+            age.as_secs().max(0),
+            f.message
+        );
+    }
+}
+
+// === hostport-conflict ===
+
+fn hostport_conflicts(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+    for hp in &source.hostports {
+        // The allocator hands a port out once, whatever the protocol; but a hostPort
+        // only competes with a Service of its own protocol.
+        let Some(owner) = index.owners(hp.protocol, hp.port, source.family).next() else {
+            continue;
+        };
+        let desired = index.port(owner);
+        let to = match hp.targets.first() {
+            Some(t) => format!(" to {t}"),
+            None => String::new(),
+        };
+        let mut f = Finding::new(
+            Kind::HostportConflict,
+            Severity::Critical,
+            format!(
+                "A pod's hostPort mapping (CNI portmap) sends {}/{}{to}, while {} owns that port as its NodePort: whichever rule the kernel meets first takes the traffic — remove the hostPort or give the Service another nodePort.",
+                hp.protocol,
+                hp.port,
+                desired.service.service()
+            ),
+        );
+        f.protocol = Some(hp.protocol);
+        f.port = Some(hp.port);
+        f.family = Some(source.family);
+        f.backend = Some(source.backend);
+        set_service(&mut f, &desired.service);
+        f.target = hp.targets.first().map(|t| t.to_string());
+        f.rule = Some(hp.rule.text.to_string());
+        f.rule_source = Some(locate(&source.origin, hp.rule.line));
+        out.push(f);
     }
 }
 

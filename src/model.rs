@@ -275,6 +275,18 @@ pub struct NodePortRule {
     pub identity: RuleIdentity,
 }
 
+/// A hostPort mapping written by the CNI portmap plugin (`CNI-HOSTPORT-DNAT`): traffic
+/// to this node's `port` goes to a pod, competing with any Service on the same nodePort.
+#[derive(Debug, Clone)]
+pub struct HostPortRule {
+    pub protocol: Protocol,
+    pub port: u16,
+    /// Where the mapping sends traffic (the pod's `ip:port`).
+    pub targets: Vec<SocketAddr>,
+    /// The `CNI-HOSTPORT-DNAT` rule that matches the port.
+    pub rule: RuleText,
+}
+
 /// A line a parser could not understand. It is reported, never dropped silently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unparsed {
@@ -305,6 +317,8 @@ pub struct RuleSource {
     pub backend: Backend,
     pub family: Family,
     pub nodeports: Vec<NodePortRule>,
+    /// CNI hostPort mappings (iptables only).
+    pub hostports: Vec<HostPortRule>,
     pub orphans: Vec<OrphanChain>,
     pub unparsed: Vec<Unparsed>,
     /// True when the source holds kube-proxy's structure (KUBE-SERVICES/KUBE-NODEPORTS
@@ -330,6 +344,7 @@ impl RuleSource {
             backend,
             family,
             nodeports: Vec::new(),
+            hostports: Vec::new(),
             orphans: Vec::new(),
             unparsed: Vec::new(),
             has_kube_proxy: false,
@@ -355,13 +370,22 @@ pub struct Listener {
     pub line: u32,
 }
 
-/// A process that owns a socket (filled in by the live reader when it can).
+/// A process that owns a socket (filled in by the live reader when it can; see
+/// `observed::owners`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessInfo {
     pub pid: u32,
+    /// The kernel's short name for the process (`/proc/<pid>/comm`, at most 15 bytes).
     pub name: String,
+    /// The container's ID as `kubectl` prints `containerStatuses[].containerID`:
+    /// `containerd://<id>`, `cri-o://<id>` or `docker://<id>`. None for a host process.
     pub container: Option<String>,
+    /// The pod's UID (with dashes). None for a process outside any pod.
     pub pod: Option<String>,
+    /// The command line, arguments separated by spaces, cut to 256 characters; None
+    /// when unknown or empty (kernel threads, zombies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
 }
 
 /// Formats an endpoint address the way findings and kube-proxy print it:

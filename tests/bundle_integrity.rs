@@ -121,8 +121,11 @@ fn expected_findings_are_well_formed() {
             assert!(kinds.contains(kind), "{n}: unknown kind {kind}");
             let sev = f["severity"].as_str().unwrap();
             let sev_ok = match kind {
-                "stale-nodeport" => sev == "warning" || sev == "info",
-                "stale-endpoint" | "missing-rule" | "nodeport-collision" => sev == "critical",
+                "stale-nodeport" => ["critical", "warning", "info"].contains(&sev),
+                "stale-endpoint" | "missing-rule" | "nodeport-collision" | "hostport-conflict" => {
+                    sev == "critical"
+                }
+                "unparsed-rule" => sev == "warning",
                 "missing-endpoint" | "backend-split" => sev == "warning",
                 "duplicate-rule" | "squatter" => sev == "warning" || sev == "critical",
                 "orphan-chain" => sev == "info",

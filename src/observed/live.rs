@@ -640,7 +640,7 @@ impl LiveNode {
             ToolOutcome::TimedOut => notes.push(format!(
                 "{} did not finish within {} and was killed",
                 run.command,
-                humantime::format_duration(self.config.limits.timeout)
+                crate::observed::node::friendly(self.config.limits.timeout)
             )),
             ToolOutcome::TooLarge => notes.push(format!(
                 "{} printed more than {} bytes; reading stopped there",

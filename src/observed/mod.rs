@@ -5,6 +5,7 @@ pub mod lines;
 pub mod live;
 pub mod nftables;
 pub mod node;
+pub mod owners;
 pub mod sockets;
 
 use std::collections::HashMap;

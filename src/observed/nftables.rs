@@ -312,6 +312,8 @@ fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]
         backend: Backend::Nftables,
         family: table.family,
         nodeports,
+        // The CNI portmap plugin writes iptables rules; its nftables form is not read yet.
+        hostports: Vec::new(),
         orphans: orphan_chains(&table),
         unparsed,
         has_kube_proxy: true,

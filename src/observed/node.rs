@@ -129,7 +129,7 @@ impl KubeProxyHealth {
         match (&self.last_updated, self.since_last_update) {
             (Some(l), Some(age)) => notes.push(format!(
                 "last synced {l}, {} before its current time",
-                humantime::format_duration(Duration::from_secs(age.as_secs()))
+                friendly(Duration::from_secs(age.as_secs()))
             )),
             (Some(l), None) => notes.push(format!("last synced {l}")),
             (None, _) => notes.push("the answer does not say when kube-proxy last synced".into()),
@@ -147,35 +147,28 @@ impl KubeProxyHealth {
 pub fn parse_go_time(text: &str) -> Option<SystemTime> {
     let mut words = text.split_whitespace();
     let (date, time) = (words.next()?, words.next());
-    let Some(time) = time else {
+    let timestamp = match time {
         // RFC 3339: `2025-11-30T10:00:00.5Z` or with an offset.
-        let (stamp, offset) = split_rfc3339_offset(date)?;
-        return apply_offset(humantime::parse_rfc3339_weak(stamp).ok()?, offset);
+        None => date.parse::<jiff::Timestamp>().ok()?,
+        Some(time) => {
+            let offset = match words.next() {
+                Some(o) => parse_offset(o)?,
+                None => 0,
+            };
+            let local: jiff::civil::DateTime = format!("{date}T{time}").parse().ok()?;
+            let offset = jiff::tz::Offset::from_seconds(offset).ok()?;
+            offset.to_timestamp(local).ok()?
+        }
     };
-    let offset = match words.next() {
-        Some(o) => parse_offset(o)?,
-        None => 0,
-    };
-    apply_offset(
-        humantime::parse_rfc3339_weak(&format!("{date} {time}")).ok()?,
-        offset,
-    )
-}
-
-/// `2025-11-30T10:00:00Z` → (`2025-11-30T10:00:00`, 0); `…+01:00` → (…, 3600).
-fn split_rfc3339_offset(stamp: &str) -> Option<(&str, i64)> {
-    if let Some(s) = stamp.strip_suffix(['Z', 'z']) {
-        return Some((s, 0));
+    // Go's zero time (year 1) is "never", not a time.
+    if timestamp.as_second() < 0 {
+        return None;
     }
-    let t = stamp.find('T')?;
-    match stamp[t..].rfind(['+', '-']) {
-        Some(i) => Some((&stamp[..t + i], parse_offset(&stamp[t + i..])?)),
-        None => Some((stamp, 0)),
-    }
+    Some(SystemTime::from(timestamp))
 }
 
 /// `+0100`, `-07:00` → seconds east of UTC.
-fn parse_offset(text: &str) -> Option<i64> {
+fn parse_offset(text: &str) -> Option<i32> {
     let (sign, digits) = match text.as_bytes().first()? {
         b'+' => (1, &text[1..]),
         b'-' => (-1, &text[1..]),
@@ -185,17 +178,16 @@ fn parse_offset(text: &str) -> Option<i64> {
     if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let hours: i64 = digits[..2].parse().ok()?;
-    let minutes: i64 = digits[2..].parse().ok()?;
+    let hours: i32 = digits[..2].parse().ok()?;
+    let minutes: i32 = digits[2..].parse().ok()?;
     Some(sign * (hours * 3600 + minutes * 60))
 }
 
-fn apply_offset(local: SystemTime, offset: i64) -> Option<SystemTime> {
-    let shift = Duration::from_secs(offset.unsigned_abs());
-    if offset >= 0 {
-        local.checked_sub(shift)
-    } else {
-        local.checked_add(shift)
+/// `2m 5s`, for messages.
+pub fn friendly(d: Duration) -> String {
+    match jiff::SignedDuration::try_from(d) {
+        Ok(d) => format!("{d:#}"),
+        Err(_) => format!("{d:?}"),
     }
 }
 

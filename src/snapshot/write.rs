@@ -8,7 +8,6 @@
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use super::source::{MANIFEST_FILE, Manifest, ManifestEntry, Source};
 use super::{
@@ -185,7 +184,9 @@ pub fn write_snapshot<S: Source>(
     let mut manifest = Manifest {
         version: MANIFEST_VERSION,
         portdrift: env!("CARGO_PKG_VERSION").to_string(),
-        captured_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        captured_at: jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
         node: None,
         sources: Vec::new(),
     };

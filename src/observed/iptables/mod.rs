@@ -22,8 +22,8 @@ use rustc_hash::FxHashMap;
 
 use crate::kube_proxy;
 use crate::model::{
-    Backend, DestMatch, DnatTarget, Family, NodePortRule, OrphanChain, Protocol, RuleIdentity, RuleSource,
-    RuleText, ServicePortRef, Unparsed, Verdict,
+    Backend, DestMatch, DnatTarget, Family, HostPortRule, NodePortRule, OrphanChain, Protocol, RuleIdentity,
+    RuleSource, RuleText, ServicePortRef, Unparsed, Verdict,
 };
 use crate::observed::lines::{BoundedLines, excerpt};
 
@@ -107,7 +107,22 @@ struct Dnat {
     port: Option<u16>,
     chain: u32,
     rule: RuleText,
+    /// The destination port the DNAT rule matches (read in CNI hostPort chains only).
+    dport: Option<u16>,
 }
+
+/// A `CNI-HOSTPORT-DNAT` rule: the ports it matches and the chain it jumps to.
+#[derive(Debug)]
+struct HostPortEntry {
+    protocol: Protocol,
+    ports: Vec<u16>,
+    chain: u32,
+    rule: RuleText,
+}
+
+/// The CNI portmap plugin's dispatch chain, and the prefix of its per-container chains.
+const CNI_HOSTPORT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
+const CNI_DNAT_CHAIN_PREFIX: &str = "CNI-DN-";
 
 #[derive(Debug)]
 enum DispatchTarget {
@@ -135,6 +150,8 @@ struct RuleArgs<'a> {
     dest: Option<Cow<'a, str>>,
     dest_negated: bool,
     dport: Option<Cow<'a, str>>,
+    /// `-m multiport --dports 80,443,30000:30010`.
+    dports: Option<Cow<'a, str>>,
     comment: Option<Cow<'a, str>>,
     target: Option<Cow<'a, str>>,
     to_destination: Option<Cow<'a, str>>,
@@ -206,6 +223,7 @@ impl<'a> RuleArgs<'a> {
                     args.dest_negated = negate;
                 }
                 "--dport" | "--destination-port" => args.dport = if negate { None } else { value()? },
+                "--dports" | "--destination-ports" => args.dports = if negate { None } else { value()? },
                 "--comment" => args.comment = value()?,
                 "-j" | "--jump" | "-g" | "--goto" => args.target = value()?,
                 "--to-destination" => args.to_destination = value()?,
@@ -236,6 +254,7 @@ struct Parser {
     other_chains: Vec<Box<str>>,
     dnats: Vec<Dnat>,
     dispatch: Vec<Dispatch>,
+    hostports: Vec<HostPortEntry>,
     last_nat_chain: Option<(Arc<str>, u32)>,
     unparsed: Vec<Unparsed>,
     notes: Vec<String>,
@@ -259,6 +278,7 @@ impl Parser {
             other_chains: Vec::new(),
             dnats: Vec::new(),
             dispatch: Vec::new(),
+            hostports: Vec::new(),
             last_nat_chain: None,
             unparsed: Vec::new(),
             notes: Vec::new(),
@@ -413,7 +433,7 @@ impl Parser {
         // destination) is all that matters, read from the end of the line.
         let args = match kind {
             TableKind::Filter if !FILTER_DISPATCH_CHAINS.contains(&chain) => return,
-            TableKind::Nat if chain != "KUBE-NODEPORTS" => {
+            TableKind::Nat if chain != "KUBE-NODEPORTS" && !is_cni_hostport_chain(chain) => {
                 RuleArgs::read_target(spec).map_or_else(|| RuleArgs::read(spec), Ok)
             }
             _ => RuleArgs::read(spec),
@@ -461,6 +481,7 @@ impl Parser {
                             text: text.into(),
                             line: number,
                         },
+                        dport: args.dport.as_deref().and_then(|p| p.parse().ok()),
                     });
                     dispatch_target = Some(DispatchTarget::Dnat(id));
                 }
@@ -484,6 +505,12 @@ impl Parser {
             self.nat.chains[target_id as usize].referenced = true;
             dispatch_target = Some(DispatchTarget::Chain(target_id));
         }
+        if chain == CNI_HOSTPORT_CHAIN {
+            if let Some(DispatchTarget::Chain(target_id)) = dispatch_target {
+                self.push_hostport(number, text, args, target_id);
+            }
+            return;
+        }
         if chain != "KUBE-NODEPORTS" {
             return;
         }
@@ -500,6 +527,30 @@ impl Parser {
             return;
         };
         self.push_dispatch(number, text, "KUBE-NODEPORTS", TableKind::Nat, args, target);
+    }
+
+    fn push_hostport(&mut self, number: u32, text: &str, args: &RuleArgs<'_>, chain: u32) {
+        let Some(protocol) = args.protocol.as_deref().and_then(Protocol::parse) else {
+            return;
+        };
+        let ports = match (args.dports.as_deref(), args.dport.as_deref()) {
+            (Some(list), _) => parse_port_list(list),
+            (None, Some(p)) => parse_port_list(p),
+            (None, None) => None,
+        };
+        let Some(ports) = ports else {
+            self.unparsed(number, text, "hostPort rule without a readable destination port");
+            return;
+        };
+        self.hostports.push(HostPortEntry {
+            protocol,
+            ports,
+            chain,
+            rule: RuleText {
+                text: text.into(),
+                line: number,
+            },
+        });
     }
 
     fn filter_rule(&mut self, number: u32, text: &str, chain: &str, args: &RuleArgs<'_>) {
@@ -617,6 +668,7 @@ impl Parser {
             || self.filter.index.contains_key("KUBE-PROXY-CANARY")
             || self.other_chains.iter().any(|c| &**c == "KUBE-PROXY-CANARY");
         let nodeports = resolve_dispatch(&mut self, backend, family);
+        let hostports = resolve_hostports(&self);
         let mut orphans: Vec<OrphanChain> = Vec::new();
         let mut orphan_ids = FxHashMap::default();
         for (id, c) in self.nat.chains.iter().enumerate() {
@@ -643,6 +695,7 @@ impl Parser {
             backend,
             family,
             nodeports,
+            hostports,
             orphans,
             unparsed: self.unparsed,
             has_kube_proxy,
@@ -671,6 +724,29 @@ pub fn comment_service(rule_text: &str) -> Option<ServicePortRef> {
         .and_then(service_of_comment)
 }
 
+fn is_cni_hostport_chain(chain: &str) -> bool {
+    chain == CNI_HOSTPORT_CHAIN || chain.starts_with(CNI_DNAT_CHAIN_PREFIX)
+}
+
+/// `80`, `80,443`, `30000:30010` (multiport's list and ranges). Ranges wider than the
+/// whole NodePort range are not hostPorts and are refused rather than expanded.
+fn parse_port_list(list: &str) -> Option<Vec<u16>> {
+    let mut ports = Vec::new();
+    for part in list.split(',') {
+        match part.split_once(':') {
+            Some((a, b)) => {
+                let (a, b): (u16, u16) = (a.parse().ok()?, b.parse().ok()?);
+                if a > b || b - a > 4096 {
+                    return None;
+                }
+                ports.extend(a..=b);
+            }
+            None => ports.push(part.parse().ok()?),
+        }
+    }
+    Some(ports)
+}
+
 fn is_loopback_net(d: &str) -> bool {
     d.starts_with("127.") || d.starts_with("::1/") || d == "::1"
 }
@@ -691,6 +767,28 @@ fn parse_dnat_destination(s: &str) -> Result<(IpAddr, Option<u16>), String> {
     Err(format!(
         "DNAT destination {s:?} is not one address and port (ranges are not kube-proxy's)"
     ))
+}
+
+/// Each hostPort rule with the DNATs of its `CNI-DN-*` chain that match its port.
+fn resolve_hostports(p: &Parser) -> Vec<HostPortRule> {
+    let mut out = Vec::new();
+    for entry in &p.hostports {
+        for &port in &entry.ports {
+            let targets = p
+                .dnats
+                .iter()
+                .filter(|d| d.chain == entry.chain && d.dport.is_none_or(|dp| dp == port))
+                .map(|d| SocketAddr::new(d.ip, d.port.unwrap_or(port)))
+                .collect();
+            out.push(HostPortRule {
+                protocol: entry.protocol,
+                port,
+                targets,
+                rule: entry.rule.clone(),
+            });
+        }
+    }
+    out
 }
 
 /// Where one chain leads: computed once per chain that dispatch rules enter, since

@@ -233,3 +233,36 @@ fn incompatible_table_warning_is_not_a_rule() {
         src.notes
     );
 }
+
+#[test]
+fn cni_hostport_mappings_are_read_with_their_targets() {
+    let src = parse(concat!(
+        "*nat\n:CNI-HOSTPORT-DNAT - [0:0]\n:CNI-DN-aaaa - [0:0]\n:CNI-HOSTPORT-SETMARK - [0:0]\n",
+        "-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment \"dnat name: \\\"cbr0\\\" id: \\\"aaaa\\\"\" -m multiport --dports 30443,8080 -j CNI-DN-aaaa\n",
+        "-A CNI-DN-aaaa -s 127.0.0.1/32 -p tcp -m tcp --dport 30443 -j CNI-HOSTPORT-SETMARK\n",
+        "-A CNI-DN-aaaa -p tcp -m tcp --dport 30443 -j DNAT --to-destination 10.244.1.40:9443\n",
+        "-A CNI-DN-aaaa -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.244.1.40:80\n",
+        "COMMIT\n"
+    ));
+    assert!(src.unparsed.is_empty(), "{:?}", src.unparsed);
+    let got: Vec<_> = src
+        .hostports
+        .iter()
+        .map(|h| (h.protocol, h.port, h.targets.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Protocol::Tcp, 30443, vec!["10.244.1.40:9443".parse().unwrap()]),
+            (Protocol::Tcp, 8080, vec!["10.244.1.40:80".parse().unwrap()]),
+        ]
+    );
+}
+
+#[test]
+fn port_lists_expand_ranges_within_reason() {
+    assert_eq!(parse_port_list("80,443"), Some(vec![80, 443]));
+    assert_eq!(parse_port_list("30000:30002"), Some(vec![30000, 30001, 30002]));
+    assert_eq!(parse_port_list("1:65535"), None);
+    assert_eq!(parse_port_list("x"), None);
+}
