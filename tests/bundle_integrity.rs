@@ -31,7 +31,7 @@ fn name(p: &Path) -> String {
 }
 
 #[test]
-fn all_eleven_bundles_are_present() {
+fn the_incident_bundles_are_present() {
     let names: BTreeSet<String> = bundles().iter().map(|p| name(p)).collect();
     for want in [
         "duplicate-dnat-30080",
