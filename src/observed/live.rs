@@ -39,8 +39,10 @@ pub struct ToolLimits {
     pub max_output: u64,
 }
 
-/// 10 s: `iptables-save` of a 10,000-Service node takes well under a second; a tool
-/// stuck on the xtables lock or a wedged kernel must not hold the scan forever.
+/// 10 s: a tool stuck on a lock or a wedged kernel must not hold the scan forever.
+/// Large nodes need more (`--tool-timeout`): on the generated 10,000-Service node
+/// (232,255 rules in iptables-nft) `iptables-nft-save` itself takes ~22 s and
+/// `nft -j list ruleset` ~42 s (README, Performance).
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(10);
 /// 256 MiB: ten times the dump of a 10,000-Service node.
 pub const DEFAULT_MAX_OUTPUT: u64 = 256 << 20;
