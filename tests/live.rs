@@ -224,12 +224,14 @@ fn check_bundle(bundle: &str) -> Result<Duration, String> {
             findings(&offline)
         ));
     }
-    // Each source read the same way, live and from the snapshot.
+    // Each source read the same way, live and from the snapshot (which records no
+    // processes: socket owners are a live-only source).
     let states = |r: &Value| -> Vec<(String, String)> {
         r["sources"]
             .as_array()
             .unwrap()
             .iter()
+            .filter(|s| s["source"] != "socket owners")
             .map(|s| (s["source"].to_string(), s["status"].to_string()))
             .collect()
     };
@@ -433,4 +435,84 @@ fn the_text_report_of_a_live_scan_names_the_tools() {
         "{text}"
     );
     assert!(!text.contains("healthz"), "{text}");
+}
+
+#[test]
+fn a_squatter_is_named_by_its_process() {
+    if !support::require_root("naming a squatter") {
+        return;
+    }
+    let scanned = scan_live("haproxy-squatter", None, &[]);
+    let squatters: Vec<&Value> = scanned.live["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "squatter")
+        .collect();
+    let on = |port: u64| {
+        squatters
+            .iter()
+            .find(|f| f["port"] == port)
+            .unwrap_or_else(|| panic!("no squatter on {port}: {squatters:?}"))
+    };
+    for (port, name) in [(30080, "haproxy"), (31514, "fluent-bit")] {
+        let process = &on(port)["process"];
+        assert_eq!(process["name"], name, "{process}");
+        assert!(process["pid"].as_u64().is_some_and(|p| p > 1), "{process}");
+        // A host daemon, not a container.
+        assert!(process["container"].is_null(), "{process}");
+    }
+    let owners = source(&scanned.live, "socket owners");
+    assert_eq!(owners["status"], "ok", "{owners}");
+}
+
+#[test]
+fn an_ephemeral_port_range_over_the_nodeport_range_is_a_hazard() {
+    if !support::require_root("the port-range hazard") {
+        return;
+    }
+    // Sysctls are per network namespace: widen this node's ephemeral range only.
+    let script = r#"
+set -e
+pd=$1
+echo 30000 60999 >/proc/sys/net/ipv4/ip_local_port_range
+"$pd" scan --format json --kube-proxy-healthz off >"$2" || true
+echo 30000-32767 >/proc/sys/net/ipv4/ip_local_reserved_ports
+"$pd" scan --format json --kube-proxy-healthz off >"$3" || true
+"#;
+    let scratch = TempDir::new().unwrap();
+    let (open, reserved) = (
+        scratch.path().join("open.json"),
+        scratch.path().join("reserved.json"),
+    );
+    in_bundle_node(
+        "udp-stale-endpoint",
+        &[
+            "/bin/sh",
+            "-c",
+            script,
+            "sh",
+            PORTDRIFT,
+            open.to_str().unwrap(),
+            reserved.to_str().unwrap(),
+        ],
+    );
+    let kinds = |p: &Path| -> Vec<String> {
+        json(&std::fs::read(p).unwrap(), "scan")["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["kind"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        kinds(&open).contains(&"port-range-overlap".to_string()),
+        "{:?}",
+        kinds(&open)
+    );
+    assert!(
+        !kinds(&reserved).contains(&"port-range-overlap".to_string()),
+        "{:?}",
+        kinds(&reserved)
+    );
 }

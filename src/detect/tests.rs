@@ -499,3 +499,48 @@ fn ports_of_unreadable_or_skipped_services_are_not_judged() {
     d.uncertain = true;
     assert_eq!(kinds(&run(&d, &observed(&[(&nat, Backend::IptablesNft)]))), []);
 }
+
+#[test]
+fn an_ephemeral_range_over_nodeports_is_reported_unless_reserved() {
+    use crate::observed::NodeSysctls;
+    let scan = |local: std::ops::RangeInclusive<u16>, reserved: Vec<std::ops::RangeInclusive<u16>>| {
+        let mut obs = observed(&[]);
+        obs.sysctls = Some(NodeSysctls {
+            local_port_range: Some(local),
+            reserved_ports: reserved,
+        });
+        detect(None, &obs, &DetectConfig::default())
+    };
+    // Linux's default (32768-60999) stays clear of 30000-32767.
+    assert_eq!(kinds(&scan(32768..=60999, vec![])), []);
+    let overlap = scan(30000..=60999, vec![]);
+    assert_eq!(
+        kinds(&overlap),
+        [(Kind::PortRangeOverlap, Severity::Warning, None, None)]
+    );
+    assert!(
+        overlap[0].message.contains("on 2768 ports"),
+        "{}",
+        overlap[0].message
+    );
+    // Reserving the NodePort range makes the overlap harmless.
+    assert_eq!(kinds(&scan(30000..=60999, vec![30000..=32767])), []);
+    // A partial reservation leaves the rest.
+    let partial = scan(30000..=60999, vec![30000..=31999]);
+    assert!(
+        partial[0].evidence[0].contains("32000-32767"),
+        "{:?}",
+        partial[0].evidence
+    );
+}
+
+#[test]
+fn uncovered_ranges_are_computed_exactly() {
+    assert_eq!(uncovered(10..=20, &[]), vec![10..=20]);
+    assert_eq!(uncovered(10..=20, &[12..=13, 15..=30]), vec![10..=11, 14..=14]);
+    assert_eq!(
+        uncovered(10..=20, &[0..=65535]),
+        Vec::<std::ops::RangeInclusive<u16>>::new()
+    );
+    assert_eq!(uncovered(65530..=65535, &[65530..=65531]), vec![65532..=65535]);
+}

@@ -756,6 +756,13 @@ impl Source for LiveNode {
             },
         }
     }
+
+    fn owners(&self, inodes: &std::collections::HashSet<u64>) -> Option<crate::observed::owners::Owners> {
+        Some(crate::observed::owners::find_owners(
+            &self.config.proc_root,
+            inodes,
+        ))
+    }
 }
 
 #[cfg(test)]

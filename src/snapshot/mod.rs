@@ -131,6 +131,7 @@ pub fn read_input<S: Source>(src: &mut S, node: Option<&str>) -> Result<ScanInpu
     for (name, protocol, v6) in SOCKET_FILES {
         present += usize::from(read_sockets(src, name, protocol, v6, &mut input));
     }
+    read_owners(src, &mut input);
     present += read_sysctls(src, &mut input);
     present += usize::from(read_healthz(src, &mut input));
     present += usize::from(read_cluster(src, &mut input)?);
@@ -139,6 +140,25 @@ pub fn read_input<S: Source>(src: &mut S, node: Option<&str>) -> Result<ScanInpu
         return Err(SnapshotError::Empty(PathBuf::new()));
     }
     Ok(input)
+}
+
+/// Names the processes behind the listeners, where the source can (the live node).
+fn read_owners<S: Source>(src: &S, input: &mut ScanInput) {
+    let inodes: std::collections::HashSet<u64> = input.observed.listeners.iter().map(|l| l.inode).collect();
+    if inodes.is_empty() {
+        return;
+    }
+    let Some(owners) = src.owners(&inodes) else {
+        return;
+    };
+    let mut status = SourceStatus::new("socket owners", SourceState::Ok);
+    status.items = Some(owners.by_inode.len());
+    if owners.by_inode.len() < inodes.len() && !owners.notes.is_empty() {
+        status.status = SourceState::Partial;
+    }
+    status.notes = owners.notes;
+    input.sources.push(status);
+    input.observed.owners = owners.by_inode;
 }
 
 fn read_small(r: &mut dyn BufRead) -> io::Result<String> {

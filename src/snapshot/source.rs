@@ -70,6 +70,12 @@ pub trait Source {
     fn own_statuses(&self) -> Vec<crate::scan::SourceStatus> {
         Vec::new()
     }
+
+    /// The processes that own these socket inodes, where the source can tell (the
+    /// live node can; a bundle records no processes).
+    fn owners(&self, _inodes: &std::collections::HashSet<u64>) -> Option<crate::observed::owners::Owners> {
+        None
+    }
 }
 
 /// A reader that counts what passes through it.
