@@ -83,7 +83,7 @@ pub struct LiveArgs {
 
     /// How long each dump tool (iptables-*-save, nft) may run before it is killed and
     /// reported as timed out: `10s`, `500ms`, `2m`.
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_timeout)]
     pub tool_timeout: Duration,
 
     /// The most each dump tool may print (bytes; K, M, G suffixes are binary units).

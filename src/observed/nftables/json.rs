@@ -35,11 +35,25 @@ struct Document<'a> {
     nftables: Vec<&'a RawValue>,
 }
 
+/// Reads one `nft -j` document, or several one after another (the live reader lists
+/// each kube-proxy table with its own `nft -j list table` call).
 pub(super) fn parse<'a>(input: &'a [u8], origin: &str) -> Result<ParsedRuleset<'a>, NftError> {
-    let document: Document<'a> = serde_json::from_slice(input).map_err(|e| classify_error(e, origin))?;
     let mut parsed = ParsedRuleset::default();
-    for (index, object) in document.nftables.iter().enumerate() {
-        read_object(&mut parsed, index, object);
+    let mut index = 0;
+    let mut documents = 0;
+    for document in serde_json::Deserializer::from_slice(input).into_iter::<Document<'a>>() {
+        let document = document.map_err(|e| classify_error(e, origin))?;
+        documents += 1;
+        for object in document.nftables.iter() {
+            read_object(&mut parsed, index, object);
+            index += 1;
+        }
+    }
+    if documents == 0 {
+        // Nothing but blanks: report it as the truncated document it is.
+        if let Err(e) = serde_json::from_slice::<Document<'a>>(input) {
+            return Err(classify_error(e, origin));
+        }
     }
     Ok(parsed)
 }
