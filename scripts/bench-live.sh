@@ -27,7 +27,7 @@ if [[ ${1:-} == --inside ]]; then
     /usr/bin/time -f "portdrift scan (live): wall %e s, peak RSS %M KiB" "${scan[@]}" >/dev/null
   done
   if command -v hyperfine >/dev/null; then
-    hyperfine --warmup 1 --runs 5 -N "iptables-nft-save" "${scan[*]}"
+    hyperfine --warmup 0 --runs 3 -N "iptables-nft-save" "${scan[*]}"
   fi
   exit 0
 fi
