@@ -9,7 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice, ForZone};
 use portdrift::desired::watch::{
-    ClusterView, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchOptions, kube_client, kube_config, load_once,
+    ClusterView, DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchOptions, kube_client,
+    kube_config, load_once,
 };
 use portdrift::desired::{DesiredState, desired_state};
 use support::fake_apiserver::{Failure, FakeApiServer, Kind, objects, query_param};
@@ -524,7 +525,12 @@ async fn load_once_lists_in_pages_and_times_out() {
             .iter()
             .filter(|r| query_param(r, "continue").is_some())
             .count();
-        assert_eq!(pages, 2, "1,200 Services in pages of 500");
+        let page = DEFAULT_PAGE_SIZE as usize;
+        assert_eq!(
+            pages,
+            1200usize.div_ceil(page) - 1,
+            "1,200 Services in pages of {page}"
+        );
 
         server.hold_lists(true);
         let error = load_once(client, Some(NODE), Duration::from_millis(300))
