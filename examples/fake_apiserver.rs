@@ -29,6 +29,9 @@ struct Args {
     /// Where to write the kubeconfig.
     #[arg(long)]
     dir: PathBuf,
+    /// Ends every watch with `410 Gone` this often (seconds), so that clients relist.
+    #[arg(long)]
+    gone_every: Option<u64>,
 }
 
 #[tokio::main]
@@ -46,6 +49,21 @@ async fn main() -> anyhow::Result<()> {
     let written = server.write_kubeconfig(&staging);
     std::fs::rename(written, args.dir.join("kubeconfig"))?;
     eprintln!("fake API server on {}", server.url());
+    if let Some(seconds) = args.gone_every {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(seconds));
+        tick.tick().await;
+        let stdin_closed = async {
+            let mut sink = Vec::new();
+            let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+        };
+        tokio::pin!(stdin_closed);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => server.force_gone(),
+                () = &mut stdin_closed => return Ok(()),
+            }
+        }
+    }
     let mut sink = Vec::new();
     let _ = tokio::io::stdin().read_to_end(&mut sink).await;
     Ok(())

@@ -27,6 +27,10 @@ struct Args {
     /// The one-shot list (`load_once`) instead of the watch.
     #[arg(long)]
     once: bool,
+    /// After the build, wait for one relist (a server started with `--gone-every`) to
+    /// complete: the reflectors hold the old and the new list at once.
+    #[arg(long)]
+    relist: bool,
     /// Page size of the watch's lists.
     #[arg(long, default_value_t = WatchOptions::default().page_size)]
     page_size: u32,
@@ -69,9 +73,25 @@ async fn main() -> anyhow::Result<()> {
     let state = view.desired_state()?;
     let built = start.elapsed();
     let rss_built = rss_mib();
-    let status = view.status();
+    let mut status = view.status();
+    let mut relisted = None;
+    if args.relist {
+        let relist_start = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            status = view.status();
+            if status.services.relists >= 1 && status.endpoint_slices.relists >= 1 && status.fresh {
+                break;
+            }
+            anyhow::ensure!(
+                relist_start.elapsed() < Duration::from_secs(120),
+                "no relist within 120 s"
+            );
+        }
+        relisted = Some(rss_mib());
+    }
     println!(
-        "{{\"mode\":\"watch\",\"sync_s\":{:.3},\"build_s\":{:.3},\"total_s\":{:.3},\"services\":{},\"endpoint_slices\":{},\"ports\":{},\"endpoints\":{},\"rss_synced_mib\":{:.1},\"rss_built_mib\":{:.1}}}",
+        "{{\"mode\":\"watch\",\"sync_s\":{:.3},\"build_s\":{:.3},\"total_s\":{:.3},\"services\":{},\"endpoint_slices\":{},\"ports\":{},\"endpoints\":{},\"rss_synced_mib\":{:.1},\"rss_built_mib\":{:.1},\"rss_relisted_mib\":{}}}",
         synced.as_secs_f64(),
         (built - synced).as_secs_f64(),
         built.as_secs_f64(),
@@ -86,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
             .sum::<usize>(),
         rss_synced,
         rss_built,
+        relisted.map_or("null".to_string(), |r| format!("{r:.1}")),
     );
     Ok(())
 }

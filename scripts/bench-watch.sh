@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Cost of the API side of the desired state at production scale: a fake API server
+# Cost of the API side of the desired state at production scale. A fake API server
 # (tests/support/fake_apiserver.rs, in its own process) serves 10,000 NodePort Services
 # and 10,000 EndpointSlices with 5 endpoints each (50,000 endpoints), with the baggage
-# real objects carry (managedFields, last-applied-configuration, targetRefs). Measured,
-# in a separate process under /usr/bin/time -v:
-#   - watch: reflectors until synced, then one desired-state build (the daemon's start);
-#   - once:  load_once, the one-shot paged list of `portdrift scan`.
-# Targets: under 3 s and 96 MiB peak RSS.
+# real objects carry (managedFields, last-applied-configuration, targetRefs). Measured
+# in a separate process (examples/watch_sync.rs, with the binary's allocator) under
+# /usr/bin/time -v:
+#   - watch:  reflectors until synced, then one desired-state build (the daemon's start);
+#   - once:   load_once, the one-shot paged list of `portdrift scan`;
+#   - relist: the watch, then one full relist after a 410 Gone (the reflectors hold the
+#             old and the new list at once until the new one is complete).
+# Targets for watch and once: under 3 s and 96 MiB peak RSS.
 #
 #   scripts/bench-watch.sh [SERVICES] [ENDPOINTS_PER_SERVICE] [RUNS]
 set -euo pipefail
@@ -15,37 +18,55 @@ services=${1:-10000}
 endpoints=${2:-5}
 runs=${3:-3}
 work=$(mktemp -d)
-server_pid=
+pids=()
 cleanup() {
-  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
 
 cargo build --release --quiet --example fake_apiserver --example watch_sync
-# The server runs until its stdin closes; a never-written FIFO keeps it open.
-mkfifo "$work/stdin"
-target/release/examples/fake_apiserver --services "$services" --endpoints "$endpoints" --dir "$work" \
-  <"$work/stdin" &
-server_pid=$!
-exec 3>"$work/stdin"
-for _ in $(seq 600); do
-  [ -f "$work/kubeconfig" ] && break
-  sleep 0.1
-done
-[ -f "$work/kubeconfig" ] || { echo "the fake API server did not start" >&2; exit 1; }
 
-for mode in watch once; do
-  flag=()
-  [ "$mode" = once ] && flag=(--once)
+# Starts a fake API server serving the cluster into DIR; extra flags follow. It serves
+# until killed (its stdin, a FIFO that is never written, stays open).
+serve() {
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  mkfifo "$dir/stdin"
+  target/release/examples/fake_apiserver --services "$services" --endpoints "$endpoints" --dir "$dir" "$@" \
+    <"$dir/stdin" 2>/dev/null &
+  pids+=($!)
+  sleep 1000000 >"$dir/stdin" &
+  pids+=($!)
+  for _ in $(seq 600); do
+    [ -f "$dir/kubeconfig" ] && return 0
+    sleep 0.1
+  done
+  echo "the fake API server did not start" >&2
+  exit 1
+}
+
+# Runs watch_sync against DIR's server RUNS times: its figures, wall time, peak RSS.
+measure() {
+  local name=$1 dir=$2
+  shift 2
   for _ in $(seq "$runs"); do
-    if ! /usr/bin/time -v target/release/examples/watch_sync --kubeconfig "$work/kubeconfig" "${flag[@]}" \
+    if ! /usr/bin/time -v target/release/examples/watch_sync --kubeconfig "$dir/kubeconfig" "$@" \
       2>"$work/time.txt"; then
       cat "$work/time.txt" >&2
       exit 1
     fi
-    awk -F': ' '/Maximum resident set size/ {printf "  %s: peak RSS %.1f MiB\n", "'"$mode"'", $2 / 1024}
-                /Elapsed \(wall clock\)/ {print "  '"$mode"': wall " $2}' "$work/time.txt"
+    awk -F': ' -v name="$name" '
+      /Elapsed \(wall clock\)/ {wall = $2}
+      /Maximum resident set size/ {rss = $2 / 1024}
+      END {printf "  %s: wall %s, peak RSS %.1f MiB\n", name, wall, rss}' "$work/time.txt"
   done
-done
-exec 3>&-
+}
+
+echo "$services Services, $((services * endpoints)) endpoints"
+serve "$work/steady"
+measure watch "$work/steady"
+measure once "$work/steady" --once
+serve "$work/gone" --gone-every 3
+measure relist "$work/gone" --relist
