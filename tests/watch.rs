@@ -224,6 +224,28 @@ async fn a_service_deleted_mid_watch_disappears() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_opts_out_of_kube_proxy_mid_watch_disappears() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        // The server sends a DELETED when an object stops matching the selector.
+        let mut web = objects::service("shop", "web", "10.96.0.10", 30080);
+        web.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("service.kubernetes.io/service-proxy-name".into(), "other".into());
+        server.apply(&web);
+        eventually(
+            "shop/web leaves the desired state",
+            Duration::from_secs(10),
+            || !has_service(&view.desired_state().unwrap(), "shop", "web"),
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_slice_change_is_seen() {
     scenario(async {
         let (server, _) = serve_cluster().await;
