@@ -23,6 +23,7 @@ fn scan_10k(c: &mut Criterion) {
         read_cluster_state(node.cluster_json.as_bytes(), Some(&config.node)).expect("generated state parses");
     let detect_config = DetectConfig {
         nodeport_range: 20000..=32767,
+        grace: None,
     };
     let mut group = c.benchmark_group("10k-services");
     group.sample_size(20);

@@ -14,6 +14,9 @@ if [[ ${1:-} == --inside ]]; then
   # In the namespace: load the generated rules, then measure.
   work=$2
   ip link set lo up
+  # kube-proxy's nfacct counters must exist before rules that name them load.
+  grep -o -- '--nfacct-name  *[^ ]*' "$work/node/iptables-nft-save.txt" | awk '{print $2}' | sort -u |
+    while read -r name; do nfacct add "$name"; done
   start=$(date +%s%N)
   iptables-nft-restore <"$work/node/iptables-nft-save.txt"
   echo "loaded $(wc -l <"$work/node/iptables-nft-save.txt") lines with iptables-nft-restore in $(( ($(date +%s%N) - start) / 1000000 )) ms"

@@ -2,6 +2,12 @@
 # Rebuilds the captured files of snapshot bundles (testdata/<name>/) from their source/.
 #
 #   scripts/capture-testdata.sh [bundle...]     (default: every testdata/*/source)
+#   scripts/capture-testdata.sh --exec <bundle> -- CMD [ARG...]
+#
+# The second form builds the bundle's node the same way (steps 1-3 below) and, instead of
+# dumping it, runs CMD inside the prepared namespaces (with the bundle's directory in
+# $BUNDLE), then stops the listeners; it exits with CMD's status. The live-scan tests
+# use it to check that the node built live gives the bundle's expected findings.
 #
 # For each bundle, in a fresh private network + PID + mount namespace (never the host's
 # netfilter), it:
@@ -77,8 +83,9 @@ cleanup_inside() {
   [[ -n $WORK ]] && rm -rf "$WORK"
 }
 
-inside() {
-  local bundle=$1 staging=$2
+# Steps 1-3: the bundle's rules and listeners, in the current (private) namespaces.
+setup() {
+  local bundle=$1
   local src="$bundle/source" work python
   WORK=$(mktemp -d)
   work=$WORK
@@ -123,7 +130,12 @@ inside() {
       sleep 0.05
     done
   done
+}
 
+inside() {
+  local bundle=$1 staging=$2
+  local src="$bundle/source"
+  setup "$bundle"
   mkdir -p "$staging/proc/net"
   save_if_tables iptables-nft-save "$staging/iptables-nft-save.txt"
   save_if_tables iptables-legacy-save "$staging/iptables-legacy-save.txt"
@@ -137,6 +149,16 @@ inside() {
   for f in tcp tcp6 udp udp6; do
     cat "/proc/net/$f" >"$staging/proc/net/$f"
   done
+}
+
+inside_exec() {
+  local bundle=$1
+  shift
+  [[ ${1:-} == -- ]] && shift
+  setup "$bundle"
+  local status=0
+  BUNDLE=$bundle "$@" || status=$?
+  return "$status"
 }
 
 # ---------------------------------------------------------------- outside
@@ -180,7 +202,22 @@ main() {
     inside "$@"
     return
   fi
+  if [[ ${1:-} == --inside-exec ]]; then
+    shift
+    inside_exec "$@"
+    return
+  fi
   [[ $(id -u) -eq 0 ]] || die "must run as root (it creates network namespaces)"
+  if [[ ${1:-} == --exec ]]; then
+    local bundle=${2:-}
+    [[ -n $bundle && ${3:-} == -- && $# -ge 4 ]] || die "usage: capture-testdata.sh --exec <bundle> -- CMD [ARG...]"
+    shift 3
+    [[ -d $ROOT/testdata/$bundle && ! -d $bundle ]] && bundle=$ROOT/testdata/$bundle
+    [[ -d $bundle/source ]] || die "$bundle has no source/"
+    bundle=$(cd "$bundle" && pwd)
+    # As for a capture: every listener dies with the PID namespace, whatever happens.
+    exec unshare --net --pid --fork --mount-proc --kill-child "$SELF" --inside-exec "$bundle" -- "$@"
+  fi
   trap cleanup_outside EXIT
   local t
   for t in unshare ip nft nfacct iptables-nft-restore iptables-legacy-restore ip6tables-nft-restore \

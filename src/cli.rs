@@ -1,16 +1,19 @@
 //! Command-line interface: clap definitions and the commands they run.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::detect::DetectConfig;
+use crate::detect::{DetectConfig, Grace};
+use crate::observed::live::{self, LiveConfig, LiveNode, ToolLimits};
 use crate::report::render_text;
 use crate::scan::run_scan;
-use crate::snapshot::read_bundle;
+use crate::snapshot::{SnapshotOptions, read_bundle_with, read_input, write_snapshot};
 
 /// Finds where a node's NodePort plumbing has drifted from what the cluster says.
 #[derive(Debug, Parser)]
@@ -22,8 +25,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Compare a node's NodePort rules and listeners with the cluster state, once.
+    /// Compare a node's NodePort rules and listeners with the cluster state, once:
+    /// this node's (as a hostNetwork DaemonSet pod sees it), or a bundle's (--from).
     Scan(ScanArgs),
+    /// Capture this node into a bundle directory that `scan --from` reads.
+    Snapshot(SnapshotArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -35,20 +41,151 @@ pub enum Format {
 #[derive(Debug, Args)]
 pub struct ScanArgs {
     /// Scan a snapshot bundle (a directory captured from a node) instead of this node.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz"])]
     pub from: Option<PathBuf>,
+
+    /// The cluster state, as `kubectl get services,endpointslices -A -o json` prints it
+    /// (with --from: in place of the bundle's cluster.json). Without any, only the
+    /// checks that need no cluster state run.
+    #[arg(long, value_name = "FILE")]
+    pub cluster_state: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
 
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 
-    /// The node whose endpoints count as local (default: the bundle's `node` file).
+    /// The node whose endpoints count as local (default: the bundle's `node` file, or
+    /// this host's name).
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node: Option<String>,
+
+    /// How long kube-proxy may take to apply a change: a difference about a Service or
+    /// EndpointSlice that changed more recently (by the objects' own timestamps) is
+    /// reported as pending, severity info. `0` turns it off.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub grace: std::time::Duration,
 
     /// The cluster's NodePort range (the API server's --service-node-port-range).
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
     pub nodeport_range: RangeInclusive<u16>,
+}
+
+/// How to read the live node.
+#[derive(Debug, Args)]
+pub struct LiveArgs {
+    /// Where procfs is mounted: sockets are read from DIR/net, sysctls from DIR/sys
+    /// (like node_exporter's --path.procfs; /host/proc in a container).
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub proc_root: PathBuf,
+
+    /// How long each dump tool (iptables-*-save, nft) may run before it is killed and
+    /// reported as timed out: `10s`, `500ms`, `2m`.
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+    pub tool_timeout: Duration,
+
+    /// The most each dump tool may print (bytes; K, M, G suffixes are binary units).
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub tool_max_output: u64,
+
+    /// kube-proxy's health endpoint (its --healthz-bind-address), or `off`.
+    #[arg(long, value_name = "ADDR", default_value = live::DEFAULT_KUBE_PROXY_HEALTHZ, value_parser = parse_healthz_addr)]
+    pub kube_proxy_healthz: HealthzAddr,
+}
+
+/// `--kube-proxy-healthz`: an address, or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthzAddr(pub Option<SocketAddr>);
+
+impl LiveArgs {
+    fn config(&self, cluster_state: Option<PathBuf>) -> LiveConfig {
+        LiveConfig {
+            proc_root: self.proc_root.clone(),
+            limits: ToolLimits {
+                timeout: self.tool_timeout,
+                max_output: self.tool_max_output,
+            },
+            kube_proxy_healthz: self.kube_proxy_healthz.0,
+            healthz_timeout: live::HEALTHZ_TIMEOUT,
+            cluster_state,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// The bundle directory to write (created if needed).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Replace the bundle files of a non-empty DIR.
+    #[arg(long)]
+    pub force: bool,
+
+    /// A cluster state file to copy into the bundle as cluster.json.
+    #[arg(long, value_name = "FILE")]
+    pub cluster_state: Option<PathBuf>,
+
+    /// The node's name for the bundle's `node` file (default: this host's name).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node: Option<String>,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+/// Parses `1048576`, `64K`, `256M`, `1G` (binary units; `KiB`, `MiB`, `GiB` too).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 256M)"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(format!("{s:?}: unknown unit (use K, M or G)")),
+    };
+    let size = n
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))?;
+    if size == 0 {
+        return Err("the size must be more than zero".into());
+    }
+    Ok(size)
+}
+
+/// Parses `127.0.0.1:10256`, `[::1]:10256` or `off`.
+pub fn parse_healthz_addr(s: &str) -> Result<HealthzAddr, String> {
+    match s.trim() {
+        "off" | "none" | "" => Ok(HealthzAddr(None)),
+        t => t
+            .parse()
+            .map(|a| HealthzAddr(Some(a)))
+            .map_err(|_| format!("{s:?} is not IP:PORT (or off)")),
+    }
+}
+
+/// Parses durations written like `30s`, `2m`, `1h30m`, `500ms`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration like 30s or 2m: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
+}
+
+/// A tool timeout: a duration, more than zero.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("the timeout must be more than zero".into());
+    }
+    Ok(d)
 }
 
 /// Parses `30000-32767`.
@@ -73,16 +210,25 @@ pub fn parse_port_range(s: &str) -> Result<RangeInclusive<u16>, String> {
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Scan(args) => scan(args),
+        Command::Snapshot(args) => snapshot(args),
     }
 }
 
 fn scan(args: ScanArgs) -> anyhow::Result<u8> {
-    let Some(dir) = &args.from else {
-        bail!("scanning the live node is not available yet: capture a bundle and pass it with --from DIR");
+    let input = match &args.from {
+        Some(dir) => read_bundle_with(dir, args.node.as_deref(), args.cluster_state.clone())
+            .with_context(|| format!("cannot scan {}", dir.display()))?,
+        None => {
+            let mut node = LiveNode::new(args.live.config(args.cluster_state.clone()));
+            read_input(&mut node, args.node.as_deref()).context("cannot scan this node")?
+        }
     };
-    let input =
-        read_bundle(dir, args.node.as_deref()).with_context(|| format!("cannot scan {}", dir.display()))?;
+    let grace = (!args.grace.is_zero()).then(|| Grace {
+        now: jiff::Timestamp::now(),
+        window: args.grace,
+    });
     let config = DetectConfig {
+        grace,
         nodeport_range: args.nodeport_range,
     };
     let report = run_scan(input, &config);
@@ -98,6 +244,42 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
     Ok(report.exit_code())
 }
 
+fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
+    if let Some(path) = &args.cluster_state
+        && !path.is_file()
+    {
+        anyhow::bail!("the cluster state {} is not a file", path.display());
+    }
+    let mut node = LiveNode::new(args.live.config(args.cluster_state.clone()));
+    let options = SnapshotOptions {
+        node: args.node.clone(),
+        force: args.force,
+    };
+    let manifest = write_snapshot(&mut node, &args.out, &options)
+        .with_context(|| format!("cannot write a snapshot to {}", args.out.display()))?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
+        "portdrift: wrote {} (node {})",
+        args.out.display(),
+        manifest.node.as_deref().unwrap_or("unknown")
+    )?;
+    for e in &manifest.sources {
+        let mut line = format!("  {:<42} {:<9}", e.source, e.status.as_str());
+        if e.file {
+            line.push_str(&format!(" {} bytes", e.bytes.unwrap_or(0)));
+        }
+        writeln!(stdout, "{}", line.trim_end())?;
+        if !matches!(e.status, crate::scan::SourceState::Ok) {
+            for n in &e.notes {
+                writeln!(stdout, "      {n}")?;
+            }
+        }
+    }
+    stdout.flush()?;
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +290,35 @@ mod tests {
         assert!(parse_port_range("32767-30000").is_err());
         assert!(parse_port_range("30000").is_err());
         assert!(parse_port_range("a-b").is_err());
+    }
+
+    #[test]
+    fn durations_parse_like_kubectl_flags() {
+        assert_eq!(parse_duration("30s"), Ok(std::time::Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(std::time::Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(std::time::Duration::from_millis(500)));
+        assert_eq!(parse_duration("0s"), Ok(std::time::Duration::ZERO));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn durations_sizes_and_addresses_parse() {
+        assert_eq!(parse_timeout("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_timeout("0s").is_err());
+        assert!(parse_timeout("soon").is_err());
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("99999999999G").is_err());
+        assert_eq!(
+            parse_healthz_addr("127.0.0.1:10256"),
+            Ok(HealthzAddr(Some("127.0.0.1:10256".parse().unwrap())))
+        );
+        assert_eq!(parse_healthz_addr("off"), Ok(HealthzAddr(None)));
+        assert!(parse_healthz_addr("localhost:10256").is_err());
     }
 
     #[test]

@@ -28,12 +28,24 @@ use crate::observed::{Observed, iptables};
 pub struct DetectConfig {
     /// The cluster's `--service-node-port-range`.
     pub nodeport_range: RangeInclusive<u16>,
+    /// How long kube-proxy may take to apply a change before a difference counts.
+    pub grace: Option<Grace>,
+}
+
+/// kube-proxy applies API changes seconds late: a difference about a Service that
+/// changed less than `window` before `now` is reported as pending (severity info).
+/// `now` is passed in, so the detector stays free of clocks.
+#[derive(Debug, Clone, Copy)]
+pub struct Grace {
+    pub now: jiff::Timestamp,
+    pub window: std::time::Duration,
 }
 
 impl Default for DetectConfig {
     fn default() -> Self {
         DetectConfig {
             nodeport_range: 30000..=32767,
+            grace: None,
         }
     }
 }
@@ -63,6 +75,7 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
         unparsed_rules(source, &mut findings);
     }
     backend_split(&observed.sources, &judged, &primaries, &index, &mut findings);
+    port_range_overlap(observed, config, &mut findings);
     if has_desired {
         for (&family, &primary) in &primaries {
             missing_rules(
@@ -75,6 +88,9 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
         }
         squatters(observed, &index, config, &mut findings);
         nodeport_collisions(&index, &mut findings);
+    }
+    if let Some(grace) = config.grace {
+        mark_pending(&mut findings, &index, grace);
     }
     findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     findings
@@ -359,6 +375,12 @@ fn stale_rules(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<
         .filter(|(r, _)| r.dest != DestMatch::Localhost)
         .chain(rules().filter(|(r, _)| r.dest == DestMatch::Localhost));
     for (rule, judged) in main_first {
+        // A port held by a Service the cluster state could not show in full (an
+        // unreadable object, or a Service kube-proxy skips) is not judged: its rules
+        // may be right, and "stale" would be a guess.
+        if index.state.uncertain || index.state.other_allocated.contains(&(rule.protocol, rule.port)) {
+            continue;
+        }
         match rule.verdict {
             Verdict::HealthCheckAccept => stale_health_check(source, rule, index, out),
             Verdict::Reject | Verdict::Drop => {
@@ -867,6 +889,125 @@ fn backend_split(
             out.push(f);
         }
     }
+}
+
+// === grace ===
+
+/// Turns differences about recently changed Services into pending, info findings. A
+/// rule whose Service no longer exists has no clock: it is never pending.
+fn mark_pending(findings: &mut [Finding], index: &DesiredIndex<'_>, grace: Grace) {
+    for f in findings.iter_mut() {
+        if !matches!(
+            f.kind,
+            Kind::StaleEndpoint | Kind::MissingEndpoint | Kind::MissingRule
+        ) {
+            continue;
+        }
+        let (Some(protocol), Some(port), Some(service)) = (f.protocol, f.port, f.service.as_deref()) else {
+            continue;
+        };
+        let changed = index
+            .by_port
+            .get((protocol, port))
+            .iter()
+            .map(|&i| index.port(i))
+            .find(|p| {
+                p.service.service() == service
+                    && Some(p.service.port_name.as_str()) == f.service_port.as_deref()
+            })
+            .and_then(|p| p.last_change.as_deref())
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        let Some(changed) = changed else { continue };
+        let age = grace.now.duration_since(changed);
+        let window = jiff::SignedDuration::try_from(grace.window).unwrap_or(jiff::SignedDuration::MAX);
+        if age >= window {
+            continue;
+        }
+        let left = (window - age.max(jiff::SignedDuration::ZERO)).as_secs();
+        f.severity = Severity::Info;
+        f.pending_seconds = Some(left.max(0) as u64);
+        f.message = format!(
+            "Pending for {left} s more: {service} changed {} s ago, and kube-proxy may still be applying it. {}",
+            age.as_secs().max(0),
+            f.message
+        );
+    }
+}
+
+// === port-range-overlap ===
+
+/// The node's ephemeral port range (`net.ipv4.ip_local_port_range`, which also governs
+/// IPv6) against the NodePort range: any overlap that `ip_local_reserved_ports` does
+/// not cover lets an outgoing connection take a NodePort (kubernetes#111682).
+fn port_range_overlap(observed: &Observed, config: &DetectConfig, out: &mut Vec<Finding>) {
+    let Some(sysctls) = &observed.sysctls else { return };
+    let Some(local) = &sysctls.local_port_range else {
+        return;
+    };
+    let nodeports = &config.nodeport_range;
+    let (from, to) = (
+        (*local.start()).max(*nodeports.start()),
+        (*local.end()).min(*nodeports.end()),
+    );
+    if from > to {
+        return;
+    }
+    let open = uncovered(from..=to, &sysctls.reserved_ports);
+    if open.is_empty() {
+        return;
+    }
+    let count: u32 = open
+        .iter()
+        .map(|r| u32::from(*r.end()) - u32::from(*r.start()) + 1)
+        .sum();
+    let ranges: Vec<String> = open
+        .iter()
+        .take(5)
+        .map(|r| format!("{}-{}", r.start(), r.end()))
+        .collect();
+    let mut f = Finding::new(
+        Kind::PortRangeOverlap,
+        Severity::Warning,
+        format!(
+            "The node's ephemeral port range (net.ipv4.ip_local_port_range {}-{}) overlaps the NodePort range {}-{} on {count} ports that ip_local_reserved_ports does not reserve: an outgoing connection can take a NodePort and break that Service on this node — reserve the range (sysctl net.ipv4.ip_local_reserved_ports={}-{}) or move the ephemeral range.",
+            local.start(),
+            local.end(),
+            nodeports.start(),
+            nodeports.end(),
+            nodeports.start(),
+            nodeports.end()
+        ),
+    );
+    f.rule_source = Some("proc/sys/net/ipv4/ip_local_port_range".into());
+    f.evidence.push(format!(
+        "unreserved: {}{}",
+        ranges.join(", "),
+        if open.len() > 5 { ", …" } else { "" }
+    ));
+    out.push(f);
+}
+
+/// The parts of `range` that none of `reserved` covers.
+fn uncovered(range: RangeInclusive<u16>, reserved: &[RangeInclusive<u16>]) -> Vec<RangeInclusive<u16>> {
+    let mut reserved: Vec<&RangeInclusive<u16>> = reserved.iter().collect();
+    reserved.sort_by_key(|r| *r.start());
+    let mut out = Vec::new();
+    let mut next = u32::from(*range.start());
+    let end = u32::from(*range.end());
+    for r in reserved {
+        let (rs, re) = (u32::from(*r.start()), u32::from(*r.end()));
+        if re < next || rs > end {
+            continue;
+        }
+        if rs > next {
+            out.push(next as u16..=(rs - 1) as u16);
+        }
+        next = next.max(re + 1);
+    }
+    if next <= end {
+        out.push(next as u16..=end as u16);
+    }
+    out
 }
 
 // === hostport-conflict ===

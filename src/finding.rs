@@ -24,10 +24,12 @@ pub enum Kind {
     UnparsedRule,
     /// A CNI hostPort mapping on a port a Service uses as its nodePort.
     HostportConflict,
+    /// The node's ephemeral port range overlaps the NodePort range without reserving it.
+    PortRangeOverlap,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::StaleNodeport,
         Kind::StaleEndpoint,
         Kind::MissingEndpoint,
@@ -39,6 +41,7 @@ impl Kind {
         Kind::OrphanChain,
         Kind::UnparsedRule,
         Kind::HostportConflict,
+        Kind::PortRangeOverlap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +57,7 @@ impl Kind {
             Kind::OrphanChain => "orphan-chain",
             Kind::UnparsedRule => "unparsed-rule",
             Kind::HostportConflict => "hostport-conflict",
+            Kind::PortRangeOverlap => "port-range-overlap",
         }
     }
 }
@@ -118,6 +122,10 @@ pub struct Finding {
     /// The socket inode of a squatting listener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inode: Option<u64>,
+    /// Seconds left in the grace window when the difference is still settling (the
+    /// Service changed recently); such a finding is `info` until then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_seconds: Option<u64>,
     /// One human sentence: what is wrong and what to do.
     pub message: String,
     /// Supporting facts beyond the fields above (chain path, other rules), for people.
@@ -142,6 +150,7 @@ impl Finding {
             rule_source: None,
             process: None,
             inode: None,
+            pending_seconds: None,
             message: message.into(),
             evidence: Vec::new(),
         }

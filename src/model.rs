@@ -370,13 +370,22 @@ pub struct Listener {
     pub line: u32,
 }
 
-/// A process that owns a socket (filled in by the live reader when it can).
+/// A process that owns a socket (filled in by the live reader when it can; see
+/// `observed::owners`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessInfo {
     pub pid: u32,
+    /// The kernel's short name for the process (`/proc/<pid>/comm`, at most 15 bytes).
     pub name: String,
+    /// The container's ID as `kubectl` prints `containerStatuses[].containerID`:
+    /// `containerd://<id>`, `cri-o://<id>` or `docker://<id>`. None for a host process.
     pub container: Option<String>,
+    /// The pod's UID (with dashes). None for a process outside any pod.
     pub pod: Option<String>,
+    /// The command line, arguments separated by spaces, cut to 256 characters; None
+    /// when unknown or empty (kernel threads, zombies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
 }
 
 /// Formats an endpoint address the way findings and kube-proxy print it:

@@ -128,8 +128,8 @@ fn render_sources(out: &mut String, report: &ScanReport) {
     for s in &report.sources {
         let mut line = format!(
             "  {:<28} {:<8}",
-            s.source,
-            format!("{:?}", s.status).to_lowercase()
+            s.origin.as_deref().unwrap_or(&s.source),
+            s.status.as_str()
         );
         if let Some(b) = s.backend {
             let _ = write!(line, " {b}");

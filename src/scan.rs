@@ -1,6 +1,6 @@
 //! One scan: the result the CLI prints and the agent serves.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::desired::DesiredState;
 use crate::detect::{DetectConfig, detect};
@@ -9,9 +9,12 @@ use crate::model::{Backend, Family};
 use crate::observed::Observed;
 
 /// How reading one source went. "Absent", "empty" and "error" are different answers:
-/// a node without iptables-legacy is fine, a failed read is not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+/// a node without iptables-legacy is fine, a failed read is not. A source in any state
+/// but `ok`/`partial`/`empty` says nothing about what the node holds, and a failed,
+/// timed-out or too large dump that was still read is never trusted for "missing"
+/// decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum SourceState {
     /// Read and understood.
     Ok,
@@ -20,8 +23,38 @@ pub enum SourceState {
     Partial,
     /// Not present (no file in the bundle, tool not installed).
     Absent,
+    /// Read fine, and it holds nothing (a backend without tables).
+    Empty,
     /// Present but unreadable.
     Error,
+    /// The tool ran and exited with an error (its complaint is in the notes).
+    Failed,
+    /// The tool did not finish within its time limit and was killed.
+    TimedOut,
+    /// The tool printed more than the output limit allows; reading stopped there.
+    TooLarge,
+}
+
+impl SourceState {
+    /// The state as the report and the JSON print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceState::Ok => "ok",
+            SourceState::Partial => "partial",
+            SourceState::Absent => "absent",
+            SourceState::Empty => "empty",
+            SourceState::Error => "error",
+            SourceState::Failed => "failed",
+            SourceState::TimedOut => "timed-out",
+            SourceState::TooLarge => "too-large",
+        }
+    }
+}
+
+impl std::fmt::Display for SourceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The status of one input, for the report and `/findings`.
@@ -30,6 +63,10 @@ pub struct SourceStatus {
     /// The file or command (`iptables-nft-save.txt`, `proc/net/tcp`, `cluster.json`).
     pub source: String,
     pub status: SourceState,
+    /// Where it was really read from when that is not the bundle file `source` names:
+    /// the command or path on a live node (`iptables-nft-save`, `/proc/net/tcp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<Backend>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -50,6 +87,7 @@ impl SourceStatus {
         SourceStatus {
             source: source.into(),
             status,
+            origin: None,
             backend: None,
             family: None,
             items: None,

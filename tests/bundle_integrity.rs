@@ -31,7 +31,7 @@ fn name(p: &Path) -> String {
 }
 
 #[test]
-fn all_ten_bundles_are_present() {
+fn the_incident_bundles_are_present() {
     let names: BTreeSet<String> = bundles().iter().map(|p| name(p)).collect();
     for want in [
         "duplicate-dnat-30080",
@@ -44,6 +44,7 @@ fn all_ten_bundles_are_present() {
         "udp-stale-endpoint",
         "clean-iptables",
         "clean-nftables",
+        "nftables-mode-switch",
     ] {
         assert!(names.contains(want), "missing bundle {want}");
     }

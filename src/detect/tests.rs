@@ -339,6 +339,7 @@ fn squatters_on_owned_and_free_ports_but_not_health_checks() {
             name: "haproxy".into(),
             container: None,
             pod: None,
+            cmdline: None,
         },
     );
     let f = run(&d, &obs);
@@ -428,4 +429,118 @@ fn without_cluster_state_only_structural_checks_run() {
         kinds(&f),
         [(Kind::DuplicateRule, Severity::Critical, Some(30080), None)]
     );
+}
+
+#[test]
+fn differences_inside_the_grace_window_are_pending() {
+    let now: jiff::Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
+    let config = |last_change: &str| {
+        let mut p = port(WEB, Protocol::Tcp, 30080, &["10.244.2.6:8080"]);
+        p.last_change = Some(last_change.into());
+        let d = state(vec![p]);
+        let nat = kube_proxy_nat(&[(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"])], "");
+        let grace = Grace {
+            now,
+            window: std::time::Duration::from_secs(30),
+        };
+        detect(
+            Some(&d),
+            &observed(&[(&nat, Backend::IptablesNft)]),
+            &DetectConfig {
+                grace: Some(grace),
+                ..Default::default()
+            },
+        )
+    };
+    // A rollout 5 s ago: kube-proxy may not have caught up yet.
+    let recent = config("2026-11-30T11:59:55Z");
+    assert!(!recent.is_empty());
+    assert!(recent.iter().all(|f| f.severity == Severity::Info), "{recent:?}");
+    assert!(recent.iter().all(|f| f.pending_seconds == Some(25)), "{recent:?}");
+    assert!(!crate::finding::any_actionable(&recent));
+    // The same difference a minute later is real.
+    let old = config("2026-11-30T11:59:00Z");
+    assert!(
+        old.iter()
+            .any(|f| f.kind == Kind::StaleEndpoint && f.severity == Severity::Critical)
+    );
+    assert!(old.iter().all(|f| f.pending_seconds.is_none()));
+}
+
+#[test]
+fn a_rule_of_a_deleted_service_is_never_pending() {
+    let now: jiff::Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
+    let nat = kube_proxy_nat(&[("shop/old:http", Protocol::Tcp, 30090, &["10.244.1.9:80"])], "");
+    let grace = Grace {
+        now,
+        window: std::time::Duration::from_secs(3600),
+    };
+    let f = detect(
+        Some(&state(vec![])),
+        &observed(&[(&nat, Backend::IptablesNft)]),
+        &DetectConfig {
+            grace: Some(grace),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        kinds(&f),
+        [(Kind::StaleNodeport, Severity::Warning, Some(30090), None)]
+    );
+}
+
+#[test]
+fn ports_of_unreadable_or_skipped_services_are_not_judged() {
+    let nat = kube_proxy_nat(&[("shop/odd:http", Protocol::Tcp, 30090, &["10.244.1.9:80"])], "");
+    let mut d = state(vec![]);
+    d.other_allocated.insert((Protocol::Tcp, 30090));
+    assert_eq!(kinds(&run(&d, &observed(&[(&nat, Backend::IptablesNft)]))), []);
+    let mut d = state(vec![]);
+    d.uncertain = true;
+    assert_eq!(kinds(&run(&d, &observed(&[(&nat, Backend::IptablesNft)]))), []);
+}
+
+#[test]
+fn an_ephemeral_range_over_nodeports_is_reported_unless_reserved() {
+    use crate::observed::NodeSysctls;
+    let scan = |local: std::ops::RangeInclusive<u16>, reserved: Vec<std::ops::RangeInclusive<u16>>| {
+        let mut obs = observed(&[]);
+        obs.sysctls = Some(NodeSysctls {
+            local_port_range: Some(local),
+            reserved_ports: reserved,
+        });
+        detect(None, &obs, &DetectConfig::default())
+    };
+    // Linux's default (32768-60999) stays clear of 30000-32767.
+    assert_eq!(kinds(&scan(32768..=60999, vec![])), []);
+    let overlap = scan(30000..=60999, vec![]);
+    assert_eq!(
+        kinds(&overlap),
+        [(Kind::PortRangeOverlap, Severity::Warning, None, None)]
+    );
+    assert!(
+        overlap[0].message.contains("on 2768 ports"),
+        "{}",
+        overlap[0].message
+    );
+    // Reserving the NodePort range makes the overlap harmless.
+    assert_eq!(kinds(&scan(30000..=60999, vec![30000..=32767])), []);
+    // A partial reservation leaves the rest.
+    let partial = scan(30000..=60999, vec![30000..=31999]);
+    assert!(
+        partial[0].evidence[0].contains("32000-32767"),
+        "{:?}",
+        partial[0].evidence
+    );
+}
+
+#[test]
+fn uncovered_ranges_are_computed_exactly() {
+    assert_eq!(uncovered(10..=20, &[]), vec![10..=20]);
+    assert_eq!(uncovered(10..=20, &[12..=13, 15..=30]), vec![10..=11, 14..=14]);
+    assert_eq!(
+        uncovered(10..=20, &[0..=65535]),
+        Vec::<std::ops::RangeInclusive<u16>>::new()
+    );
+    assert_eq!(uncovered(65530..=65535, &[65530..=65531]), vec![65532..=65535]);
 }

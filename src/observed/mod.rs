@@ -2,12 +2,17 @@
 
 pub mod iptables;
 pub mod lines;
+pub mod live;
 pub mod nftables;
+pub mod node;
+pub mod owners;
 pub mod sockets;
 
 use std::collections::HashMap;
 
 use crate::model::{Listener, ProcessInfo, RuleSource};
+
+pub use node::{KubeProxyHealth, NodeSysctls};
 
 /// Everything read from one node.
 #[derive(Debug, Clone, Default)]
@@ -18,4 +23,8 @@ pub struct Observed {
     pub listeners: Vec<Listener>,
     /// Socket inode → owning process, where it could be found.
     pub owners: HashMap<u64, ProcessInfo>,
+    /// The kernel's local port sysctls, when either file was read.
+    pub sysctls: Option<NodeSysctls>,
+    /// What kube-proxy's `/healthz` said, when it answered.
+    pub kube_proxy_health: Option<KubeProxyHealth>,
 }

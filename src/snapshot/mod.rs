@@ -1,0 +1,529 @@
+//! Snapshot bundles: a directory of files captured from a node and from `kubectl`; and
+//! the one reading path that serves a bundle and the live node alike.
+//!
+//! Layout (every file optional; see the README):
+//! `iptables-nft-save.txt`, `iptables-legacy-save.txt`, `ip6tables-nft-save.txt`,
+//! `ip6tables-legacy-save.txt` (or one `iptables-save.txt` / `ip6tables-save.txt`),
+//! `nft.json` (`nft -j list ruleset`) or `nft.txt` (`nft list ruleset`),
+//! `proc/net/{tcp,tcp6,udp,udp6}`, `proc/sys/net/ipv4/{ip_local_port_range,
+//! ip_local_reserved_ports}`, `kube-proxy-healthz.json` (the body of kube-proxy's
+//! `/healthz`), `cluster.json`, `node`, and `snapshot.json` (the capture's manifest:
+//! how reading each source went).
+//!
+//! [`read_input`] reads any [`Source`]: a [`BundleDir`] or the live node
+//! (`observed::live::LiveNode`). [`write_snapshot`] captures a source into a bundle.
+
+mod source;
+mod write;
+
+use std::io::{self, BufRead, Read};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::desired;
+use crate::model::{Backend, Family, Protocol, RuleSource};
+use crate::observed::iptables::{self, SourceHint};
+use crate::observed::node::{self, KubeProxyHealth, NodeSysctls};
+use crate::observed::{nftables, sockets};
+use crate::scan::{ScanInput, SourceState, SourceStatus};
+
+pub use source::{
+    BundleDir, Fetched, MANIFEST_FILE, Manifest, ManifestEntry, Source, fetch_file, fetch_required,
+};
+pub use write::{SnapshotOptions, write_snapshot};
+
+/// Why a bundle could not be scanned or written at all.
+#[derive(Debug, Error)]
+pub enum SnapshotError {
+    #[error("{0} is not a directory: a bundle is a directory of captured files")]
+    NotADirectory(PathBuf),
+    #[error(
+        "{0} holds none of the files of a bundle (iptables-*-save.txt, nft.json, proc/net/*, cluster.json)"
+    )]
+    Empty(PathBuf),
+    #[error("cannot read the cluster state {path}: {source}")]
+    ClusterState {
+        path: PathBuf,
+        #[source]
+        source: desired::ClusterFileError,
+    },
+    #[error("{0} is not empty: pass --force to replace the bundle files in it")]
+    NotEmpty(PathBuf),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The iptables dumps a bundle may hold, with what their names say.
+pub const IPTABLES_FILES: [(&str, Option<Backend>, Family); 6] = [
+    ("iptables-nft-save.txt", Some(Backend::IptablesNft), Family::Ipv4),
+    (
+        "iptables-legacy-save.txt",
+        Some(Backend::IptablesLegacy),
+        Family::Ipv4,
+    ),
+    ("ip6tables-nft-save.txt", Some(Backend::IptablesNft), Family::Ipv6),
+    (
+        "ip6tables-legacy-save.txt",
+        Some(Backend::IptablesLegacy),
+        Family::Ipv6,
+    ),
+    // A dump whose backend only its header tells.
+    ("iptables-save.txt", None, Family::Ipv4),
+    ("ip6tables-save.txt", None, Family::Ipv6),
+];
+
+pub const SOCKET_FILES: [(&str, Protocol, bool); 4] = [
+    ("proc/net/tcp", Protocol::Tcp, false),
+    ("proc/net/tcp6", Protocol::Tcp, true),
+    ("proc/net/udp", Protocol::Udp, false),
+    ("proc/net/udp6", Protocol::Udp, true),
+];
+
+/// `net.ipv4.ip_local_port_range`, as the bundle holds it.
+pub const LOCAL_PORT_RANGE_FILE: &str = "proc/sys/net/ipv4/ip_local_port_range";
+/// `net.ipv4.ip_local_reserved_ports`, as the bundle holds it.
+pub const RESERVED_PORTS_FILE: &str = "proc/sys/net/ipv4/ip_local_reserved_ports";
+/// The body of kube-proxy's `/healthz` answer.
+pub const HEALTHZ_FILE: &str = "kube-proxy-healthz.json";
+
+/// The largest sysctl, node name or health answer read.
+const SMALL_FILE: u64 = 64 << 10;
+
+/// Reads a bundle directory. `node` overrides the bundle's `node` file.
+pub fn read_bundle(dir: &Path, node: Option<&str>) -> Result<ScanInput, SnapshotError> {
+    read_bundle_with(dir, node, None)
+}
+
+/// Reads a bundle directory, with `cluster_state` in place of its `cluster.json` when given.
+pub fn read_bundle_with(
+    dir: &Path,
+    node: Option<&str>,
+    cluster_state: Option<PathBuf>,
+) -> Result<ScanInput, SnapshotError> {
+    if !dir.is_dir() {
+        return Err(SnapshotError::NotADirectory(dir.to_path_buf()));
+    }
+    read_input(&mut BundleDir::new(dir, cluster_state), node).map_err(|e| match e {
+        SnapshotError::Empty(_) => SnapshotError::Empty(dir.to_path_buf()),
+        e => e,
+    })
+}
+
+/// Reads everything a scan needs from `src`. `node` overrides the source's `node`.
+///
+/// Errors only when nothing at all could be read or the cluster state is unreadable;
+/// every other problem is a [`SourceStatus`] in the result.
+pub fn read_input<S: Source>(src: &mut S, node: Option<&str>) -> Result<ScanInput, SnapshotError> {
+    let mut input = ScanInput {
+        node: node.map(str::to_string).or_else(|| read_node_name(src)),
+        ..Default::default()
+    };
+    let mut present = 0;
+    for (name, backend, family) in IPTABLES_FILES {
+        present += usize::from(read_iptables(src, name, backend, family, &mut input));
+    }
+    present += usize::from(read_nftables(src, &mut input));
+    for (name, protocol, v6) in SOCKET_FILES {
+        present += usize::from(read_sockets(src, name, protocol, v6, &mut input));
+    }
+    read_owners(src, &mut input);
+    present += read_sysctls(src, &mut input);
+    present += usize::from(read_healthz(src, &mut input));
+    present += usize::from(read_cluster(src, &mut input)?);
+    input.sources.extend(src.own_statuses());
+    if present == 0 {
+        return Err(SnapshotError::Empty(PathBuf::new()));
+    }
+    Ok(input)
+}
+
+/// Names the processes behind the listeners, where the source can (the live node).
+fn read_owners<S: Source>(src: &S, input: &mut ScanInput) {
+    let inodes: std::collections::HashSet<u64> = input.observed.listeners.iter().map(|l| l.inode).collect();
+    if inodes.is_empty() {
+        return;
+    }
+    let Some(owners) = src.owners(&inodes) else {
+        return;
+    };
+    let mut status = SourceStatus::new("socket owners", SourceState::Ok);
+    status.items = Some(owners.by_inode.len());
+    if owners.by_inode.len() < inodes.len() && !owners.notes.is_empty() {
+        status.status = SourceState::Partial;
+    }
+    status.notes = owners.notes;
+    input.sources.push(status);
+    input.observed.owners = owners.by_inode;
+}
+
+fn read_small(r: &mut dyn BufRead) -> io::Result<String> {
+    let mut bytes = Vec::new();
+    r.take(SMALL_FILE).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn read_all(r: &mut dyn BufRead) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    r.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn read_node_name<S: Source>(src: &mut S) -> Option<String> {
+    let text = src.fetch("node", read_small).value?.ok()?;
+    let name = text.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// A fetch, settled into the status to report and the content to use.
+struct Settled<T> {
+    status: SourceStatus,
+    value: Option<T>,
+    /// The content is complete as far as the source knows (not cut by a failure, a
+    /// deadline or the size limit).
+    trusted: bool,
+}
+
+/// Turns a fetch into a status. None: not present, not reported.
+fn settle<T, S: Source>(src: &S, name: &str, fetched: Fetched<T>) -> Option<Settled<T>> {
+    let state = fetched.state?;
+    let mut status = SourceStatus::new(name, state);
+    let label = src.label(name);
+    if label != name {
+        status.origin = Some(label);
+    }
+    status.notes = fetched.notes;
+    let mut value = None;
+    match fetched.value {
+        Some(Ok(v)) => value = Some(v),
+        // The size limit cut the stream: that is already the state.
+        Some(Err(_)) if state == SourceState::TooLarge => {}
+        Some(Err(e)) => {
+            status.status = SourceState::Error;
+            status.notes.push(format!("reading it failed: {e}"));
+        }
+        None => {}
+    }
+    // What a tool printed before the size limit stopped it is not used: a dump cut at
+    // an arbitrary byte says little, and the live scan cannot parse it either.
+    if state == SourceState::TooLarge {
+        value = None;
+    }
+    Some(Settled {
+        trusted: matches!(state, SourceState::Ok | SourceState::Empty | SourceState::Partial),
+        status,
+        value,
+    })
+}
+
+/// Reads one iptables dump. Returns whether the source said anything about it.
+fn read_iptables<S: Source>(
+    src: &mut S,
+    name: &str,
+    backend: Option<Backend>,
+    family: Family,
+    input: &mut ScanInput,
+) -> bool {
+    let origin = src.label(name);
+    let hint = SourceHint {
+        backend,
+        family: Some(family),
+    };
+    let fetched = src.fetch(name, move |r| {
+        let mut counting = source::Counting { inner: r, count: 0 };
+        let parsed = iptables::parse_save(&mut counting, &origin, hint)?;
+        Ok((parsed, counting.count))
+    });
+    let Some(settled) = settle(src, name, fetched) else {
+        return false;
+    };
+    let mut status = settled.status;
+    status.backend = backend;
+    status.family = Some(family);
+    match settled.value {
+        // Nothing printed: no tables in this backend.
+        Some((_, 0)) | None => input.sources.push(status),
+        Some((mut parsed, _)) => {
+            if !settled.trusted {
+                parsed.complete = false;
+            }
+            push_rule_source(input, parsed, status);
+        }
+    }
+    true
+}
+
+fn push_rule_source(input: &mut ScanInput, source: RuleSource, mut status: SourceStatus) {
+    if !source.complete && status.status == SourceState::Ok {
+        status.status = SourceState::Partial;
+    }
+    status.backend = Some(source.backend);
+    status.family = Some(source.family);
+    status.items = Some(source.nodeports.len());
+    status.unparsed = source.unparsed.len();
+    status.notes.extend(source.notes.iter().cloned());
+    if !source.has_kube_proxy {
+        status.notes.push("no kube-proxy chains".into());
+    }
+    input.sources.push(status);
+    input.observed.sources.push(source);
+}
+
+/// Whether an `nft -j list ruleset` dump holds any table (each table is an object
+/// `{"table": {...}}` in the `nftables` array; rules name their table as a string
+/// field further inside their object, never first).
+fn nft_json_has_table(bytes: &[u8]) -> bool {
+    memchr::memmem::find(bytes, br#"{"table":"#).is_some()
+}
+
+/// Reads `nft.json`, or `nft.txt` when there is no JSON.
+fn read_nftables<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+    let mut name = "nft.json";
+    let mut fetched = src.fetch(name, read_all);
+    let json = fetched.state.is_some();
+    if !json {
+        name = "nft.txt";
+        fetched = src.fetch(name, read_all);
+    }
+    let origin = src.label(name);
+    let Some(settled) = settle(src, name, fetched) else {
+        return false;
+    };
+    let mut status = settled.status;
+    status.backend = Some(Backend::Nftables);
+    let Some(bytes) = settled.value else {
+        input.sources.push(status);
+        return true;
+    };
+    if json && status.status == SourceState::Ok && !nft_json_has_table(&bytes) {
+        status.status = SourceState::Empty;
+    }
+    let parsed = if json {
+        nftables::parse_ruleset_json(&bytes, &origin)
+    } else {
+        match std::str::from_utf8(&bytes) {
+            Ok(text) => nftables::parse_ruleset_text(text, &origin),
+            Err(e) => {
+                status.status = SourceState::Error;
+                status.notes.push(format!("not text: {e}"));
+                input.sources.push(status);
+                return true;
+            }
+        }
+    };
+    match parsed {
+        Ok(sources) if sources.is_empty() => {
+            status.items = Some(0);
+            if status.status != SourceState::Empty {
+                status.notes.push("no kube-proxy nftables table".into());
+            }
+            input.sources.push(status);
+        }
+        Ok(sources) => {
+            for mut s in sources {
+                if !settled.trusted {
+                    s.complete = false;
+                }
+                push_rule_source(input, s, status.clone());
+            }
+        }
+        Err(e) if bytes.is_empty() => {
+            let _ = e;
+            input.sources.push(status);
+        }
+        Err(e) => {
+            status.status = SourceState::Error;
+            status.notes.push(e.to_string());
+            input.sources.push(status);
+        }
+    }
+    true
+}
+
+/// Reads one socket table.
+fn read_sockets<S: Source>(
+    src: &mut S,
+    name: &str,
+    protocol: Protocol,
+    v6: bool,
+    input: &mut ScanInput,
+) -> bool {
+    let origin = src.label(name);
+    let fetched = src.fetch(name, read_all);
+    let Some(settled) = settle(src, name, fetched) else {
+        return false;
+    };
+    let mut status = settled.status;
+    if let Some(bytes) = settled.value {
+        let (listeners, unparsed) = sockets::parse_proc_net(&bytes, protocol, v6, &origin);
+        if !unparsed.is_empty() && status.status == SourceState::Ok {
+            status.status = SourceState::Partial;
+        }
+        status.items = Some(listeners.len());
+        status.unparsed = unparsed.len();
+        status.notes.extend(
+            unparsed
+                .iter()
+                .take(5)
+                .map(|u| format!("line {}: {}", u.line, u.reason)),
+        );
+        input.observed.listeners.extend(listeners);
+    }
+    input.sources.push(status);
+    true
+}
+
+/// Reads the local port sysctls. Returns how many of the two files the source knew.
+fn read_sysctls<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
+    let mut present = 0;
+    let mut sysctls = NodeSysctls::default();
+    let mut read_any = false;
+
+    let fetched = src.fetch(LOCAL_PORT_RANGE_FILE, read_small);
+    if let Some(settled) = settle(src, LOCAL_PORT_RANGE_FILE, fetched) {
+        present += 1;
+        let mut status = settled.status;
+        if let Some(text) = settled.value {
+            read_any = true;
+            match node::parse_local_port_range(&text) {
+                Ok(range) => {
+                    status.notes.push(format!("{}-{}", range.start(), range.end()));
+                    sysctls.local_port_range = Some(range);
+                }
+                Err(e) => {
+                    status.status = SourceState::Error;
+                    status.notes.push(e.to_string());
+                }
+            }
+        }
+        input.sources.push(status);
+    }
+
+    let fetched = src.fetch(RESERVED_PORTS_FILE, read_small);
+    if let Some(settled) = settle(src, RESERVED_PORTS_FILE, fetched) {
+        present += 1;
+        let mut status = settled.status;
+        if let Some(text) = settled.value {
+            read_any = true;
+            let (ranges, errors) = node::parse_reserved_ports(&text);
+            if status.status == SourceState::Empty || (ranges.is_empty() && errors.is_empty()) {
+                // An empty sysctl is a fine answer: nothing is reserved.
+                status.status = SourceState::Ok;
+                status.notes.push("none reserved".into());
+            }
+            if !errors.is_empty() {
+                status.status = SourceState::Partial;
+                status.unparsed = errors.len();
+                status.notes.extend(errors.iter().take(5).map(|e| e.to_string()));
+            }
+            if !ranges.is_empty() {
+                status.notes.push(
+                    ranges
+                        .iter()
+                        .map(|r| {
+                            if r.start() == r.end() {
+                                r.start().to_string()
+                            } else {
+                                format!("{}-{}", r.start(), r.end())
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(","),
+                );
+            }
+            sysctls.reserved_ports = ranges;
+        }
+        input.sources.push(status);
+    }
+    if read_any {
+        input.observed.sysctls = Some(sysctls);
+    }
+    present
+}
+
+/// Reads kube-proxy's health answer.
+fn read_healthz<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+    let fetched = src.fetch(HEALTHZ_FILE, read_small);
+    let Some(settled) = settle(src, HEALTHZ_FILE, fetched) else {
+        return false;
+    };
+    let mut status = settled.status;
+    if let Some(body) = settled.value
+        && matches!(
+            status.status,
+            SourceState::Ok | SourceState::Failed | SourceState::Empty
+        )
+    {
+        let healthy = status.status != SourceState::Failed;
+        match KubeProxyHealth::from_body(healthy, body.as_bytes()) {
+            Ok(health) => {
+                status.notes.extend(health.describe());
+                input.observed.kube_proxy_health = Some(health);
+            }
+            Err(e) => {
+                status.status = SourceState::Error;
+                status.notes.push(format!("garbled answer: {e}"));
+            }
+        }
+    }
+    input.sources.push(status);
+    true
+}
+
+/// Reads the cluster state. Unreadable cluster state fails the scan: without it the
+/// findings would silently lose every check that needs it.
+fn read_cluster<S: Source>(src: &mut S, input: &mut ScanInput) -> Result<bool, SnapshotError> {
+    let node = input.node.clone();
+    let label = src.label("cluster.json");
+    let fetched = src.fetch("cluster.json", move |r| {
+        Ok(desired::read_cluster_state(r, node.as_deref()))
+    });
+    let cluster_error = |source| SnapshotError::ClusterState {
+        path: PathBuf::from(&label),
+        source,
+    };
+    let state = fetched.state;
+    let desired = match (state, fetched.value) {
+        (None, _) => {
+            let mut status = SourceStatus::new("cluster.json", SourceState::Absent);
+            status
+                .notes
+                .push("no cluster state: only checks that need none ran".into());
+            input.sources.push(status);
+            return Ok(false);
+        }
+        (_, Some(Ok(Ok(d)))) => d,
+        (_, Some(Ok(Err(e)))) => return Err(cluster_error(e)),
+        (_, Some(Err(e))) => return Err(cluster_error(desired::ClusterFileError::Io(e))),
+        (Some(s), None) => {
+            return Err(cluster_error(desired::ClusterFileError::Io(io::Error::other(
+                format!("it was not captured ({s}): {}", fetched.notes.join("; ")),
+            ))));
+        }
+    };
+    let mut status = SourceStatus::new("cluster.json", SourceState::Ok);
+    let label = src.label("cluster.json");
+    if label != "cluster.json" {
+        status.origin = Some(label);
+    }
+    status.items = Some(desired.ports.len());
+    status.unparsed = desired.problems.len();
+    if !desired.problems.is_empty() {
+        status.status = SourceState::Partial;
+    }
+    status.notes = desired
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.object, p.problem))
+        .collect();
+    input.desired = Some(desired);
+    input.sources.push(status);
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests;
