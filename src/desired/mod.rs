@@ -3,7 +3,8 @@
 //!
 //! - [`desired_state`] computes it from API objects (the watch calls this);
 //! - [`DesiredBuilder`] does the same one object at a time;
-//! - [`read_cluster_state`] streams a bundle's `cluster.json` into it.
+//! - [`read_cluster_state`] streams a bundle's `cluster.json` into it;
+//! - [`watch`] keeps it current from the API server (and lists it once for `scan`).
 
 mod build;
 mod cluster_file;
@@ -12,6 +13,7 @@ mod model;
 mod probe;
 mod slices;
 mod topology;
+pub mod watch;
 
 pub use build::{DesiredBuilder, desired_state};
 pub use cluster_file::{ClusterFileError, read_cluster_state};

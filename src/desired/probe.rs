@@ -10,7 +10,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use super::slices::{LABEL_SERVICE_NAME, OPT_OUT_LABELS};
 
 /// The Node label kube-proxy reads for topology hints.
-const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+pub(crate) const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
 /// What can be made out of any item, however malformed: enough to name it, route it
 /// by kind, and pin it to a Service.

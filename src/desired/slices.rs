@@ -14,7 +14,7 @@ use crate::model::{Family, Protocol};
 pub(crate) const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 /// The annotation the EndpointSlice controller sets to the time of the change that
 /// triggered the slice's last update.
-const ANNOTATION_LAST_CHANGE_TRIGGER: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+pub(crate) const ANNOTATION_LAST_CHANGE_TRIGGER: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
 /// A zone name, interned: thousands of endpoints share a handful of zones.
 pub(crate) type ZoneId = u32;

@@ -91,3 +91,5 @@ pub fn require_root(test: &str) -> bool {
     }
     root
 }
+
+pub mod fake_apiserver;

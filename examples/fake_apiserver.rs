@@ -1,0 +1,70 @@
+//! Serves a generated cluster from the fake API server of the integration tests
+//! (`tests/support/fake_apiserver.rs`), for benchmarks of the API watch:
+//!
+//! ```text
+//! cargo run --release --example fake_apiserver -- --services 10000 --endpoints 5 --dir /tmp/fake
+//! ```
+//!
+//! Writes `DIR/kubeconfig` (plain http to 127.0.0.1, no auth) once the objects are
+//! loaded, then serves until stdin closes or the process is killed.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use tokio::io::AsyncReadExt;
+
+// Shared with the tests, which use all of it.
+#[allow(dead_code)]
+#[path = "../tests/support/fake_apiserver.rs"]
+mod fake_apiserver;
+
+#[derive(Parser)]
+struct Args {
+    /// How many NodePort Services.
+    #[arg(long, default_value_t = 10_000)]
+    services: usize,
+    /// Endpoints per Service (one EndpointSlice each).
+    #[arg(long, default_value_t = 5)]
+    endpoints: usize,
+    /// Where to write the kubeconfig.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Ends every watch with `410 Gone` this often (seconds), so that clients relist.
+    #[arg(long)]
+    gone_every: Option<u64>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let server = fake_apiserver::FakeApiServer::start().await;
+    let (services, slices) = fake_apiserver::objects::realistic_cluster(args.services, args.endpoints);
+    server.apply_all(&services);
+    server.apply_all(&slices);
+    server.apply(&fake_apiserver::objects::node("worker-1", Some("zone-0")));
+    drop((services, slices));
+    // Written last: its appearance tells the caller that everything is served.
+    let staging = args.dir.join("staging");
+    std::fs::create_dir_all(&staging)?;
+    let written = server.write_kubeconfig(&staging);
+    std::fs::rename(written, args.dir.join("kubeconfig"))?;
+    eprintln!("fake API server on {}", server.url());
+    if let Some(seconds) = args.gone_every {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(seconds));
+        tick.tick().await;
+        let stdin_closed = async {
+            let mut sink = Vec::new();
+            let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+        };
+        tokio::pin!(stdin_closed);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => server.force_gone(),
+                () = &mut stdin_closed => return Ok(()),
+            }
+        }
+    }
+    let mut sink = Vec::new();
+    let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+    Ok(())
+}

@@ -1,0 +1,1075 @@
+//! A fake Kubernetes API server over real HTTP/1.1 on 127.0.0.1, speaking the list and
+//! watch protocol that kube-rs (and client-go) speak, for Services
+//! (`/api/v1/services`), EndpointSlices (`/apis/discovery.k8s.io/v1/endpointslices`)
+//! and Nodes (`/api/v1/nodes`):
+//!
+//! - **list:** `GET <collection>?labelSelector=…&fieldSelector=…&limit=…&continue=…` gives a
+//!   `ServiceList` (…) with `metadata.resourceVersion` and, while pages remain,
+//!   `metadata.continue`. Pages come from a snapshot taken at the first page, as etcd
+//!   serves them.
+//! - **watch:** `…&watch=true&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=T`
+//!   gives a chunked stream of newline-delimited `{"type":…,"object":…}` events: every
+//!   change after N (from the history), then changes as they happen, `BOOKMARK`s (a
+//!   periodic one and one before the server closes the watch after T seconds), and an
+//!   `ERROR` event with a `Status` of code 410 when N is older than the history.
+//!   An object that stops (starts) matching the selector is sent as `DELETED`
+//!   (`ADDED`), as the API server's watch cache does.
+//! - **selectors:** labels `key`, `!key`, `key=value`, `key==value`, `key!=value`
+//!   (kube-proxy uses `!key` twice); fields `metadata.name` and `metadata.namespace`
+//!   (`=`, `==`, `!=`). Anything else is a `400` like the real server's.
+//!
+//! Objects are real JSON from k8s-openapi types, with one monotonically increasing
+//! resourceVersion across all kinds (etcd's revision). A [`FakeApiServer`] is also the
+//! control handle: add, change and delete objects mid-test, force `410 Gone`, answer
+//! with errors, hang requests, drop connections, hold the first list, and read back
+//! every request URI. [`FakeApiServer::write_kubeconfig`] writes a kubeconfig (plain
+//! http, no auth) for tests that run the binary.
+//!
+//! [`objects`] builds test objects, from single ones to a realistic 10,000-Service
+//! cluster for benchmarks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{AbortHandle, JoinHandle};
+
+type Body = BoxBody<Bytes, Infallible>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The kinds the fake serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Service,
+    EndpointSlice,
+    Node,
+}
+
+impl Kind {
+    const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+
+    /// The collection's URL path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Kind::Service => "/api/v1/services",
+            Kind::EndpointSlice => "/apis/discovery.k8s.io/v1/endpointslices",
+            Kind::Node => "/api/v1/nodes",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Node => "Node",
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::Service | Kind::Node => "v1",
+        }
+    }
+
+    fn of<K: k8s_openapi::Resource>() -> Kind {
+        match K::KIND {
+            "Service" => Kind::Service,
+            "EndpointSlice" => Kind::EndpointSlice,
+            "Node" => Kind::Node,
+            other => panic!("the fake API server does not serve {other}"),
+        }
+    }
+}
+
+/// How the server answers requests, from the next request on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Normally.
+    None,
+    /// With this HTTP status and a `Status` body (500: the API server is broken).
+    Status(u16),
+    /// Not at all, until the failure mode changes (then as the new mode says).
+    Hang,
+    /// By closing the connection without an answer.
+    Drop,
+}
+
+/// An object as stored: what selectors look at, and its JSON.
+#[derive(Debug, Clone)]
+struct Stored {
+    namespace: Option<String>,
+    name: String,
+    labels: BTreeMap<String, String>,
+    rv: u64,
+    json: Arc<str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One entry of the history from which watches resume.
+#[derive(Debug)]
+struct LogEntry {
+    kind: Kind,
+    change: Change,
+    old: Option<Stored>,
+    new: Stored,
+}
+
+enum WatchMsg {
+    Line(Bytes),
+    End,
+}
+
+struct Watcher {
+    id: u64,
+    kind: Kind,
+    selector: Selector,
+    bookmarks: bool,
+    tx: mpsc::UnboundedSender<WatchMsg>,
+}
+
+/// The rest of a paginated list, served from the snapshot of its first page.
+struct Pages {
+    kind: Kind,
+    rv: u64,
+    items: Vec<Arc<str>>,
+}
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    objects: HashMap<Kind, BTreeMap<(String, String), Stored>>,
+    log: Vec<LogEntry>,
+    /// Watches from a resourceVersion below this get `410 Gone`; continue tokens from
+    /// before it are expired (the history was compacted).
+    gone_below: u64,
+    watchers: Vec<Watcher>,
+    next_watcher: u64,
+    pages: HashMap<String, Pages>,
+    next_token: u64,
+    requests: Vec<String>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    failure: watch::Sender<Failure>,
+    lists_held: watch::Sender<bool>,
+    connections: Mutex<Vec<AbortHandle>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A running fake API server, and the handle that controls it. Stops when dropped.
+pub struct FakeApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        for connection in lock(&self.shared.connections).drain(..) {
+            connection.abort();
+        }
+    }
+}
+
+impl FakeApiServer {
+    /// Starts a server on 127.0.0.1 (a free port) that sends a bookmark to every watch
+    /// that allows them every 250 ms.
+    pub async fn start() -> FakeApiServer {
+        FakeApiServer::start_with_bookmarks(Some(Duration::from_millis(250))).await
+    }
+
+    /// Starts a server that sends periodic bookmarks at `interval` (None: only the one
+    /// before a watch times out).
+    pub async fn start_with_bookmarks(interval: Option<Duration>) -> FakeApiServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local address");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                rv: 1,
+                ..State::default()
+            }),
+            failure: watch::channel(Failure::None).0,
+            lists_held: watch::channel(false).0,
+            connections: Mutex::new(Vec::new()),
+        });
+        let mut tasks = vec![tokio::spawn(accept_loop(listener, shared.clone()))];
+        if let Some(interval) = interval {
+            let shared = shared.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(interval);
+                loop {
+                    tick.tick().await;
+                    shared.bookmark_all();
+                }
+            }));
+        }
+        FakeApiServer { addr, shared, tasks }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube-rs client configuration for this server (plain http, no auth).
+    pub fn config(&self) -> kube::Config {
+        kube::Config::new(self.url().parse().expect("a valid URL"))
+    }
+
+    /// Writes a kubeconfig for this server (plain http, no auth) into `dir`; its path.
+    pub fn write_kubeconfig(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
+             current-context: fake\nusers:\n- name: fake\n  user: {{}}\n",
+            self.url()
+        );
+        std::fs::write(&path, text).expect("write the kubeconfig");
+        path
+    }
+
+    /// Creates or replaces an object (its `metadata.resourceVersion` is set by the
+    /// server); open watches see `ADDED` or `MODIFIED`. Returns the new resourceVersion.
+    pub fn apply<K: k8s_openapi::Resource + serde::Serialize>(&self, object: &K) -> u64 {
+        let value = serde_json::to_value(object).expect("k8s-openapi objects serialize");
+        lock(&self.shared.state).apply(Kind::of::<K>(), value)
+    }
+
+    /// Creates or replaces many objects at once.
+    pub fn apply_all<K: k8s_openapi::Resource + serde::Serialize>(&self, objects: &[K]) -> u64 {
+        let mut state = lock(&self.shared.state);
+        let mut rv = state.rv;
+        for object in objects {
+            let value = serde_json::to_value(object).expect("k8s-openapi objects serialize");
+            rv = state.apply(Kind::of::<K>(), value);
+        }
+        rv
+    }
+
+    /// Deletes an object; open watches see `DELETED`. False when there was none.
+    pub fn delete<K: k8s_openapi::Resource>(&self, namespace: Option<&str>, name: &str) -> bool {
+        lock(&self.shared.state).delete(Kind::of::<K>(), namespace, name)
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        lock(&self.shared.state).rv
+    }
+
+    /// Compacts the history and ends every open watch with an `ERROR` event carrying a
+    /// `410 Gone` Status, as the API server does when a watcher falls out of its
+    /// window: clients must relist.
+    pub fn force_gone(&self) {
+        let mut state = lock(&self.shared.state);
+        state.compact();
+        let line = event_line("ERROR", &gone_status(state.rv));
+        for watcher in state.watchers.drain(..) {
+            let _ = watcher.tx.send(WatchMsg::Line(line.clone()));
+            let _ = watcher.tx.send(WatchMsg::End);
+        }
+    }
+
+    /// Compacts the history without touching open watches: a watch resumed from an
+    /// older resourceVersion gets `410 Gone`, and outstanding continue tokens expire.
+    pub fn compact(&self) {
+        lock(&self.shared.state).compact();
+    }
+
+    /// How requests are answered from now on. Leaving [`Failure::Hang`] releases the
+    /// hanging requests into the new mode.
+    pub fn set_failure(&self, failure: Failure) {
+        self.shared.failure.send_replace(failure);
+    }
+
+    /// Holds list requests (not watches) until released: a client's initial sync
+    /// cannot complete meanwhile.
+    pub fn hold_lists(&self, held: bool) {
+        self.shared.lists_held.send_replace(held);
+    }
+
+    /// Closes every open connection at once, mid-response where one is streaming.
+    pub fn drop_connections(&self) {
+        for connection in lock(&self.shared.connections).drain(..) {
+            connection.abort();
+        }
+        // The watches' bodies die with their connections; forget their subscriptions.
+        lock(&self.shared.state).watchers.retain(|w| !w.tx.is_closed());
+    }
+
+    /// Sends a bookmark to every open watch that allows them.
+    pub fn send_bookmarks(&self) {
+        self.shared.bookmark_all();
+    }
+
+    /// Every request so far, as `path?query` (the query as sent, percent-encoded).
+    pub fn requests(&self) -> Vec<String> {
+        lock(&self.shared.state).requests.clone()
+    }
+
+    /// Requests to `kind`'s collection so far.
+    pub fn requests_for(&self, kind: Kind) -> Vec<String> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.split('?').next() == Some(kind.path()))
+            .collect()
+    }
+
+    /// Watches open now.
+    pub fn open_watches(&self) -> usize {
+        let mut state = lock(&self.shared.state);
+        state.watchers.retain(|w| !w.tx.is_closed());
+        state.watchers.len()
+    }
+}
+
+/// The decoded value of query parameter `key` in a recorded request.
+pub fn query_param(request: &str, key: &str) -> Option<String> {
+    let query = request.split_once('?')?.1;
+    parse_query(query).remove(key)
+}
+
+impl Shared {
+    fn bookmark_all(&self) {
+        let mut state = lock(&self.state);
+        let rv = state.rv;
+        state
+            .watchers
+            .retain(|w| !w.bookmarks || w.tx.send(WatchMsg::Line(bookmark_line(w.kind, rv))).is_ok());
+    }
+
+    /// Ends watch `id` as the server does at `timeoutSeconds`: a last bookmark (after
+    /// every event already queued for it), then the end of the stream.
+    fn end_watch(&self, id: u64) {
+        let mut state = lock(&self.state);
+        let rv = state.rv;
+        if let Some(at) = state.watchers.iter().position(|w| w.id == id) {
+            let watcher = state.watchers.remove(at);
+            if watcher.bookmarks {
+                let _ = watcher.tx.send(WatchMsg::Line(bookmark_line(watcher.kind, rv)));
+            }
+            let _ = watcher.tx.send(WatchMsg::End);
+        }
+    }
+}
+
+impl State {
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn apply(&mut self, kind: Kind, mut value: Value) -> u64 {
+        let rv = self.next_rv();
+        value["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let new = stored(&value, rv);
+        let key = (new.namespace.clone().unwrap_or_default(), new.name.clone());
+        let old = self.objects.entry(kind).or_default().insert(key, new.clone());
+        let change = if old.is_some() {
+            Change::Modified
+        } else {
+            Change::Added
+        };
+        self.publish(LogEntry {
+            kind,
+            change,
+            old,
+            new,
+        });
+        rv
+    }
+
+    fn delete(&mut self, kind: Kind, namespace: Option<&str>, name: &str) -> bool {
+        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        let Some(old) = self.objects.entry(kind).or_default().remove(&key) else {
+            return false;
+        };
+        // The deleted object carries the deletion's resourceVersion, which is where a
+        // watcher resumes from.
+        let rv = self.next_rv();
+        let mut value: Value = serde_json::from_str(&old.json).expect("stored JSON parses");
+        value["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let new = stored(&value, rv);
+        self.publish(LogEntry {
+            kind,
+            change: Change::Deleted,
+            old: Some(old),
+            new,
+        });
+        true
+    }
+
+    /// Records a change and sends it to the open watches it concerns.
+    fn publish(&mut self, entry: LogEntry) {
+        self.watchers
+            .retain(|w| match watch_line(&entry, w.kind, &w.selector) {
+                Some(line) => w.tx.send(WatchMsg::Line(line)).is_ok(),
+                None => true,
+            });
+        self.log.push(entry);
+    }
+
+    fn compact(&mut self) {
+        // The list after a compaction must be at or above the floor, or the watch that
+        // follows it would be gone at once.
+        self.next_rv();
+        self.gone_below = self.rv;
+        self.log.clear();
+        self.pages.clear();
+    }
+}
+
+/// The watch event `entry` makes for a watch of `kind` with `selector`, if any.
+fn watch_line(entry: &LogEntry, kind: Kind, selector: &Selector) -> Option<Bytes> {
+    if entry.kind != kind {
+        return None;
+    }
+    let was = entry.old.as_ref().is_some_and(|o| selector.matches(o));
+    let is = selector.matches(&entry.new);
+    let kind = match (entry.change, was, is) {
+        (Change::Deleted, true, _) => "DELETED",
+        (Change::Deleted, false, _) => return None,
+        (_, false, true) => "ADDED",
+        (_, true, true) => "MODIFIED",
+        (_, true, false) => "DELETED",
+        (_, false, false) => return None,
+    };
+    Some(raw_event_line(kind, &entry.new.json))
+}
+
+fn stored(value: &Value, rv: u64) -> Stored {
+    let meta = &value["metadata"];
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    Stored {
+        namespace: text(&meta["namespace"]).filter(|s| !s.is_empty()),
+        name: text(&meta["name"]).expect("objects given to the fake API server have a name"),
+        labels: meta["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        rv,
+        json: Arc::from(serde_json::to_string(value).expect("JSON values serialize")),
+    }
+}
+
+fn raw_event_line(kind: &str, object_json: &str) -> Bytes {
+    Bytes::from(format!("{{\"type\":\"{kind}\",\"object\":{object_json}}}\n"))
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    raw_event_line(kind, &object.to_string())
+}
+
+fn bookmark_line(kind: Kind, rv: u64) -> Bytes {
+    event_line(
+        "BOOKMARK",
+        &json!({"kind": kind.name(), "apiVersion": kind.api_version(), "metadata": {"resourceVersion": rv.to_string()}}),
+    )
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    })
+}
+
+fn gone_status(rv: u64) -> Value {
+    status(410, "Expired", &format!("too old resource version: {rv}"))
+}
+
+// === Selectors ===
+
+#[derive(Debug, Clone, Default)]
+struct Selector {
+    labels: Vec<LabelTerm>,
+    fields: Vec<FieldTerm>,
+}
+
+#[derive(Debug, Clone)]
+enum LabelTerm {
+    Exists(String),
+    NotExists(String),
+    Equals(String, String),
+    NotEquals(String, String),
+}
+
+#[derive(Debug, Clone)]
+struct FieldTerm {
+    field: String,
+    value: String,
+    equal: bool,
+}
+
+impl Selector {
+    fn parse(labels: Option<&str>, fields: Option<&str>) -> Result<Selector, String> {
+        let mut selector = Selector::default();
+        for term in labels.into_iter().flat_map(|s| s.split(',')).map(str::trim) {
+            if term.is_empty() {
+                continue;
+            }
+            let parsed = if let Some(key) = term.strip_prefix('!') {
+                LabelTerm::NotExists(key.to_string())
+            } else if let Some((k, v)) = term.split_once("!=") {
+                LabelTerm::NotEquals(k.to_string(), v.to_string())
+            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                LabelTerm::Equals(k.to_string(), v.to_string())
+            } else if term.contains([' ', '(']) {
+                return Err(format!("unsupported label selector term {term:?}"));
+            } else {
+                LabelTerm::Exists(term.to_string())
+            };
+            selector.labels.push(parsed);
+        }
+        for term in fields.into_iter().flat_map(|s| s.split(',')).map(str::trim) {
+            if term.is_empty() {
+                continue;
+            }
+            let (field, value, equal) = if let Some((f, v)) = term.split_once("!=") {
+                (f, v, false)
+            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                (f, v, true)
+            } else {
+                return Err(format!("invalid field selector {term:?}"));
+            };
+            if !matches!(field, "metadata.name" | "metadata.namespace") {
+                return Err(format!("field label not supported: {field}"));
+            }
+            selector.fields.push(FieldTerm {
+                field: field.to_string(),
+                value: value.to_string(),
+                equal,
+            });
+        }
+        Ok(selector)
+    }
+
+    fn matches(&self, object: &Stored) -> bool {
+        let labels_match = self.labels.iter().all(|term| match term {
+            LabelTerm::Exists(k) => object.labels.contains_key(k),
+            LabelTerm::NotExists(k) => !object.labels.contains_key(k),
+            LabelTerm::Equals(k, v) => object.labels.get(k) == Some(v),
+            LabelTerm::NotEquals(k, v) => object.labels.get(k) != Some(v),
+        });
+        let fields_match = self.fields.iter().all(|term| {
+            let actual = match term.field.as_str() {
+                "metadata.name" => Some(object.name.as_str()),
+                _ => object.namespace.as_deref(),
+            };
+            (actual.unwrap_or("") == term.value) == term.equal
+        });
+        labels_match && fields_match
+    }
+}
+
+fn parse_query(query: &str) -> HashMap<String, String> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+/// Decodes `application/x-www-form-urlencoded` text, as kube-rs encodes queries.
+fn percent_decode(text: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes.get(i..i + 3) {
+            Some([b'%', hi, lo]) => hex(*hi).zip(hex(*lo)).map(|(h, l)| (h * 16 + l) as u8),
+            _ => None,
+        };
+        match (escaped, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+            }
+            (None, b'+') => {
+                out.push(b' ');
+                i += 1;
+            }
+            (None, b) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+// === HTTP ===
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let conn_shared = shared.clone();
+        let service = hyper::service::service_fn(move |request| handle(conn_shared.clone(), request));
+        let connection = tokio::spawn(async move {
+            // An error here is a client that went away, or a connection dropped on
+            // purpose: nothing to report.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+        let mut connections = lock(&shared.connections);
+        connections.retain(|c| !c.is_finished());
+        connections.push(connection.abort_handle());
+    }
+}
+
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Response<Body>, BoxError> {
+    let target = request
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    lock(&shared.state).requests.push(target);
+
+    let mut failure = shared.failure.subscribe();
+    loop {
+        let mode = failure.borrow_and_update().clone();
+        match mode {
+            Failure::None => break,
+            Failure::Status(code) => {
+                let body = status(code, "InternalError", "the fake API server is failing on purpose");
+                return Ok(json_response(StatusCode::from_u16(code)?, body.to_string()));
+            }
+            // An error from the service makes hyper close the connection unanswered.
+            Failure::Drop => return Err("connection dropped on purpose".into()),
+            Failure::Hang => {
+                if failure.changed().await.is_err() {
+                    return Err("server stopped".into());
+                }
+            }
+        }
+    }
+
+    let path = request.uri().path();
+    let Some(kind) = Kind::ALL.into_iter().find(|k| k.path() == path) else {
+        let body = status(404, "NotFound", &format!("the server could not find {path}"));
+        return Ok(json_response(StatusCode::NOT_FOUND, body.to_string()));
+    };
+    let query = parse_query(request.uri().query().unwrap_or(""));
+    let selector = match Selector::parse(
+        query.get("labelSelector").map(String::as_str),
+        query.get("fieldSelector").map(String::as_str),
+    ) {
+        Ok(selector) => selector,
+        Err(message) => {
+            let body = status(400, "BadRequest", &message);
+            return Ok(json_response(StatusCode::BAD_REQUEST, body.to_string()));
+        }
+    };
+    if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        Ok(start_watch(&shared, kind, selector, &query))
+    } else {
+        let mut held = shared.lists_held.subscribe();
+        if held.wait_for(|held| !held).await.is_err() {
+            return Err("server stopped".into());
+        }
+        Ok(list(&shared, kind, &selector, &query))
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)).boxed())
+        .expect("a valid response")
+}
+
+fn list(shared: &Shared, kind: Kind, selector: &Selector, query: &HashMap<String, String>) -> Response<Body> {
+    let mut state = lock(&shared.state);
+    let (rv, mut items) = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => match state.pages.remove(token) {
+            Some(pages) if pages.kind == kind => (pages.rv, pages.items),
+            _ => {
+                let body = status(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list result.",
+                );
+                return json_response(StatusCode::GONE, body.to_string());
+            }
+        },
+        None => {
+            let items = state
+                .objects
+                .get(&kind)
+                .into_iter()
+                .flat_map(|objects| objects.values())
+                .filter(|o| selector.matches(o))
+                .map(|o| o.json.clone())
+                .collect();
+            (state.rv, items)
+        }
+    };
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let mut continue_token = None;
+    if let Some(limit) = limit
+        && items.len() > limit
+    {
+        let rest = items.split_off(limit);
+        state.next_token += 1;
+        let token = format!("c{}-{}", rv, state.next_token);
+        state.pages.insert(
+            token.clone(),
+            Pages {
+                kind,
+                rv,
+                items: rest,
+            },
+        );
+        continue_token = Some(token);
+    }
+    drop(state);
+
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(token) = continue_token {
+        metadata["continue"] = json!(token);
+    }
+    let mut body = format!(
+        "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+        kind.name(),
+        kind.api_version(),
+        metadata
+    );
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(item);
+    }
+    body.push_str("]}");
+    json_response(StatusCode::OK, body)
+}
+
+fn start_watch(
+    shared: &Arc<Shared>,
+    kind: Kind,
+    selector: Selector,
+    query: &HashMap<String, String>,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let from = query
+        .get("resourceVersion")
+        .and_then(|rv| rv.parse::<u64>().ok())
+        .unwrap_or(0);
+    let bookmarks = query.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let id = {
+        let mut state = lock(&shared.state);
+        if from < state.gone_below {
+            let _ = tx.send(WatchMsg::Line(event_line("ERROR", &gone_status(from))));
+            let _ = tx.send(WatchMsg::End);
+            None
+        } else {
+            // The history after `from`, then live changes: queued under one lock, so
+            // nothing is lost or sent twice between the two.
+            for entry in state.log.iter().filter(|e| e.new.rv > from) {
+                if let Some(line) = watch_line(entry, kind, &selector) {
+                    let _ = tx.send(WatchMsg::Line(line));
+                }
+            }
+            state.next_watcher += 1;
+            let id = state.next_watcher;
+            state.watchers.push(Watcher {
+                id,
+                kind,
+                selector,
+                bookmarks,
+                tx,
+            });
+            Some(id)
+        }
+    };
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let stream = futures::stream::unfold(
+        (rx, shared.clone(), id, deadline),
+        |(mut rx, shared, id, mut deadline)| async move {
+            loop {
+                let at_deadline = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    message = rx.recv() => {
+                        return match message {
+                            Some(WatchMsg::Line(line)) => {
+                                Some((Ok::<_, Infallible>(Frame::data(line)), (rx, shared, id, deadline)))
+                            }
+                            Some(WatchMsg::End) | None => None,
+                        };
+                    }
+                    () = at_deadline => {
+                        deadline = None;
+                        match id {
+                            Some(id) => shared.end_watch(id),
+                            None => return None,
+                        }
+                    }
+                }
+            }
+        },
+    );
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .expect("a valid response")
+}
+
+// === Objects ===
+
+/// Test objects.
+pub mod objects {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{Node, ObjectReference, Service, ServicePort, ServiceSpec};
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn time(text: &str) -> Time {
+        Time(text.parse().expect("an RFC 3339 time"))
+    }
+
+    /// A NodePort Service `namespace/name` with one TCP port `http` on `node_port`.
+    pub fn service(namespace: &str, name: &str, cluster_ip: &str, node_port: i32) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(namespace.into()),
+                labels: labels(&[("app", name)]),
+                creation_timestamp: Some(time("2026-11-01T10:00:00Z")),
+                uid: Some(format!("uid-{namespace}-{name}")),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some("NodePort".into()),
+                cluster_ip: Some(cluster_ip.into()),
+                cluster_ips: Some(vec![cluster_ip.into()]),
+                external_traffic_policy: Some("Cluster".into()),
+                internal_traffic_policy: Some("Cluster".into()),
+                ip_families: Some(vec!["IPv4".into()]),
+                selector: labels(&[("app", name)]),
+                session_affinity: Some("None".into()),
+                ports: Some(vec![ServicePort {
+                    name: Some("http".into()),
+                    protocol: Some("TCP".into()),
+                    port: 80,
+                    target_port: Some(IntOrString::Int(8080)),
+                    node_port: Some(node_port),
+                    ..ServicePort::default()
+                }]),
+                ..ServiceSpec::default()
+            }),
+            status: Some(Default::default()),
+        }
+    }
+
+    /// One endpoint of a slice: `(ip, node, ready)`.
+    pub type Ep<'a> = (&'a str, &'a str, bool);
+
+    /// An IPv4 EndpointSlice `name` of Service `namespace/service`, port `http`/TCP 8080.
+    pub fn slice(namespace: &str, service: &str, name: &str, endpoints: &[Ep<'_>]) -> EndpointSlice {
+        EndpointSlice {
+            address_type: "IPv4".into(),
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(namespace.into()),
+                labels: labels(&[
+                    ("kubernetes.io/service-name", service),
+                    (
+                        "endpointslice.kubernetes.io/managed-by",
+                        "endpointslice-controller.k8s.io",
+                    ),
+                ]),
+                annotations: labels(&[(
+                    "endpoints.kubernetes.io/last-change-trigger-time",
+                    "2026-11-01T10:00:05Z",
+                )]),
+                creation_timestamp: Some(time("2026-11-01T10:00:01Z")),
+                ..ObjectMeta::default()
+            },
+            endpoints: endpoints
+                .iter()
+                .map(|(ip, node, ready)| Endpoint {
+                    addresses: vec![ip.to_string()],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(*ready),
+                        serving: Some(*ready),
+                        terminating: Some(false),
+                    }),
+                    node_name: Some(node.to_string()),
+                    target_ref: Some(ObjectReference {
+                        kind: Some("Pod".into()),
+                        name: Some(format!("{service}-{ip}")),
+                        namespace: Some(namespace.into()),
+                        ..ObjectReference::default()
+                    }),
+                    ..Endpoint::default()
+                })
+                .collect(),
+            ports: Some(vec![EndpointPort {
+                name: Some("http".into()),
+                port: Some(8080),
+                protocol: Some("TCP".into()),
+                app_protocol: None,
+            }]),
+        }
+    }
+
+    /// A Node `name` in `zone`.
+    pub fn node(name: &str, zone: Option<&str>) -> Node {
+        let mut pairs = vec![("kubernetes.io/hostname", name)];
+        pairs.extend(zone.map(|z| ("topology.kubernetes.io/zone", z)));
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: labels(&pairs),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        }
+    }
+
+    /// A cluster shaped like production: `services` NodePort Services in 40
+    /// namespaces (one in 10 LoadBalancer with externalTrafficPolicy Local), each with
+    /// one EndpointSlice of `endpoints_per_service` ready endpoints spread over 50
+    /// nodes (`worker-1` …), and the baggage real objects carry: `managedFields`, the
+    /// `last-applied-configuration` annotation, selectors, `targetRef`s, zones.
+    pub fn realistic_cluster(
+        services: usize,
+        endpoints_per_service: usize,
+    ) -> (Vec<Service>, Vec<EndpointSlice>) {
+        let managed = |manager: &str| ManagedFieldsEntry {
+            api_version: Some("v1".into()),
+            fields_type: Some("FieldsV1".into()),
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            time: Some(time("2026-11-01T10:00:00Z")),
+            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                serde_json::json!({"f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:team": {}}},
+                    "f:spec": {"f:externalTrafficPolicy": {}, "f:internalTrafficPolicy": {},
+                    "f:ports": {".": {}, "k:{\"port\":80,\"protocol\":\"TCP\"}": {".": {}, "f:name": {},
+                    "f:port": {}, "f:protocol": {}, "f:targetPort": {}}}, "f:selector": {}, "f:sessionAffinity": {},
+                    "f:type": {}}}),
+            )),
+            subresource: None,
+        };
+        let mut svcs = Vec::with_capacity(services);
+        let mut slices = Vec::with_capacity(services);
+        for i in 0..services {
+            let namespace = format!("team-{}", i % 40);
+            let name = format!("svc-{i}");
+            let ip = |base: u8, n: usize| format!("10.{base}.{}.{}", n / 250 % 256, n % 250 + 1);
+            let mut svc = service(&namespace, &name, &ip(96, i), 20000 + i as i32);
+            svc.metadata.labels = labels(&[("app", &name), ("team", &namespace), ("tier", "web")]);
+            svc.metadata.annotations = labels(&[(
+                "kubectl.kubernetes.io/last-applied-configuration",
+                &format!(
+                    "{{\"apiVersion\":\"v1\",\"kind\":\"Service\",\"metadata\":{{\"annotations\":{{}},\"labels\":{{\"app\":\"{name}\",\"team\":\"{namespace}\",\"tier\":\"web\"}},\"name\":\"{name}\",\"namespace\":\"{namespace}\"}},\"spec\":{{\"ports\":[{{\"name\":\"http\",\"port\":80,\"protocol\":\"TCP\",\"targetPort\":8080}}],\"selector\":{{\"app\":\"{name}\"}},\"type\":\"NodePort\"}}}}\n"
+                ),
+            )]);
+            svc.metadata.managed_fields = Some(vec![managed("kubectl-client-side-apply")]);
+            svc.metadata.resource_version = Some("1".into());
+            if i % 10 == 1 {
+                let spec = svc.spec.as_mut().expect("a spec");
+                spec.type_ = Some("LoadBalancer".into());
+                spec.external_traffic_policy = Some("Local".into());
+                spec.health_check_node_port = Some(31000 + (i / 10) as i32 % 1700);
+            }
+            svcs.push(svc);
+
+            let endpoint_ips: Vec<(String, String)> = (0..endpoints_per_service)
+                .map(|e| {
+                    let n = i * endpoints_per_service + e;
+                    (ip(244, n), format!("worker-{}", n % 50 + 1))
+                })
+                .collect();
+            let eps: Vec<super::objects::Ep<'_>> = endpoint_ips
+                .iter()
+                .map(|(ip, node)| (ip.as_str(), node.as_str(), true))
+                .collect();
+            let mut s = slice(&namespace, &name, &format!("{name}-x7k2p"), &eps);
+            s.metadata.generate_name = Some(format!("{name}-"));
+            s.metadata.managed_fields = Some(vec![managed("endpointslice-controller.k8s.io")]);
+            for (e, endpoint) in s.endpoints.iter_mut().enumerate() {
+                endpoint.zone = Some(format!("zone-{}", e % 3));
+                if let Some(target) = endpoint.target_ref.as_mut() {
+                    target.uid = Some(format!(
+                        "10000000-0000-4000-8000-{:012}",
+                        i * endpoints_per_service + e
+                    ));
+                }
+            }
+            slices.push(s);
+        }
+        (svcs, slices)
+    }
+}

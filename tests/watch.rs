@@ -1,0 +1,600 @@
+//! The API side of the desired state (`desired::watch`) against a fake API server that
+//! speaks the real list/watch protocol over HTTP. Every scenario runs under a timeout.
+
+mod support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice, ForZone};
+use portdrift::desired::watch::{
+    ClusterView, DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchOptions, kube_client,
+    kube_config, load_once,
+};
+use portdrift::desired::{DesiredState, desired_state};
+use support::fake_apiserver::{Failure, FakeApiServer, Kind, objects, query_param};
+use tokio::time::Instant;
+
+const NODE: &str = "worker-1";
+const ZONE: &str = "zone-a";
+
+/// Runs a scenario under a bound, so that a broken watch fails the test rather than
+/// hanging it.
+async fn scenario(body: impl Future<Output = ()>) {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("the scenario finished within 60 s");
+}
+
+/// Waits until `condition` holds, or panics after `within`.
+async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Short periods, so that staleness and watch renewal happen within a test; pages of 2
+/// so that even a small cluster is listed in several pages.
+fn options() -> WatchOptions {
+    WatchOptions {
+        staleness: Duration::from_millis(1500),
+        watch_timeout: Duration::from_secs(2),
+        page_size: 2,
+    }
+}
+
+/// A small cluster with what matters to kube-proxy: a Cluster-policy Service with a
+/// local and a remote endpoint, a Local-policy LoadBalancer, a Service without
+/// endpoints, endpoints with zone hints (the Node's zone decides), and a Service and
+/// slice opted out of kube-proxy by label (the server must filter them).
+fn cluster() -> (Vec<Service>, Vec<EndpointSlice>, Node) {
+    let web = objects::service("shop", "web", "10.96.0.10", 30080);
+    let mut api = objects::service("shop", "api", "10.96.0.11", 30081);
+    let spec: &mut ServiceSpec = api.spec.as_mut().unwrap();
+    spec.type_ = Some("LoadBalancer".into());
+    spec.external_traffic_policy = Some("Local".into());
+    spec.health_check_node_port = Some(32001);
+    let empty = objects::service("shop", "empty", "10.96.0.12", 30082);
+    let hinted = objects::service("shop", "hinted", "10.96.0.13", 30083);
+    let mut opted_out = objects::service("infra", "other-proxy", "10.96.0.14", 30084);
+    opted_out
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("service.kubernetes.io/service-proxy-name".into(), "other".into());
+
+    let web_slice = objects::slice(
+        "shop",
+        "web",
+        "web-1",
+        &[("10.244.1.5", NODE, true), ("10.244.2.5", "worker-2", true)],
+    );
+    let api_slice = objects::slice(
+        "shop",
+        "api",
+        "api-1",
+        &[("10.244.1.6", NODE, true), ("10.244.2.6", "worker-2", true)],
+    );
+    let mut hinted_slice = objects::slice(
+        "shop",
+        "hinted",
+        "hinted-1",
+        &[("10.244.1.7", NODE, true), ("10.244.2.7", "worker-2", true)],
+    );
+    for (endpoint, zone) in hinted_slice.endpoints.iter_mut().zip([ZONE, "zone-b"]) {
+        endpoint.hints = Some(EndpointHints {
+            for_zones: Some(vec![ForZone { name: zone.into() }]),
+            ..EndpointHints::default()
+        });
+    }
+    let mut opted_out_slice = objects::slice(
+        "infra",
+        "other-proxy",
+        "other-proxy-1",
+        &[("10.244.3.1", NODE, true)],
+    );
+    opted_out_slice
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("service.kubernetes.io/service-proxy-name".into(), "other".into());
+
+    (
+        vec![web, api, empty, hinted, opted_out],
+        vec![web_slice, api_slice, hinted_slice, opted_out_slice],
+        objects::node(NODE, Some(ZONE)),
+    )
+}
+
+/// Objects kube-proxy's informers select (no opt-out label).
+fn selected<
+    K: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta> + Clone,
+>(
+    objects: &[K],
+) -> Vec<K> {
+    objects
+        .iter()
+        .filter(|o| {
+            let labels = o.metadata().labels.clone().unwrap_or_default();
+            !labels.contains_key("service.kubernetes.io/headless")
+                && !labels.contains_key("service.kubernetes.io/service-proxy-name")
+        })
+        .cloned()
+        .collect()
+}
+
+/// The server with the small cluster loaded.
+async fn serve_cluster() -> (FakeApiServer, DesiredState) {
+    let server = FakeApiServer::start().await;
+    let (services, slices, node) = cluster();
+    server.apply_all(&services);
+    server.apply_all(&slices);
+    server.apply(&objects::node("worker-2", Some("zone-b")));
+    server.apply(&node);
+    let expected = desired_state(&selected(&services), &selected(&slices), Some(NODE), Some(ZONE));
+    (server, expected)
+}
+
+async fn synced_view(server: &FakeApiServer) -> ClusterView {
+    let view = ClusterView::start(server.config(), Some(NODE), options()).expect("the view starts");
+    tokio::time::timeout(Duration::from_secs(20), view.wait_synced())
+        .await
+        .expect("the view syncs");
+    view
+}
+
+/// The same desired state (problems compared as a set: their order follows input order).
+fn assert_same(actual: &DesiredState, expected: &DesiredState) {
+    assert_eq!(actual.node, expected.node);
+    assert_eq!(actual.node_zone, expected.node_zone);
+    assert_eq!(actual.ports, expected.ports);
+    assert_eq!(actual.other_allocated, expected.other_allocated);
+    assert_eq!(actual.uncertain, expected.uncertain);
+    let problems = |s: &DesiredState| {
+        let mut p: Vec<String> = s
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.object, p.problem))
+            .collect();
+        p.sort();
+        p
+    };
+    assert_eq!(problems(actual), problems(expected));
+}
+
+fn has_service(state: &DesiredState, namespace: &str, name: &str) -> bool {
+    state
+        .ports
+        .iter()
+        .any(|p| p.service.namespace == namespace && p.service.name == name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_sync_matches_desired_state() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        assert!(view.synced());
+        let state = view.desired_state().expect("synced");
+        assert_same(&state, &expected);
+        // The fixture is meaningful: the zone came from the Node watch, the opted-out
+        // Service was filtered by the server, the local endpoint is local.
+        assert_eq!(state.node_zone.as_deref(), Some(ZONE));
+        assert!(!has_service(&state, "infra", "other-proxy"));
+        assert_eq!(state.ports.len(), 4);
+        let status = view.status();
+        assert_eq!((status.services.objects, status.endpoint_slices.objects), (4, 3));
+        assert_eq!(status.node.as_ref().map(|n| n.objects), Some(1));
+        assert!(status.synced && status.services.errors == 0);
+
+        // The one-shot list gives the same state.
+        let client = kube_client(server.config()).unwrap();
+        let once = load_once(client, Some(NODE), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_same(&once, &expected);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_deleted_mid_watch_disappears() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        assert!(has_service(&view.desired_state().unwrap(), "shop", "web"));
+        assert!(server.delete::<Service>(Some("shop"), "web"));
+        eventually(
+            "shop/web leaves the desired state",
+            Duration::from_secs(10),
+            || !has_service(&view.desired_state().unwrap(), "shop", "web"),
+        )
+        .await;
+        assert!(has_service(&view.desired_state().unwrap(), "shop", "api"));
+        assert_eq!(view.status().services.relists, 0, "a watch event, not a relist");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_opts_out_of_kube_proxy_mid_watch_disappears() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        // The server sends a DELETED when an object stops matching the selector.
+        let mut web = objects::service("shop", "web", "10.96.0.10", 30080);
+        web.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("service.kubernetes.io/service-proxy-name".into(), "other".into());
+        server.apply(&web);
+        eventually(
+            "shop/web leaves the desired state",
+            Duration::from_secs(10),
+            || !has_service(&view.desired_state().unwrap(), "shop", "web"),
+        )
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_slice_change_is_seen() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        let new_endpoint = "10.244.1.99:8080".parse().unwrap();
+        let web_endpoints = |state: &DesiredState| {
+            state
+                .ports
+                .iter()
+                .find(|p| p.service.name == "web")
+                .and_then(|p| p.endpoints.first().map(|(_, e)| e.cluster.clone()))
+                .unwrap_or_default()
+        };
+        assert!(!web_endpoints(&view.desired_state().unwrap()).contains(&new_endpoint));
+        server.apply(&objects::slice(
+            "shop",
+            "web",
+            "web-1",
+            &[("10.244.1.99", NODE, true), ("10.244.2.5", "worker-2", true)],
+        ));
+        eventually("the new endpoint is seen", Duration::from_secs(10), || {
+            web_endpoints(&view.desired_state().unwrap()).contains(&new_endpoint)
+        })
+        .await;
+        let endpoints = web_endpoints(&view.desired_state().unwrap());
+        assert_eq!(endpoints.len(), 2, "the old endpoint went: {endpoints:?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_synced_before_the_initial_lists_complete() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        server.hold_lists(true);
+        let view = ClusterView::start(server.config(), Some(NODE), options()).unwrap();
+        eventually("the lists were asked for", Duration::from_secs(5), || {
+            !server.requests_for(Kind::Service).is_empty()
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!view.synced());
+        assert!(!view.fresh());
+        assert!(matches!(view.desired_state(), Err(WatchError::NotSynced)));
+        let status = view.status();
+        assert!(!status.synced && !status.services.synced && status.services.objects == 0);
+
+        server.hold_lists(false);
+        tokio::time::timeout(Duration::from_secs(10), view.wait_synced())
+            .await
+            .expect("syncs once the lists are answered");
+        assert!(view.synced());
+        assert_same(&view.desired_state().unwrap(), &expected);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_gone_is_recovered_by_relisting() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        eventually("the watches are open", Duration::from_secs(5), || {
+            server.open_watches() >= 3
+        })
+        .await;
+        let lists_before = server
+            .requests_for(Kind::Service)
+            .iter()
+            .filter(|r| query_param(r, "watch").is_none())
+            .count();
+
+        server.force_gone();
+        server.delete::<Service>(Some("shop"), "web");
+        server.apply(&objects::service("shop", "new", "10.96.0.20", 30090));
+
+        eventually("the relist brings the changes", Duration::from_secs(15), || {
+            let state = view.desired_state().unwrap();
+            !has_service(&state, "shop", "web") && has_service(&state, "shop", "new")
+        })
+        .await;
+        let status = view.status();
+        assert!(status.services.relists >= 1, "{status:#?}");
+        assert!(
+            status
+                .services
+                .errors_by_kind
+                .get("gone")
+                .is_some_and(|n| *n >= 1),
+            "{status:#?}"
+        );
+        let lists_after = server
+            .requests_for(Kind::Service)
+            .iter()
+            .filter(|r| query_param(r, "watch").is_none())
+            .count();
+        assert!(lists_after > lists_before, "relisted");
+        eventually("fresh again", Duration::from_secs(10), || view.fresh()).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_from_a_compacted_resource_version_relists() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        server.compact();
+        server.drop_connections();
+        server.apply(&objects::service("shop", "new", "10.96.0.20", 30090));
+        eventually("the relist brings the change", Duration::from_secs(15), || {
+            has_service(&view.desired_state().unwrap(), "shop", "new")
+        })
+        .await;
+        let status = view.status();
+        assert!(status.services.relists >= 1, "{status:#?}");
+        assert!(status.services.errors_by_kind.contains_key("gone"), "{status:#?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_outage_keeps_the_last_good_state_and_recovers() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        eventually("fresh after sync", Duration::from_secs(5), || view.fresh()).await;
+
+        // The API server breaks: every request is a 500, open watches are cut.
+        server.set_failure(Failure::Status(500));
+        server.drop_connections();
+        eventually("no longer fresh", Duration::from_secs(5), || !view.fresh()).await;
+        assert!(view.synced(), "the last good state stays synced");
+        assert_same(&view.desired_state().expect("the last good state"), &expected);
+        // A change made during the outage is not seen, but not lost either.
+        server.delete::<Service>(Some("shop"), "web");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!view.fresh());
+        assert_same(&view.desired_state().unwrap(), &expected);
+        let status = view.status();
+        assert!(
+            status.services.failing && status.services.errors >= 1,
+            "{status:#?}"
+        );
+        assert!(status.services.last_error.is_some());
+
+        // Then the connections themselves are dropped for a while.
+        server.set_failure(Failure::Drop);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!view.fresh());
+
+        server.set_failure(Failure::None);
+        eventually("fresh again, with the change", Duration::from_secs(40), || {
+            view.fresh() && !has_service(&view.desired_state().unwrap(), "shop", "web")
+        })
+        .await;
+        let status = view.status();
+        assert!(!status.services.failing, "{status:#?}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_api_goes_stale_and_recovers() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        eventually("fresh after sync", Duration::from_secs(5), || view.fresh()).await;
+
+        // Requests hang without an error: the watches run out (2 s), their renewals
+        // hang, and only the silence tells.
+        server.set_failure(Failure::Hang);
+        eventually("stale through silence", Duration::from_secs(10), || !view.fresh()).await;
+        let status = view.status();
+        let watches = [&status.services, &status.endpoint_slices];
+        assert!(watches.iter().all(|w| !w.failing && w.errors == 0), "{status:#?}");
+        assert!(
+            watches
+                .iter()
+                .any(|w| w.since_last_activity.unwrap() > status.staleness),
+            "{status:#?}"
+        );
+        assert_same(&view.desired_state().unwrap(), &expected);
+
+        server.set_failure(Failure::None);
+        eventually("fresh once answered", Duration::from_secs(20), || view.fresh()).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_cluster_stays_fresh_through_watch_renewals() {
+    scenario(async {
+        // No periodic bookmarks: only the renewal of each 2 s watch (and the bookmark
+        // before it closes) shows life, within the 3 s bound.
+        let server = FakeApiServer::start_with_bookmarks(None).await;
+        let (services, slices, node) = cluster();
+        server.apply_all(&services);
+        server.apply_all(&slices);
+        server.apply(&node);
+        let options = WatchOptions {
+            staleness: Duration::from_secs(3),
+            ..options()
+        };
+        let view = ClusterView::start(server.config(), Some(NODE), options).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), view.wait_synced())
+            .await
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            assert!(view.fresh(), "{:#?}", view.status());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let watches = server
+            .requests_for(Kind::Service)
+            .iter()
+            .filter(|r| query_param(r, "watch").as_deref() == Some("true"))
+            .count();
+        assert!(watches >= 2, "the watch was renewed");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_carry_kube_proxys_selectors_and_ask_for_bookmarks() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let _view = synced_view(&server).await;
+        eventually("the watches are open", Duration::from_secs(5), || {
+            server.open_watches() >= 3
+        })
+        .await;
+
+        for kind in [Kind::Service, Kind::EndpointSlice] {
+            let requests = server.requests_for(kind);
+            let (watches, lists): (Vec<_>, Vec<_>) = requests
+                .iter()
+                .partition(|r| query_param(r, "watch").as_deref() == Some("true"));
+            assert!(
+                !lists.is_empty() && !watches.is_empty(),
+                "{kind:?}: {requests:#?}"
+            );
+            for request in &requests {
+                assert_eq!(
+                    query_param(request, "labelSelector").as_deref(),
+                    Some(KUBE_PROXY_LABEL_SELECTOR),
+                    "{request}"
+                );
+            }
+            for list in &lists {
+                assert_eq!(query_param(list, "limit").as_deref(), Some("2"), "{list}");
+            }
+            assert!(
+                lists.iter().any(|l| query_param(l, "continue").is_some()),
+                "{kind:?} was listed in pages: {lists:#?}"
+            );
+            for watch in &watches {
+                assert_eq!(
+                    query_param(watch, "allowWatchBookmarks").as_deref(),
+                    Some("true"),
+                    "{watch}"
+                );
+                assert!(query_param(watch, "resourceVersion").is_some(), "{watch}");
+                assert_eq!(
+                    query_param(watch, "timeoutSeconds").as_deref(),
+                    Some("2"),
+                    "{watch}"
+                );
+            }
+        }
+        let nodes = server.requests_for(Kind::Node);
+        assert!(!nodes.is_empty());
+        for request in &nodes {
+            assert_eq!(
+                query_param(request, "fieldSelector").as_deref(),
+                Some("metadata.name=worker-1"),
+                "{request}"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_once_lists_in_pages_and_times_out() {
+    scenario(async {
+        let server = FakeApiServer::start().await;
+        let (services, slices) = objects::realistic_cluster(1200, 3);
+        server.apply_all(&services);
+        server.apply_all(&slices);
+        let client = kube_client(server.config()).unwrap();
+        let state = load_once(client.clone(), Some(NODE), Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert_same(&state, &desired_state(&services, &slices, Some(NODE), None));
+        assert_eq!(state.ports.len(), 1200);
+        let pages = server
+            .requests_for(Kind::Service)
+            .iter()
+            .filter(|r| query_param(r, "continue").is_some())
+            .count();
+        let page = DEFAULT_PAGE_SIZE as usize;
+        assert_eq!(
+            pages,
+            1200usize.div_ceil(page) - 1,
+            "1,200 Services in pages of {page}"
+        );
+
+        server.hold_lists(true);
+        let error = load_once(client, Some(NODE), Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, WatchError::Timeout(_)), "{error}");
+        assert_eq!(error.metric_label(), "timeout");
+
+        server.hold_lists(false);
+        server.set_failure(Failure::Status(500));
+        let client = kube_client(server.config()).unwrap();
+        let error = load_once(client, Some(NODE), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(error.metric_label(), "list", "{error}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_kubeconfig_reaches_the_fake() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = server.write_kubeconfig(dir.path());
+        let config = kube_config(Some(&path)).await.expect("the kubeconfig reads");
+        let state = load_once(
+            kube_client(config.clone()).unwrap(),
+            Some(NODE),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        assert_same(&state, &expected);
+        let view = ClusterView::start(config, Some(NODE), options()).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), view.wait_synced())
+            .await
+            .unwrap();
+        assert_same(&view.desired_state().unwrap(), &expected);
+
+        let missing = kube_config(Some(&dir.path().join("nope"))).await.unwrap_err();
+        assert_eq!(missing.metric_label(), "kubeconfig");
+    })
+    .await;
+}
