@@ -32,17 +32,47 @@ struct Args {
     /// Ends every watch with `410 Gone` this often (seconds), so that clients relist.
     #[arg(long)]
     gone_every: Option<u64>,
+    /// Serve the Services, EndpointSlices and Nodes of this `kubectl get -o json` List
+    /// instead of a generated cluster.
+    #[arg(long)]
+    objects: Option<PathBuf>,
+}
+
+/// Loads a `kubectl get … -o json` List into the server, item by item by kind.
+fn serve_list(server: &fake_apiserver::FakeApiServer, path: &std::path::Path) -> anyhow::Result<()> {
+    use k8s_openapi::api::{core::v1::Node, core::v1::Service, discovery::v1::EndpointSlice};
+    let list: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
+    for item in list["items"].as_array().into_iter().flatten() {
+        match item["kind"].as_str() {
+            Some("Service") => {
+                server.apply(&serde_json::from_value::<Service>(item.clone())?);
+            }
+            Some("EndpointSlice") => {
+                server.apply(&serde_json::from_value::<EndpointSlice>(item.clone())?);
+            }
+            Some("Node") => {
+                server.apply(&serde_json::from_value::<Node>(item.clone())?);
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let server = fake_apiserver::FakeApiServer::start().await;
-    let (services, slices) = fake_apiserver::objects::realistic_cluster(args.services, args.endpoints);
-    server.apply_all(&services);
-    server.apply_all(&slices);
-    server.apply(&fake_apiserver::objects::node("worker-1", Some("zone-0")));
-    drop((services, slices));
+    match &args.objects {
+        Some(path) => serve_list(&server, path)?,
+        None => {
+            let (services, slices) =
+                fake_apiserver::objects::realistic_cluster(args.services, args.endpoints);
+            server.apply_all(&services);
+            server.apply_all(&slices);
+            server.apply(&fake_apiserver::objects::node("worker-1", Some("zone-0")));
+        }
+    }
     // Written last: its appearance tells the caller that everything is served.
     let staging = args.dir.join("staging");
     std::fs::create_dir_all(&staging)?;

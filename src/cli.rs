@@ -3,16 +3,17 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::desired::watch;
 use crate::detect::{DetectConfig, Grace};
 use crate::observed::live::{self, LiveConfig, LiveNode, ToolLimits};
 use crate::report::render_text;
-use crate::scan::run_scan;
+use crate::scan::{ScanInput, SourceState, SourceStatus, run_scan};
 use crate::snapshot::{SnapshotOptions, read_bundle_with, read_input, write_snapshot};
 
 /// Finds where a node's NodePort plumbing has drifted from what the cluster says.
@@ -49,6 +50,16 @@ pub struct ScanArgs {
     /// checks that need no cluster state run.
     #[arg(long, value_name = "FILE")]
     pub cluster_state: Option<PathBuf>,
+
+    /// Read the cluster state from the API server with this kubeconfig. Without it (and
+    /// without --cluster-state) a live scan tries KUBECONFIG, ~/.kube/config and the
+    /// in-cluster service account.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster_state", "from"])]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// How long listing the cluster state from the API may take.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
 
     #[command(flatten)]
     pub live: LiveArgs,
@@ -220,7 +231,11 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
             .with_context(|| format!("cannot scan {}", dir.display()))?,
         None => {
             let mut node = LiveNode::new(args.live.config(args.cluster_state.clone()));
-            read_input(&mut node, args.node.as_deref()).context("cannot scan this node")?
+            let mut input = read_input(&mut node, args.node.as_deref()).context("cannot scan this node")?;
+            if args.cluster_state.is_none() {
+                read_cluster_from_api(&mut input, args.kubeconfig.as_deref(), args.api_timeout);
+            }
+            input
         }
     };
     let grace = (!args.grace.is_zero()).then(|| Grace {
@@ -242,6 +257,67 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
     }
     stdout.flush()?;
     Ok(report.exit_code())
+}
+
+/// Lists the cluster state from the API server into `input`. An unreachable or
+/// unconfigured API is a source status, not a failed scan: the checks that need no
+/// cluster state still run, and the report says why the others did not.
+fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeout: Duration) {
+    let mut status = SourceStatus::new("cluster (API server)", SourceState::Ok);
+    let node = input.node.clone();
+    let loaded = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|runtime| {
+            runtime
+                .block_on(async {
+                    let config = watch::kube_config(kubeconfig)
+                        .await
+                        .map_err(|e| (e.to_string(), true))?;
+                    let url = config.cluster_url.to_string();
+                    let client = watch::kube_client(config).map_err(|e| (e.to_string(), false))?;
+                    watch::load_once(client, node.as_deref(), timeout)
+                        .await
+                        .map(|d| (d, url))
+                        .map_err(|e| (e.to_string(), false))
+                })
+                .map_err(|(e, unconfigured)| {
+                    if unconfigured && kubeconfig.is_none() {
+                        format!("unconfigured: {e}")
+                    } else {
+                        e
+                    }
+                })
+        });
+    match loaded {
+        Ok((desired, url)) => {
+            status.origin = Some(url);
+            status.items = Some(desired.ports.len());
+            status.unparsed = desired.problems.len();
+            status.notes = desired
+                .problems
+                .iter()
+                .map(|p| format!("{}: {}", p.object, p.problem))
+                .collect();
+            input.desired = Some(desired);
+        }
+        Err(e) if e.starts_with("unconfigured: ") => {
+            status.status = SourceState::Absent;
+            status.notes.push(format!(
+                "no cluster state: no --cluster-state or --kubeconfig, and {}; only checks that need none ran",
+                e.trim_start_matches("unconfigured: ")
+            ));
+        }
+        Err(e) => {
+            eprintln!("portdrift: cannot read the cluster state from the API server: {e}");
+            status.status = SourceState::Error;
+            status
+                .notes
+                .push(format!("{e}; only checks that need no cluster state ran"));
+        }
+    }
+    input.sources.push(status);
 }
 
 fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {

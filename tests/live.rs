@@ -516,3 +516,66 @@ echo 30000-32767 >/proc/sys/net/ipv4/ip_local_reserved_ports
         kinds(&reserved)
     );
 }
+
+/// The fake API server of the watch tests, as a program the namespaces can run.
+fn fake_apiserver_bin() -> PathBuf {
+    let bin = Path::new(PORTDRIFT)
+        .parent()
+        .unwrap()
+        .join("examples/fake_apiserver");
+    assert!(bin.is_file(), "{} is built by cargo test", bin.display());
+    bin
+}
+
+#[test]
+fn the_live_scan_reads_the_cluster_state_from_the_api_server() {
+    if !support::require_root("live scans against the API server") {
+        return;
+    }
+    // Inside the node's namespace: serve the bundle's cluster.json over the real
+    // list/watch protocol, then scan with nothing but a kubeconfig.
+    let script = r#"
+set -e
+pd=$1; fake=$2; dir=$3; out=$4; node=$5
+(sleep 120 | "$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" 2>"$dir/server.log") &
+for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
+"$pd" scan --format json --kube-proxy-healthz off --node "$node" --kubeconfig "$dir/kubeconfig" >"$out" 2>"$out.err" || true
+"#;
+    let fake = fake_apiserver_bin();
+    for bundle in [
+        "haproxy-squatter",
+        "iptables-backend-split",
+        "deleted-while-proxy-down",
+    ] {
+        let scratch = TempDir::new().unwrap();
+        let out = scratch.path().join("scan.json");
+        let node = bundle_node(bundle);
+        in_bundle_node(
+            bundle,
+            &[
+                "/bin/sh",
+                "-c",
+                script,
+                "sh",
+                PORTDRIFT,
+                fake.to_str().unwrap(),
+                scratch.path().to_str().unwrap(),
+                out.to_str().unwrap(),
+                &node,
+            ],
+        );
+        let text = std::fs::read(&out).unwrap_or_default();
+        let report = json(&text, bundle);
+        let api = source(&report, "cluster (API server)");
+        assert_eq!(
+            api["status"],
+            "ok",
+            "{bundle}: {api}\n{}",
+            std::fs::read_to_string(out.with_extension("json.err")).unwrap_or_default()
+        );
+        let dir = support::root().join("testdata").join(bundle);
+        if let Err(e) = support::compare_with_expected(&dir, &report) {
+            panic!("{bundle}: from the API server: {e}");
+        }
+    }
+}
