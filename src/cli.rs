@@ -135,9 +135,19 @@ pub struct SnapshotArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// A cluster state file to copy into the bundle as cluster.json.
+    /// A cluster state file to copy into the bundle as cluster.json. Without it, the
+    /// Services, EndpointSlices and this Node are listed from the API server when one
+    /// is configured (--kubeconfig, KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, value_name = "FILE")]
     pub cluster_state: Option<PathBuf>,
+
+    /// Read the cluster state from the API server with this kubeconfig.
+    #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// How long listing the cluster state from the API may take.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
 
     /// The node's name for the bundle's `node` file (default: this host's name).
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
@@ -259,6 +269,37 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
     Ok(report.exit_code())
 }
 
+/// Lists the cluster's objects from the API into a temporary `cluster.json`. None when
+/// no API is configured at all; an explicit kubeconfig that fails is an error.
+fn list_cluster_to_file(
+    kubeconfig: Option<&Path>,
+    node: Option<&str>,
+    timeout: Duration,
+) -> anyhow::Result<Option<tempfile::NamedTempFile>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let listed = runtime.block_on(async {
+        let config = match watch::kube_config(kubeconfig).await {
+            Ok(config) => config,
+            Err(e) if kubeconfig.is_none() => {
+                eprintln!("portdrift: no cluster state in the snapshot: {e}");
+                return Ok(None);
+            }
+            Err(e) => return Err(anyhow::Error::new(e)),
+        };
+        let client = watch::kube_client(config)?;
+        Ok(Some(watch::list_once(client, node, timeout).await?))
+    });
+    let Some(objects) = listed.context("cannot list the cluster state from the API server")? else {
+        return Ok(None);
+    };
+    let mut file = tempfile::NamedTempFile::new()?;
+    serde_json::to_writer_pretty(&mut file, &objects.to_list_json())?;
+    file.write_all(b"\n")?;
+    Ok(Some(file))
+}
+
 /// Lists the cluster state from the API server into `input`. An unreachable or
 /// unconfigured API is a source status, not a failed scan: the checks that need no
 /// cluster state still run, and the report says why the others did not.
@@ -326,7 +367,17 @@ fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
     {
         anyhow::bail!("the cluster state {} is not a file", path.display());
     }
-    let mut node = LiveNode::new(args.live.config(args.cluster_state.clone()));
+    // The API's objects go through a file, so the bundle gets them exactly as a
+    // --cluster-state file would be copied.
+    let listed = match &args.cluster_state {
+        Some(_) => None,
+        None => list_cluster_to_file(args.kubeconfig.as_deref(), args.node.as_deref(), args.api_timeout)?,
+    };
+    let cluster_state = args
+        .cluster_state
+        .clone()
+        .or_else(|| listed.as_ref().map(|f| f.path().to_path_buf()));
+    let mut node = LiveNode::new(args.live.config(cluster_state));
     let options = SnapshotOptions {
         node: args.node.clone(),
         force: args.force,

@@ -540,6 +540,8 @@ pd=$1; fake=$2; dir=$3; out=$4; node=$5
 (sleep 120 | "$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" 2>"$dir/server.log") &
 for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
 "$pd" scan --format json --kube-proxy-healthz off --node "$node" --kubeconfig "$dir/kubeconfig" >"$out" 2>"$out.err" || true
+"$pd" snapshot --out "$dir/snap" --kube-proxy-healthz off --node "$node" --kubeconfig "$dir/kubeconfig" >/dev/null 2>"$out.snap.err"
+"$pd" scan --from "$dir/snap" --format json >"$out.offline" || true
 "#;
     let fake = fake_apiserver_bin();
     for bundle in [
@@ -576,6 +578,17 @@ for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
         let dir = support::root().join("testdata").join(bundle);
         if let Err(e) = support::compare_with_expected(&dir, &report) {
             panic!("{bundle}: from the API server: {e}");
+        }
+        // The snapshot wrote the API's objects as its cluster.json: offline, the same.
+        let offline = json(
+            &std::fs::read(out.with_extension("json.offline")).unwrap_or_default(),
+            bundle,
+        );
+        if let Err(e) = support::compare_with_expected(&dir, &offline) {
+            panic!(
+                "{bundle}: snapshot of the API's state: {e}\n{}",
+                std::fs::read_to_string(out.with_extension("json.snap.err")).unwrap_or_default()
+            );
         }
     }
 }

@@ -207,7 +207,56 @@ pub async fn load_once(
         .map_err(|_| WatchError::Timeout(timeout))?
 }
 
+/// The objects a desired state is built from, as listed once.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterObjects {
+    pub services: Vec<Service>,
+    pub endpoint_slices: Vec<EndpointSlice>,
+    pub nodes: Vec<Node>,
+}
+
+impl ClusterObjects {
+    /// A v1 `List` as `kubectl get services,endpointslices -A -o json` prints it (plus
+    /// this node's Node), the bundle's `cluster.json`.
+    pub fn to_list_json(&self) -> serde_json::Value {
+        let mut items =
+            Vec::with_capacity(self.services.len() + self.endpoint_slices.len() + self.nodes.len());
+        items.extend(self.services.iter().filter_map(|o| serde_json::to_value(o).ok()));
+        items.extend(
+            self.endpoint_slices
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok()),
+        );
+        items.extend(self.nodes.iter().filter_map(|o| serde_json::to_value(o).ok()));
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items})
+    }
+}
+
+/// Lists, once, what [`load_once`] builds from: for `portdrift snapshot`, which writes
+/// the objects themselves.
+pub async fn list_once(
+    client: Client,
+    node: Option<&str>,
+    timeout: Duration,
+) -> Result<ClusterObjects, WatchError> {
+    tokio::time::timeout(timeout, list_objects(client, node))
+        .await
+        .map_err(|_| WatchError::Timeout(timeout))?
+}
+
 async fn load(client: Client, node: Option<&str>) -> Result<DesiredState, WatchError> {
+    let objects = list_objects(client, node).await?;
+    let node = node.filter(|n| !n.is_empty());
+    let zone = node.and_then(|name| node_zone(objects.nodes.iter(), name));
+    Ok(build(
+        node,
+        &objects.services,
+        &objects.endpoint_slices,
+        zone.as_deref(),
+    ))
+}
+
+async fn list_objects(client: Client, node: Option<&str>) -> Result<ClusterObjects, WatchError> {
     let selected = ListParams::default()
         .labels(KUBE_PROXY_LABEL_SELECTOR)
         .limit(DEFAULT_PAGE_SIZE);
@@ -226,8 +275,8 @@ async fn load(client: Client, node: Option<&str>) -> Result<DesiredState, WatchE
     )
     .await?;
     let node = node.filter(|n| !n.is_empty());
-    let zone = match node {
-        None => None,
+    let nodes = match node {
+        None => Vec::new(),
         Some(name) => {
             let params = ListParams::default().fields(&format!("metadata.name={name}"));
             match list_all(
@@ -238,21 +287,25 @@ async fn load(client: Client, node: Option<&str>) -> Result<DesiredState, WatchE
             )
             .await
             {
-                Ok(nodes) => node_zone(nodes.iter(), name),
+                Ok(nodes) => nodes,
                 Err(error) => {
                     tracing::warn!(
                         %error,
                         node = name,
                         "cannot read this node's zone; endpoints with topology hints are marked uncertain"
                     );
-                    None
+                    Vec::new()
                 }
             }
         }
     };
     sort_by_name(&mut services);
     sort_by_name(&mut slices);
-    Ok(build(node, &services, &slices, zone.as_deref()))
+    Ok(ClusterObjects {
+        services,
+        endpoint_slices: slices,
+        nodes,
+    })
 }
 
 /// Every object of a paged list, trimmed as each page arrives.
