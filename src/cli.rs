@@ -11,10 +11,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::desired::watch;
 use crate::detect::{DetectConfig, Grace};
+use crate::model::ProcessInfo;
 use crate::observed::live::{self, LiveConfig, LiveNode, ToolLimits};
 use crate::report::render_text;
 use crate::scan::{ScanInput, SourceState, SourceStatus, run_scan};
 use crate::snapshot::{SnapshotOptions, read_bundle_with, read_input, write_snapshot};
+use std::collections::HashMap;
 
 /// Finds where a node's NodePort plumbing has drifted from what the cluster says.
 #[derive(Debug, Parser)]
@@ -306,6 +308,8 @@ fn list_cluster_to_file(
 fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeout: Duration) {
     let mut status = SourceStatus::new("cluster (API server)", SourceState::Ok);
     let node = input.node.clone();
+    // Pods are listed (on this node only) just when a squatter runs in one.
+    let pod_uids = input.observed.owners.values().any(|p| p.pod.is_some());
     let loaded = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -318,10 +322,14 @@ fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeo
                         .map_err(|e| (e.to_string(), true))?;
                     let url = config.cluster_url.to_string();
                     let client = watch::kube_client(config).map_err(|e| (e.to_string(), false))?;
-                    watch::load_once(client, node.as_deref(), timeout)
+                    let desired = watch::load_once(client.clone(), node.as_deref(), timeout)
                         .await
-                        .map(|d| (d, url))
-                        .map_err(|e| (e.to_string(), false))
+                        .map_err(|e| (e.to_string(), false))?;
+                    let pods = match node.as_deref() {
+                        Some(node) if pod_uids => Some(watch::pods_on_node(client, node, timeout).await),
+                        _ => None,
+                    };
+                    Ok((desired, url, pods))
                 })
                 .map_err(|(e, unconfigured)| {
                     if unconfigured && kubeconfig.is_none() {
@@ -332,7 +340,14 @@ fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeo
                 })
         });
     match loaded {
-        Ok((desired, url)) => {
+        Ok((desired, url, pods)) => {
+            match pods {
+                Some(Ok(pods)) => name_pods(&mut input.observed.owners, &pods),
+                Some(Err(e)) => status
+                    .notes
+                    .push(format!("cannot name the pods behind squatters: {e}")),
+                None => {}
+            }
             status.origin = Some(url);
             status.items = Some(desired.ports.len());
             status.unparsed = desired.problems.len();
@@ -359,6 +374,15 @@ fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeo
         }
     }
     input.sources.push(status);
+}
+
+/// Replaces the pod UIDs read from cgroups with `namespace/name`, where the API knows them.
+fn name_pods(owners: &mut HashMap<u64, ProcessInfo>, pods: &HashMap<String, String>) {
+    for process in owners.values_mut() {
+        if let Some(name) = process.pod.as_ref().and_then(|uid| pods.get(uid)) {
+            process.pod = Some(name.clone());
+        }
+    }
 }
 
 fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
@@ -446,6 +470,34 @@ mod tests {
         );
         assert_eq!(parse_healthz_addr("off"), Ok(HealthzAddr(None)));
         assert!(parse_healthz_addr("localhost:10256").is_err());
+    }
+
+    #[test]
+    fn pod_uids_become_names_where_the_api_knows_them() {
+        let process = |pod: Option<&str>| ProcessInfo {
+            pid: 7,
+            name: "squatterd".into(),
+            container: None,
+            pod: pod.map(str::to_string),
+            cmdline: None,
+        };
+        let mut owners = HashMap::from([
+            (1, process(Some("0f0e0d0c-0000-4000-8000-000000000001"))),
+            (2, process(Some("0f0e0d0c-0000-4000-8000-00000000ffff"))),
+            (3, process(None)),
+        ]);
+        let pods = HashMap::from([(
+            "0f0e0d0c-0000-4000-8000-000000000001".to_string(),
+            "edge/agent-x7k2p".to_string(),
+        )]);
+        name_pods(&mut owners, &pods);
+        assert_eq!(owners[&1].pod.as_deref(), Some("edge/agent-x7k2p"));
+        // A pod the API does not know (gone already) keeps its UID.
+        assert_eq!(
+            owners[&2].pod.as_deref(),
+            Some("0f0e0d0c-0000-4000-8000-00000000ffff")
+        );
+        assert_eq!(owners[&3].pod, None);
     }
 
     #[test]

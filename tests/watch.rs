@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice, ForZone};
 use portdrift::desired::watch::{
     ClusterView, DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchOptions, kube_client,
-    kube_config, load_once,
+    kube_config, load_once, pods_on_node,
 };
 use portdrift::desired::{DesiredState, desired_state};
 use support::fake_apiserver::{Failure, FakeApiServer, Kind, objects, query_param};
@@ -595,6 +595,40 @@ async fn a_generated_kubeconfig_reaches_the_fake() {
 
         let missing = kube_config(Some(&dir.path().join("nope"))).await.unwrap_err();
         assert_eq!(missing.metric_label(), "kubeconfig");
+    })
+    .await;
+}
+
+fn pod(namespace: &str, name: &str, uid: &str, node: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_are_listed_for_this_node_only() {
+    scenario(async {
+        let server = FakeApiServer::start().await;
+        server.apply(&pod("edge", "agent-a", "uid-a", NODE));
+        server.apply(&pod("edge", "agent-b", "uid-b", "some-other-node"));
+        let client = kube_client(server.config()).unwrap();
+        let pods = pods_on_node(client, NODE, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(pods.len(), 1, "{pods:?}");
+        assert_eq!(pods.get("uid-a").map(String::as_str), Some("edge/agent-a"));
+        // Never a cluster-wide Pod list.
+        let requests = server.requests_for(Kind::Pod);
+        assert!(!requests.is_empty());
+        assert!(
+            requests
+                .iter()
+                .all(|r| query_param(r, "fieldSelector").as_deref()
+                    == Some(&format!("spec.nodeName={NODE}")[..])),
+            "{requests:?}"
+        );
     })
     .await;
 }

@@ -33,7 +33,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Node, Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, ListParams};
@@ -120,6 +120,8 @@ pub enum WatchedResource {
     Services,
     EndpointSlices,
     Node,
+    /// The pods on this node (listed once, to name squatters; never watched).
+    Pods,
 }
 
 impl WatchedResource {
@@ -128,6 +130,7 @@ impl WatchedResource {
             WatchedResource::Services => "services",
             WatchedResource::EndpointSlices => "endpointslices",
             WatchedResource::Node => "node",
+            WatchedResource::Pods => "pods",
         }
     }
 
@@ -138,6 +141,7 @@ impl WatchedResource {
             WatchedResource::Services => "/api/v1/services",
             WatchedResource::EndpointSlices => "/apis/discovery.k8s.io/v1/endpointslices",
             WatchedResource::Node => "/api/v1/nodes",
+            WatchedResource::Pods => "/api/v1/pods",
         }
     }
 }
@@ -495,6 +499,44 @@ pub fn trim_endpoint_slice(slice: &mut EndpointSlice) {
 
 /// A Node reduced to its name and zone label: its status (images, conditions,
 /// addresses) is by far the largest part and none of it matters here.
+/// A pod as [`pods_on_node`] keeps it: its name, namespace and UID.
+pub fn trim_pod(pod: &mut Pod) {
+    let uid = pod.metadata.uid.take();
+    trim_meta(&mut pod.metadata, &[], &[]);
+    pod.metadata.uid = uid;
+    pod.spec = None;
+    pod.status = None;
+}
+
+/// The pods scheduled on `node`, UID → `namespace/name`: what names the pod behind a
+/// squatter's cgroup. A field selector on `spec.nodeName` keeps it to this node, never a
+/// cluster-wide Pod list.
+pub async fn pods_on_node(
+    client: Client,
+    node: &str,
+    timeout: Duration,
+) -> Result<HashMap<String, String>, WatchError> {
+    let params = ListParams::default()
+        .fields(&format!("spec.nodeName={node}"))
+        .limit(DEFAULT_PAGE_SIZE);
+    let pods = tokio::time::timeout(
+        timeout,
+        list_all(Api::<Pod>::all(client), &params, trim_pod, WatchedResource::Pods),
+    )
+    .await
+    .map_err(|_| WatchError::Timeout(timeout))??;
+    Ok(pods
+        .into_iter()
+        .filter_map(|p| {
+            let meta = p.metadata;
+            Some((
+                meta.uid?,
+                format!("{}/{}", meta.namespace.unwrap_or_default(), meta.name?),
+            ))
+        })
+        .collect())
+}
+
 pub fn trim_node(node: &mut Node) {
     trim_meta(&mut node.metadata, &[LABEL_ZONE], &[]);
     node.spec = None;
@@ -909,6 +951,7 @@ impl ViewHealth {
             WatchedResource::Services => Some(&self.services),
             WatchedResource::EndpointSlices => Some(&self.slices),
             WatchedResource::Node => self.node.as_ref(),
+            WatchedResource::Pods => None,
         }
     }
 

@@ -55,10 +55,11 @@ pub enum Kind {
     Service,
     EndpointSlice,
     Node,
+    Pod,
 }
 
 impl Kind {
-    const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+    const ALL: [Kind; 4] = [Kind::Service, Kind::EndpointSlice, Kind::Node, Kind::Pod];
 
     /// The collection's URL path.
     pub fn path(self) -> &'static str {
@@ -66,6 +67,7 @@ impl Kind {
             Kind::Service => "/api/v1/services",
             Kind::EndpointSlice => "/apis/discovery.k8s.io/v1/endpointslices",
             Kind::Node => "/api/v1/nodes",
+            Kind::Pod => "/api/v1/pods",
         }
     }
 
@@ -74,13 +76,14 @@ impl Kind {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Node => "Node",
+            Kind::Pod => "Pod",
         }
     }
 
     fn api_version(self) -> &'static str {
         match self {
             Kind::EndpointSlice => "discovery.k8s.io/v1",
-            Kind::Service | Kind::Node => "v1",
+            Kind::Service | Kind::Node | Kind::Pod => "v1",
         }
     }
 
@@ -89,6 +92,7 @@ impl Kind {
             "Service" => Kind::Service,
             "EndpointSlice" => Kind::EndpointSlice,
             "Node" => Kind::Node,
+            "Pod" => Kind::Pod,
             other => panic!("the fake API server does not serve {other}"),
         }
     }
@@ -112,6 +116,8 @@ pub enum Failure {
 struct Stored {
     namespace: Option<String>,
     name: String,
+    /// `spec.nodeName`, for pods' field selector.
+    node_name: Option<String>,
     labels: BTreeMap<String, String>,
     rv: u64,
     json: Arc<str>,
@@ -473,6 +479,7 @@ fn stored(value: &Value, rv: u64) -> Stored {
     Stored {
         namespace: text(&meta["namespace"]).filter(|s| !s.is_empty()),
         name: text(&meta["name"]).expect("objects given to the fake API server have a name"),
+        node_name: text(&value["spec"]["nodeName"]),
         labels: meta["labels"]
             .as_object()
             .map(|m| {
@@ -571,7 +578,7 @@ impl Selector {
             } else {
                 return Err(format!("invalid field selector {term:?}"));
             };
-            if !matches!(field, "metadata.name" | "metadata.namespace") {
+            if !matches!(field, "metadata.name" | "metadata.namespace" | "spec.nodeName") {
                 return Err(format!("field label not supported: {field}"));
             }
             selector.fields.push(FieldTerm {
@@ -593,6 +600,7 @@ impl Selector {
         let fields_match = self.fields.iter().all(|term| {
             let actual = match term.field.as_str() {
                 "metadata.name" => Some(object.name.as_str()),
+                "spec.nodeName" => object.node_name.as_deref(),
                 _ => object.namespace.as_deref(),
             };
             (actual.unwrap_or("") == term.value) == term.equal
