@@ -143,7 +143,7 @@ impl DesiredBuilder {
             external_policy_local: external_policy_local(spec),
             internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
             health_check_node_port: self.health_check_node_port(object, spec),
-            created: service.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            created: super::slices::last_recorded_change(&service.metadata),
         })
     }
 

@@ -273,8 +273,23 @@ fn parse_ipv4_leading_zeros(text: &str) -> Option<Ipv4Addr> {
     parts.next().is_none().then_some(Ipv4Addr::from(octets))
 }
 
+/// The newest time the API records for an object: its creation, or the last write of
+/// any field manager (`managedFields[].time`, which an update of the spec moves on).
+pub(crate) fn last_recorded_change(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<Timestamp> {
+    let created = meta.creation_timestamp.as_ref().map(|t| t.0);
+    let managed = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.time.as_ref().map(|t| t.0))
+        .max();
+    created.max(managed)
+}
+
 fn slice_last_change(slice: &EndpointSlice) -> Option<Timestamp> {
-    let created = slice.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let created = last_recorded_change(&slice.metadata);
     let triggered = slice
         .metadata
         .annotations
@@ -397,5 +412,51 @@ mod tests {
         assert_eq!(parse_ip_sloppy("10.0.0.256"), None);
         assert_eq!(parse_ip_sloppy("example.com"), None);
         assert_eq!(parse_ip_sloppy(""), None);
+    }
+}
+
+#[cfg(test)]
+mod last_change_tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+
+    use super::*;
+
+    fn at(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    #[test]
+    fn the_last_write_of_any_manager_counts() {
+        let meta = ObjectMeta {
+            creation_timestamp: Some(at("2025-01-01T00:00:00Z")),
+            managed_fields: Some(vec![
+                ManagedFieldsEntry {
+                    time: Some(at("2025-03-01T00:00:00Z")),
+                    ..Default::default()
+                },
+                ManagedFieldsEntry {
+                    time: Some(at("2025-02-01T00:00:00Z")),
+                    ..Default::default()
+                },
+                ManagedFieldsEntry {
+                    time: None,
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(
+            last_recorded_change(&meta),
+            Some("2025-03-01T00:00:00Z".parse().unwrap())
+        );
+        let bare = ObjectMeta {
+            creation_timestamp: Some(at("2025-01-01T00:00:00Z")),
+            ..Default::default()
+        };
+        assert_eq!(
+            last_recorded_change(&bare),
+            Some("2025-01-01T00:00:00Z".parse().unwrap())
+        );
+        assert_eq!(last_recorded_change(&ObjectMeta::default()), None);
     }
 }

@@ -391,6 +391,15 @@ fn node_zone<N: Borrow<Node>>(nodes: impl Iterator<Item = N>, name: &str) -> Opt
 /// Metadata reduced to identity, creation time, and the labels and annotations in
 /// `keep_labels` / `keep_annotations`. `managedFields`, `ownerReferences`, `uid` and
 /// the rest go.
+/// Moves the newest managedFields time into `creationTimestamp` before managedFields
+/// go: the grace window measures from the object's last recorded change, and a spec
+/// update (a nodePort edited) moves only the managedFields times.
+fn fold_last_change(meta: &mut ObjectMeta) {
+    if let Some(newest) = super::slices::last_recorded_change(meta) {
+        meta.creation_timestamp = Some(Time(newest));
+    }
+}
+
 fn trim_meta(meta: &mut ObjectMeta, keep_labels: &[&str], keep_annotations: &[&str]) {
     let keep = |map: Option<BTreeMap<String, String>>, keys: &[&str]| {
         let kept: BTreeMap<String, String> = map
@@ -418,6 +427,7 @@ fn trim_meta(meta: &mut ObjectMeta, keep_labels: &[&str], keep_annotations: &[&s
 /// it is read. The selector (often the largest part of a spec) goes too: endpoints come
 /// from EndpointSlices.
 pub fn trim_service(service: &mut Service) {
+    fold_last_change(&mut service.metadata);
     trim_meta(&mut service.metadata, &OPT_OUT_LABELS, &[]);
     service.status = None;
     service.spec = service.spec.take().map(|spec| ServiceSpec {
@@ -455,6 +465,7 @@ pub fn trim_service(service: &mut Service) {
 /// slices.rs), and the map's one entry would cost a B-tree node (~640 bytes) per
 /// slice, 6 MB across 10,000 slices.
 pub fn trim_endpoint_slice(slice: &mut EndpointSlice) {
+    fold_last_change(&mut slice.metadata);
     let triggered = slice
         .metadata
         .annotations
