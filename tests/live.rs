@@ -544,11 +544,8 @@ for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
 "$pd" scan --from "$dir/snap" --format json >"$out.offline" || true
 "#;
     let fake = fake_apiserver_bin();
-    for bundle in [
-        "haproxy-squatter",
-        "iptables-backend-split",
-        "deleted-while-proxy-down",
-    ] {
+    for bundle in bundles_with_sources() {
+        let bundle = bundle.as_str();
         let scratch = TempDir::new().unwrap();
         let out = scratch.path().join("scan.json");
         let node = bundle_node(bundle);
