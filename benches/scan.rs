@@ -24,6 +24,7 @@ fn scan_10k(c: &mut Criterion) {
     let detect_config = DetectConfig {
         nodeport_range: 20000..=32767,
         grace: None,
+        cluster_state_stale: false,
     };
     let mut group = c.benchmark_group("10k-services");
     group.sample_size(20);

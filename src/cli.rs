@@ -256,6 +256,8 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
     });
     let config = DetectConfig {
         grace,
+        // A one-shot scan lists the cluster state itself: it is current by construction.
+        cluster_state_stale: false,
         nodeport_range: args.nodeport_range,
     };
     let report = run_scan(input, &config);

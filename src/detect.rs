@@ -30,6 +30,10 @@ pub struct DetectConfig {
     pub nodeport_range: RangeInclusive<u16>,
     /// How long kube-proxy may take to apply a change before a difference counts.
     pub grace: Option<Grace>,
+    /// The cluster state is the last good one but no longer current (the API watch
+    /// is failing or silent): findings that depend on it are marked, so nobody —
+    /// least of all repair — acts on them as if they were fresh.
+    pub cluster_state_stale: bool,
 }
 
 /// kube-proxy applies API changes seconds late: a difference about a Service that
@@ -46,6 +50,7 @@ impl Default for DetectConfig {
         DetectConfig {
             nodeport_range: 30000..=32767,
             grace: None,
+            cluster_state_stale: false,
         }
     }
 }
@@ -91,6 +96,9 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
     }
     if let Some(grace) = config.grace {
         mark_pending(&mut findings, &index, grace);
+    }
+    if config.cluster_state_stale && has_desired {
+        mark_stale_state(&mut findings);
     }
     findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     findings
@@ -887,6 +895,31 @@ fn backend_split(
                 set_service(&mut f, &svc);
             }
             out.push(f);
+        }
+    }
+}
+
+// === stale cluster state ===
+
+/// Marks the findings that rest on the cluster state when that state is stale.
+fn mark_stale_state(findings: &mut [Finding]) {
+    for f in findings.iter_mut() {
+        let depends = matches!(
+            f.kind,
+            Kind::StaleNodeport
+                | Kind::StaleEndpoint
+                | Kind::MissingEndpoint
+                | Kind::MissingRule
+                | Kind::Squatter
+                | Kind::NodeportCollision
+                | Kind::HostportConflict
+        );
+        if depends {
+            f.on_stale_cluster_state = true;
+            f.message = format!(
+                "(cluster state not current: the API watch is failing) {}",
+                f.message
+            );
         }
     }
 }

@@ -126,6 +126,9 @@ pub struct Finding {
     /// Service changed recently); such a finding is `info` until then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_seconds: Option<u64>,
+    /// The finding was drawn from a cluster state that is no longer current.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub on_stale_cluster_state: bool,
     /// One human sentence: what is wrong and what to do.
     pub message: String,
     /// Supporting facts beyond the fields above (chain path, other rules), for people.
@@ -151,6 +154,7 @@ impl Finding {
             process: None,
             inode: None,
             pending_seconds: None,
+            on_stale_cluster_state: false,
             message: message.into(),
             evidence: Vec::new(),
         }

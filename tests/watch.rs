@@ -632,3 +632,72 @@ async fn pods_are_listed_for_this_node_only() {
     })
     .await;
 }
+
+/// A node whose only NodePort rule is for a port no Service owns: stale once the
+/// cluster state says so, and only then.
+fn node_with_a_leftover_rule() -> portdrift::observed::Observed {
+    let dump = "*nat\n:KUBE-NODEPORTS - [0:0]\n:KUBE-SERVICES - [0:0]\n-A KUBE-NODEPORTS -p tcp -m tcp --dport 31999 -j DNAT --to-destination 10.244.9.9:80\nCOMMIT\n";
+    let source = portdrift::observed::iptables::parse_save_str(dump, "iptables-nft-save", Default::default());
+    portdrift::observed::Observed {
+        sources: vec![source],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_stale_or_missing_verdict_comes_from_an_unsynced_cache() {
+    use portdrift::detect::{DetectConfig, detect};
+    use portdrift::finding::Kind as FindingKind;
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        server.hold_lists(true);
+        let view = ClusterView::start(server.config(), Some(NODE), options()).unwrap();
+        eventually("the lists were asked for", Duration::from_secs(5), || {
+            !server.requests_for(Kind::Service).is_empty()
+        })
+        .await;
+        let observed = node_with_a_leftover_rule();
+        let judged = |view: &ClusterView| {
+            let desired = view.desired_state().ok();
+            let config = DetectConfig {
+                cluster_state_stale: !view.fresh(),
+                ..Default::default()
+            };
+            detect(desired.as_ref(), &observed, &config)
+        };
+        // Unsynced: no desired state, so no verdict that needs one.
+        let before = judged(&view);
+        assert!(
+            before.iter().all(|f| !matches!(
+                f.kind,
+                FindingKind::StaleNodeport
+                    | FindingKind::StaleEndpoint
+                    | FindingKind::MissingRule
+                    | FindingKind::MissingEndpoint
+            )),
+            "{before:?}"
+        );
+        server.hold_lists(false);
+        tokio::time::timeout(Duration::from_secs(10), view.wait_synced())
+            .await
+            .expect("syncs");
+        let after = judged(&view);
+        assert!(
+            after
+                .iter()
+                .any(|f| f.kind == FindingKind::StaleNodeport && f.port == Some(31999)),
+            "{after:?}"
+        );
+        // The API then fails: the last good state stays, and what rests on it is marked.
+        server.set_failure(Failure::Status(500));
+        server.drop_connections();
+        eventually("the view notices", Duration::from_secs(20), || !view.fresh()).await;
+        let stale = judged(&view);
+        let leftover = stale
+            .iter()
+            .find(|f| f.kind == FindingKind::StaleNodeport)
+            .expect("still judged");
+        assert!(leftover.on_stale_cluster_state, "{leftover:?}");
+    })
+    .await;
+}
