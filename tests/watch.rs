@@ -272,6 +272,20 @@ async fn an_endpoint_slice_change_is_seen() {
         .await;
         let endpoints = web_endpoints(&view.desired_state().unwrap());
         assert_eq!(endpoints.len(), 2, "the old endpoint went: {endpoints:?}");
+        // The grace window runs from when the watch saw the change.
+        let state = view.desired_state().unwrap();
+        let web = state.ports.iter().find(|p| p.service.name == "web").unwrap();
+        let changed: jiff::Timestamp = web
+            .last_change
+            .as_deref()
+            .expect("a change time")
+            .parse()
+            .unwrap();
+        let age = jiff::Timestamp::now().duration_since(changed);
+        assert!(
+            age < jiff::SignedDuration::from_secs(30) && age >= jiff::SignedDuration::ZERO,
+            "{age:?}"
+        );
     })
     .await;
 }

@@ -906,7 +906,11 @@ struct StoreWriter<K> {
 impl<K: Resource + Clone> StoreWriter<K> {
     fn apply(&mut self, event: watcher::Event<K>) {
         match event {
-            watcher::Event::Apply(object) => {
+            watcher::Event::Apply(mut object) => {
+                // A change seen on the watch: the grace window runs from now, when
+                // portdrift saw it, not from what the API recorded (creation and
+                // managedFields times were folded into creationTimestamp by the trim).
+                object.meta_mut().creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
                 self.store.write().insert(object_key(&object), compact(&object));
             }
             watcher::Event::Delete(object) => {
