@@ -351,13 +351,9 @@ fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeo
                 None => {}
             }
             status.origin = Some(url);
-            status.items = Some(desired.ports.len());
-            status.unparsed = desired.problems.len();
-            status.notes = desired
-                .problems
-                .iter()
-                .map(|p| format!("{}: {}", p.object, p.problem))
-                .collect();
+            let pod_notes = std::mem::take(&mut status.notes);
+            status.describe_cluster_state(&desired);
+            status.notes.extend(pod_notes);
             input.desired = Some(desired);
         }
         Err(e) if e.starts_with("unconfigured: ") => {

@@ -83,6 +83,21 @@ pub struct SourceStatus {
 }
 
 impl SourceStatus {
+    /// Records what a cluster state holds: its Service ports, and the objects that
+    /// could not be read (which make the source partial).
+    pub fn describe_cluster_state(&mut self, desired: &DesiredState) {
+        self.items = Some(desired.ports.len());
+        self.unparsed = desired.problems.len();
+        if !desired.problems.is_empty() && self.status == SourceState::Ok {
+            self.status = SourceState::Partial;
+        }
+        self.notes = desired
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.object, p.problem))
+            .collect();
+    }
+
     pub fn new(source: impl Into<String>, status: SourceState) -> SourceStatus {
         SourceStatus {
             source: source.into(),

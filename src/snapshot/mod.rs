@@ -510,16 +510,7 @@ fn read_cluster<S: Source>(src: &mut S, input: &mut ScanInput) -> Result<bool, S
     if label != "cluster.json" {
         status.origin = Some(label);
     }
-    status.items = Some(desired.ports.len());
-    status.unparsed = desired.problems.len();
-    if !desired.problems.is_empty() {
-        status.status = SourceState::Partial;
-    }
-    status.notes = desired
-        .problems
-        .iter()
-        .map(|p| format!("{}: {}", p.object, p.problem))
-        .collect();
+    status.describe_cluster_state(&desired);
     input.desired = Some(desired);
     input.sources.push(status);
     Ok(true)
