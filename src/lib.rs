@@ -10,6 +10,7 @@ pub mod desired;
 pub mod detect;
 pub mod finding;
 pub mod kube_proxy;
+pub mod metrics;
 pub mod model;
 pub mod observed;
 pub mod report;
