@@ -9,6 +9,7 @@ pub mod cli;
 pub mod desired;
 pub mod detect;
 pub mod finding;
+pub mod http;
 pub mod kube_proxy;
 pub mod metrics;
 pub mod model;
