@@ -5,6 +5,7 @@
 //! detector are pure; I/O lives at the edges (`snapshot`, the binary).
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod cli;
 pub mod desired;
 pub mod detect;
