@@ -33,6 +33,51 @@ pub enum Command {
     Scan(ScanArgs),
     /// Capture this node into a bundle directory that `scan --from` reads.
     Snapshot(SnapshotArgs),
+    /// Run as a node agent: watch the API, scan this node every interval, serve
+    /// /metrics, /healthz, /readyz and /findings.
+    Run(RunArgs),
+}
+
+/// How the agent logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// This node's name (the endpoints it counts as local).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node: String,
+
+    /// Where to serve HTTP.
+    #[arg(long, value_name = "ADDR:PORT", default_value = crate::http::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+
+    /// Time between scans.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_timeout)]
+    pub interval: Duration,
+
+    /// How long kube-proxy may take to apply a change (see `scan --grace`). `0` turns it off.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// Watch the API server with this kubeconfig (default: KUBECONFIG, ~/.kube/config,
+    /// then the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Log format (on stderr).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -234,6 +279,18 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Scan(args) => scan(args),
         Command::Snapshot(args) => snapshot(args),
+        Command::Run(args) => {
+            crate::agent::run(crate::agent::AgentConfig {
+                node: args.node,
+                listen: args.listen,
+                interval: args.interval,
+                grace: args.grace,
+                kubeconfig: args.kubeconfig,
+                live: args.live.config(None),
+                nodeport_range: args.nodeport_range,
+            })?;
+            Ok(0)
+        }
     }
 }
 

@@ -5,11 +5,14 @@
 //! detector are pure; I/O lives at the edges (`snapshot`, the binary).
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod cli;
 pub mod desired;
 pub mod detect;
 pub mod finding;
+pub mod http;
 pub mod kube_proxy;
+pub mod metrics;
 pub mod model;
 pub mod observed;
 pub mod report;

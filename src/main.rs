@@ -10,16 +10,26 @@ use std::process::ExitCode;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use clap::Parser;
-use portdrift::cli::{Cli, run};
+use portdrift::cli::{Cli, Command, LogFormat, run};
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    // The agent logs what it does (findings appearing and clearing) at info; the one-shot
+    // commands only warn.
+    let (default_filter, json) = match &cli.command {
+        Command::Run(args) => ("info", args.log_format == LogFormat::Json),
+        _ => ("warn", false),
+    };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
