@@ -322,7 +322,7 @@ mod tests {
             "{}",
             r.body
         );
-        if let Some((ok, said)) = crate::metrics::tests::promtool_check(&r.body) {
+        if let Some((ok, said)) = crate::promtool::check(&r.body) {
             assert!(ok, "promtool: {said}");
         }
         let r = request(

@@ -15,6 +15,9 @@ pub mod kube_proxy;
 pub mod metrics;
 pub mod model;
 pub mod observed;
+#[cfg(test)]
+#[path = "../tests/support/promtool.rs"]
+mod promtool;
 pub mod report;
 pub mod scan;
 pub mod snapshot;

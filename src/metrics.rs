@@ -197,37 +197,8 @@ pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-
-    /// Runs the real `promtool check metrics` on `text`. None when promtool is missing
-    /// and `CI` is unset (a missing promtool under CI is a failure).
-    pub(crate) fn promtool_check(text: &str) -> Option<(bool, String)> {
-        let child = Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CI").is_none() => {
-                eprintln!("promtool is not installed: skipped");
-                return None;
-            }
-            Err(e) => panic!("cannot run promtool: {e}"),
-        };
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some((out.status.success(), said))
-    }
 
     fn report(kinds: &[Kind]) -> ScanReport {
         let mut r = ScanReport {
@@ -271,7 +242,7 @@ pub(crate) mod tests {
         ] {
             assert!(text.contains(needle), "no {needle:?} in:\n{text}");
         }
-        if let Some((ok, said)) = promtool_check(&text) {
+        if let Some((ok, said)) = crate::promtool::check(&text) {
             assert!(ok, "promtool check metrics failed: {said}\n{text}");
         }
         // A later scan without findings sets the gauge back to 0.

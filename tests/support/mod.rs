@@ -93,3 +93,4 @@ pub fn require_root(test: &str) -> bool {
 }
 
 pub mod fake_apiserver;
+pub mod promtool;
