@@ -174,8 +174,3 @@ impl Finding {
         )
     }
 }
-
-/// True when findings should make `scan` exit 1.
-pub fn any_actionable(findings: &[Finding]) -> bool {
-    findings.iter().any(|f| f.severity <= Severity::Warning)
-}

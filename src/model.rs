@@ -388,12 +388,6 @@ pub struct ProcessInfo {
     pub cmdline: Option<String>,
 }
 
-/// Formats an endpoint address the way findings and kube-proxy print it:
-/// `ip:port`, or `[v6]:port`.
-pub fn format_target(addr: &SocketAddr) -> String {
-    addr.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +407,7 @@ mod tests {
     #[test]
     fn ipv6_targets_are_bracketed() {
         let a: SocketAddr = "[fd00::1]:80".parse().unwrap();
-        assert_eq!(format_target(&a), "[fd00::1]:80");
+        // Findings' `target` is the address's Display form, which must bracket IPv6.
+        assert_eq!(a.to_string(), "[fd00::1]:80");
     }
 }

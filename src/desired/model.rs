@@ -193,13 +193,6 @@ pub struct DesiredState {
 }
 
 impl DesiredState {
-    /// All desired ports claiming `protocol`/`port`.
-    pub fn owners(&self, protocol: Protocol, port: u16) -> impl Iterator<Item = &DesiredPort> {
-        self.ports
-            .iter()
-            .filter(move |p| p.protocol == protocol && p.node_port == port)
-    }
-
     /// Every health-check node port (always TCP; kube-proxy listens on them).
     pub fn health_check_ports(&self) -> BTreeSet<u16> {
         self.ports
