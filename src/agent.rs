@@ -15,11 +15,12 @@ use tokio::sync::watch as signal_watch;
 
 use crate::desired::watch::{self, ClusterView, WatchOptions};
 use crate::detect::{DetectConfig, Grace};
-use crate::finding::Finding;
+use crate::finding::{Finding, Severity};
 use crate::http::{ServerConfig, Shared};
 use crate::observed::live::{LiveConfig, LiveNode};
+use crate::observed::rule_changes::RuleChanges;
 use crate::scan::{ScanReport, SourceState, SourceStatus, run_scan};
-use crate::snapshot::read_input;
+use crate::snapshot::{NF_TABLES_DUMPS, RuleCache, read_input_cached};
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -112,54 +113,177 @@ fn key(f: &Finding) -> Key {
     )
 }
 
+/// Quiet time after a change before the scan it triggers: kube-proxy applies a change
+/// within about a second (its default minimum sync period), and a burst of EndpointSlice
+/// updates during a rollout is coalesced into one scan.
+const SETTLE: Duration = Duration::from_secs(2);
+/// A stream of changes that never goes quiet still gets a scan this long after its first.
+const MAX_DEFER: Duration = Duration::from_secs(10);
+/// Change-driven scans start at least this long after the previous scan ended, so a
+/// node whose rules churn constantly is not rescanned constantly.
+const MIN_GAP: Duration = Duration::from_secs(5);
+/// Even without any announced change the nf_tables dumps are read again this often: the
+/// notifications are trusted, not blindly.
+const FULL_READ_EVERY: Duration = Duration::from_secs(600);
+
+/// Why a scan ran (for the debug log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    Interval,
+    Change,
+}
+
+/// Changes seen since the last scan began, not yet scanned for.
+#[derive(Debug, Default)]
+struct PendingChange {
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl PendingChange {
+    fn note(&mut self, now: Instant) {
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+    }
+
+    /// When the scan for these changes is due: after `SETTLE` of quiet, but no later
+    /// than `MAX_DEFER` after the first, and never within `MIN_GAP` of the last scan.
+    fn due(&self, last_scan_end: Option<Instant>) -> Option<Instant> {
+        let (first, last) = (self.first?, self.last?);
+        let due = (last + SETTLE).min(first + MAX_DEFER);
+        Some(match last_scan_end {
+            Some(end) => due.max(end + MIN_GAP),
+            None => due,
+        })
+    }
+}
+
+/// What the scan thread reads the node with, moved in and handed back each scan.
+struct NodeReader {
+    live: LiveNode,
+    cache: RuleCache,
+    /// When the nf_tables dumps were last read rather than reused.
+    last_full_read: Option<Instant>,
+}
+
+impl NodeReader {
+    fn new(config: &LiveConfig) -> NodeReader {
+        NodeReader {
+            live: LiveNode::new(config.clone()),
+            cache: RuleCache::default(),
+            last_full_read: None,
+        }
+    }
+}
+
+/// Whether the next scan may reuse the last read of the nf_tables dumps: the kernel is
+/// announcing changes, has announced none since that read began, and it is recent.
+/// Marks the announcements seen, so that any arriving from now on (during the read)
+/// make the following scan read again.
+fn nf_tables_unchanged(rules: Option<&mut signal_watch::Receiver<u64>>, reader: &NodeReader) -> bool {
+    let Some(rules) = rules else { return false };
+    let unchanged = matches!(rules.has_changed(), Ok(false));
+    rules.mark_unchanged();
+    unchanged
+        && reader
+            .last_full_read
+            .is_some_and(|t| t.elapsed() < FULL_READ_EVERY)
+}
+
 async fn scan_loop(
     config: &AgentConfig,
     view: &ClusterView,
     shared: &Arc<Shared>,
     stop: signal_watch::Receiver<bool>,
 ) {
-    let mut live = Some(LiveNode::new(config.live.clone()));
+    let mut reader = Some(NodeReader::new(&config.live));
     let mut known: BTreeMap<Key, Finding> = BTreeMap::new();
-    let mut wait = Duration::ZERO;
+    let mut api_changes = view.changes();
+    let rule_changes = match RuleChanges::subscribe() {
+        Ok(sub) => Some(sub),
+        Err(error) => {
+            tracing::warn!(%error, "cannot follow nf_tables changes; every scan reads every rule dump, and rule changes wait for the next interval");
+            None
+        }
+    };
+    let mut rule_counter = rule_changes.as_ref().map(RuleChanges::receiver);
+    let mut rule_wake = rule_changes.as_ref().map(RuleChanges::receiver);
+    let mut pending = PendingChange::default();
+    let mut next_tick = Instant::now();
+    let mut last_scan_end: Option<Instant> = None;
     let mut waiting_logged = false;
+    let mut last_summary: Option<Instant> = None;
+    let mut scans: u64 = 0;
     let stop_fut = stopped(stop);
     tokio::pin!(stop_fut);
     loop {
-        tokio::select! {
+        let due = pending
+            .due(last_scan_end)
+            .map_or(next_tick, |change| change.min(next_tick));
+        let trigger = tokio::select! {
             () = &mut stop_fut => return,
-            () = tokio::time::sleep(wait) => {}
-        }
+            () = tokio::time::sleep_until(due.into()) => {
+                if pending.first.is_some_and(|_| due < next_tick) { Trigger::Change } else { Trigger::Interval }
+            }
+            Ok(()) = api_changes.changed() => {
+                pending.note(Instant::now());
+                continue;
+            }
+            () = changed(rule_wake.as_mut()) => {
+                pending.note(Instant::now());
+                continue;
+            }
+        };
         shared.set_api(view.synced(), view.fresh());
         if !view.synced() {
             if !waiting_logged {
                 tracing::info!("waiting for the API watch caches to sync before the first scan");
                 waiting_logged = true;
             }
-            wait = Duration::from_millis(250);
+            next_tick = Instant::now() + Duration::from_millis(250);
             continue;
         }
-        wait = config.interval;
+        // What changed before this point is in this scan; what changes from here on
+        // triggers the next.
+        pending = PendingChange::default();
+        api_changes.mark_unchanged();
+        if let Some(wake) = rule_wake.as_mut() {
+            wake.mark_unchanged();
+        }
 
-        let Some(node) = live.take() else { return };
+        let Some(mut node) = reader.take() else { return };
+        let reuse = nf_tables_unchanged(rule_counter.as_mut(), &node);
+        node.cache.allow_reuse(if reuse { &NF_TABLES_DUMPS } else { &[] });
+        if !reuse {
+            node.last_full_read = Some(Instant::now());
+        }
+        tracing::debug!(?trigger, reuse_nf_tables = reuse, "scanning");
         let scan = scan_once(config, view, node);
         let joined = tokio::select! {
             () = &mut stop_fut => return,
             joined = scan => joined,
         };
+        last_scan_end = Some(Instant::now());
+        next_tick = Instant::now() + config.interval;
         let (node, outcome) = match joined {
             Ok(pair) => pair,
             Err(e) => {
                 tracing::error!(error = %e, "the scan thread failed");
                 shared.metrics.scan_failed("node");
-                live = Some(LiveNode::new(config.live.clone()));
+                reader = Some(NodeReader::new(&config.live));
                 continue;
             }
         };
-        live = Some(node);
+        reader = Some(node);
         match outcome {
             Ok((report, took)) => {
                 record(shared, &report, took);
                 log_changes(&mut known, &report);
+                scans += 1;
+                if last_summary.is_none_or(|t| t.elapsed() >= SUMMARY_EVERY) {
+                    log_summary(&report, view.fresh(), scans);
+                    last_summary = Some(Instant::now());
+                }
             }
             Err((source, error)) => {
                 shared.metrics.scan_failed(source);
@@ -170,14 +294,25 @@ async fn scan_loop(
     }
 }
 
+/// Completes when `rx` sees a change; never when there is no receiver or its sender
+/// is gone (listening stopped: nothing more will come).
+async fn changed(rx: Option<&mut signal_watch::Receiver<u64>>) {
+    if let Some(rx) = rx
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
+}
+
 type ScanOutcome = Result<(ScanReport, Duration), (&'static str, String)>;
 
-/// One scan on a blocking thread. The live node is moved in and handed back.
+/// One scan on a blocking thread. The node reader is moved in and handed back.
 async fn scan_once(
     config: &AgentConfig,
     view: &ClusterView,
-    mut node: LiveNode,
-) -> Result<(LiveNode, ScanOutcome), tokio::task::JoinError> {
+    mut node: NodeReader,
+) -> Result<(NodeReader, ScanOutcome), tokio::task::JoinError> {
     let view = view.clone();
     let name = config.node.clone();
     let grace = config.grace;
@@ -189,7 +324,9 @@ async fn scan_once(
             // scan is caught by the next one.
             let stale = !view.fresh();
             let desired = view.desired_state().map_err(|e| ("cluster", e.to_string()))?;
-            let mut input = read_input(&mut node, Some(&name)).map_err(|e| ("node", e.to_string()))?;
+            let NodeReader { live, cache, .. } = &mut node;
+            let mut input =
+                read_input_cached(live, Some(&name), cache).map_err(|e| ("node", e.to_string()))?;
             let mut status = SourceStatus::new("cluster (API server)", SourceState::Ok);
             status.describe_cluster_state(&desired);
             if stale {
@@ -232,38 +369,163 @@ fn record(shared: &Shared, report: &ScanReport, took: Duration) {
     tracing::debug!(findings = report.findings.len(), took = ?took, "scan done");
 }
 
-/// Logs one line per finding that appeared since the last scan, and one per finding
-/// that cleared.
+/// Logs one line per finding that appeared since the last scan (or whose severity
+/// changed, as a pending one does when its grace window ends), and one per finding
+/// that cleared. A finding that persists is not logged again: the periodic summary
+/// counts it.
 fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanReport) {
     let mut now: BTreeMap<Key, Finding> = BTreeMap::new();
     for f in &report.findings {
         now.entry(key(f)).or_insert_with(|| f.clone());
     }
     for (k, f) in &now {
-        if !known.contains_key(k) {
-            tracing::warn!(
-                kind = %f.kind,
-                severity = %f.severity,
-                port = f.port,
-                service = f.service.as_deref(),
-                target = f.target.as_deref(),
-                backend = ?f.backend,
-                "finding: {}",
-                f.message
-            );
+        match known.get(k) {
+            None => log_finding(f, "finding"),
+            Some(before) if before.severity != f.severity => log_finding(f, "finding changed severity"),
+            Some(_) => {}
         }
     }
     for (k, f) in known.iter() {
         if !now.contains_key(k) {
+            // The target is in the message; the fields are what dashboards filter on.
             tracing::info!(
                 kind = %f.kind,
                 port = f.port,
+                backend = f.backend.map(|b| b.as_str()),
                 service = f.service.as_deref(),
-                target = f.target.as_deref(),
-                backend = ?f.backend,
-                "finding cleared"
+                "finding cleared: {} {}",
+                f.kind,
+                describe_where(f)
             );
         }
     }
     *known = now;
+}
+
+/// One line with everything an engineer greps for: the port, the Service, the backend,
+/// the rule and the process, and the finding's own sentence saying what to do.
+fn log_finding(f: &Finding, what: &str) {
+    let process = f.process.as_ref().map(|p| format!("{} (pid {})", p.name, p.pid));
+    macro_rules! emit {
+        ($level:ident) => {
+            tracing::$level!(
+                kind = %f.kind,
+                severity = %f.severity,
+                protocol = f.protocol.map(|p| p.as_str()),
+                port = f.port,
+                family = f.family.map(|p| p.as_str()),
+                backend = f.backend.map(|b| b.as_str()),
+                service = f.service.as_deref(),
+                target = f.target.as_deref(),
+                rule = f.rule.as_deref(),
+                process = process.as_deref(),
+                pending_seconds = f.pending_seconds,
+                "{what}: {}",
+                f.message
+            )
+        };
+    }
+    match f.severity {
+        Severity::Critical | Severity::Warning => emit!(warn),
+        Severity::Info => emit!(info),
+    }
+}
+
+/// `tcp/30080 (default/web)`, for the cleared line's message.
+fn describe_where(f: &Finding) -> String {
+    let mut out = String::new();
+    if let (Some(protocol), Some(port)) = (f.protocol, f.port) {
+        out.push_str(&format!("{protocol}/{port}"));
+    } else if let Some(port) = f.port {
+        out.push_str(&port.to_string());
+    }
+    if let Some(service) = &f.service {
+        out.push_str(&format!(" ({service})"));
+    }
+    if let Some(target) = &f.target {
+        out.push_str(&format!(" -> {target}"));
+    }
+    out.trim().to_string()
+}
+
+/// How often the one-line summary is logged while the agent runs.
+const SUMMARY_EVERY: Duration = Duration::from_secs(600);
+
+/// The periodic one-line state of the node: findings by severity and kind, sources
+/// not read whole, and the API view's state.
+fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
+    let count = |s: Severity| report.findings.iter().filter(|f| f.severity == s).count();
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in &report.findings {
+        *kinds.entry(f.kind.as_str()).or_default() += 1;
+    }
+    let kinds = kinds
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let troubled = report
+        .sources
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.status,
+                SourceState::Error
+                    | SourceState::Failed
+                    | SourceState::TimedOut
+                    | SourceState::TooLarge
+                    | SourceState::Partial
+            )
+        })
+        .map(|s| format!("{}:{}", s.source, s.status.as_str()))
+        .collect::<Vec<_>>()
+        .join(",");
+    tracing::info!(
+        critical = count(Severity::Critical),
+        warning = count(Severity::Warning),
+        info = count(Severity::Info),
+        kinds = %kinds,
+        sources_not_ok = %troubled,
+        api_fresh = fresh,
+        scans,
+        "summary: {} findings ({} critical, {} warning, {} info)",
+        report.findings.len(),
+        count(Severity::Critical),
+        count(Severity::Warning),
+        count(Severity::Info),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_of_changes_makes_one_scan_after_it_settles() {
+        let t0 = Instant::now();
+        let mut pending = PendingChange::default();
+        assert_eq!(pending.due(None), None, "no change, no change-driven scan");
+        pending.note(t0);
+        pending.note(t0 + Duration::from_millis(500));
+        assert_eq!(pending.due(None), Some(t0 + Duration::from_millis(500) + SETTLE));
+    }
+
+    #[test]
+    fn a_change_stream_that_never_settles_still_gets_a_scan() {
+        let t0 = Instant::now();
+        let mut pending = PendingChange::default();
+        for i in 0..100 {
+            pending.note(t0 + Duration::from_millis(500 * i));
+        }
+        assert_eq!(pending.due(None), Some(t0 + MAX_DEFER));
+    }
+
+    #[test]
+    fn change_driven_scans_keep_a_minimum_gap() {
+        let t0 = Instant::now();
+        let mut pending = PendingChange::default();
+        pending.note(t0);
+        let last_scan_end = t0;
+        assert_eq!(pending.due(Some(last_scan_end)), Some(t0 + MIN_GAP));
+    }
 }

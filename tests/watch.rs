@@ -715,3 +715,66 @@ async fn no_stale_or_missing_verdict_comes_from_an_unsynced_cache() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_that_can_move_node_ports_are_signalled_and_others_are_not() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        let mut changes = view.changes();
+        changes.mark_unchanged();
+        let before = view.status();
+
+        // A ClusterIP-only Service and its endpoints churning: nothing on this node's
+        // NodePorts can move.
+        let mut internal = objects::service("shop", "internal", "10.96.0.30", 30099);
+        for port in internal.spec.as_mut().unwrap().ports.iter_mut().flatten() {
+            port.node_port = None;
+        }
+        internal.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        server.apply(&internal);
+        server.apply(&objects::slice(
+            "shop",
+            "internal",
+            "internal-1",
+            &[("10.244.1.50", NODE, true)],
+        ));
+        eventually(
+            "the ClusterIP Service is in the view",
+            Duration::from_secs(10),
+            || {
+                let now = view.status();
+                now.services.objects > before.services.objects
+                    && now.endpoint_slices.objects > before.endpoint_slices.objects
+            },
+        )
+        .await;
+        // Give a late signal time to arrive before saying there was none.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !changes.has_changed().unwrap(),
+            "a ClusterIP-only change was signalled"
+        );
+
+        // An endpoint of a NodePort Service changes: signalled.
+        server.apply(&objects::slice(
+            "shop",
+            "web",
+            "web-1",
+            &[("10.244.1.77", NODE, true)],
+        ));
+        tokio::time::timeout(Duration::from_secs(10), changes.changed())
+            .await
+            .expect("a NodePort Service's endpoint change is signalled")
+            .unwrap();
+
+        // A NodePort Service deleted: signalled.
+        changes.mark_unchanged();
+        server.delete::<Service>(Some("shop"), "web");
+        tokio::time::timeout(Duration::from_secs(10), changes.changed())
+            .await
+            .expect("a NodePort Service's deletion is signalled")
+            .unwrap();
+    })
+    .await;
+}

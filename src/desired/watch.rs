@@ -608,6 +608,8 @@ struct ViewInner {
     slices: Arc<ObjectStore<EndpointSlice>>,
     nodes: Option<Arc<ObjectStore<Node>>>,
     health: Arc<ViewHealth>,
+    /// Counts changes that can move this node's NodePorts (see [`ClusterView::changes`]).
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -665,20 +667,44 @@ impl ClusterView {
             .timeout(timeout)
             .page_size(options.page_size);
         let mut tasks = Vec::new();
+        let changes = Arc::new(tokio::sync::watch::Sender::new(0u64));
         let services = spawn_reflector(
             Api::<Service>::all(client.clone()),
             selected.clone(),
-            trim_service,
-            WatchedResource::Services,
+            Reflect {
+                trim: trim_service,
+                resource: WatchedResource::Services,
+                relevant: Arc::new(|old: Option<&Service>, new: Option<&Service>| {
+                    old.is_some_and(has_node_ports) || new.is_some_and(has_node_ports)
+                }),
+            },
             health.clone(),
+            changes.clone(),
             &mut tasks,
         );
+        let services_held = services.clone();
         let slices = spawn_reflector(
             Api::<EndpointSlice>::all(client.clone()),
             selected,
-            trim_endpoint_slice,
-            WatchedResource::EndpointSlices,
+            Reflect {
+                trim: trim_endpoint_slice,
+                resource: WatchedResource::EndpointSlices,
+                // A slice matters when its Service has NodePorts: most of a cluster's
+                // endpoint churn is ClusterIP-only and changes nothing on this node's
+                // NodePorts. (A slice of a Service not yet seen changes nothing either:
+                // the Service's own arrival is a change.)
+                relevant: Arc::new(move |old: Option<&EndpointSlice>, new: Option<&EndpointSlice>| {
+                    let owner = new.or(old).and_then(|slice| {
+                        let meta = slice.meta();
+                        let name = meta.labels.as_ref()?.get(LABEL_SERVICE_NAME)?;
+                        let key = (meta.namespace.clone().unwrap_or_default(), name.clone());
+                        services_held.read().get(&key).cloned()
+                    });
+                    owner.is_some_and(|service| has_node_ports(&service))
+                }),
+            },
             health.clone(),
+            changes.clone(),
             &mut tasks,
         );
         let nodes = node.as_deref().map(|name| {
@@ -688,9 +714,20 @@ impl ClusterView {
             spawn_reflector(
                 Api::<Node>::all(client.clone()),
                 this_node,
-                trim_node,
-                WatchedResource::Node,
+                Reflect {
+                    trim: trim_node,
+                    resource: WatchedResource::Node,
+                    // Only the zone label is kept and read (topology); the Node's frequent
+                    // status updates are not changes here.
+                    relevant: Arc::new(|old: Option<&Node>, new: Option<&Node>| {
+                        let zone = |n: Option<&Node>| {
+                            n.and_then(|n| n.metadata.labels.as_ref()?.get(LABEL_ZONE).cloned())
+                        };
+                        old.is_none() || new.is_none() || zone(old) != zone(new)
+                    }),
+                },
                 health.clone(),
+                changes.clone(),
                 &mut tasks,
             )
         });
@@ -702,9 +739,18 @@ impl ClusterView {
                 slices,
                 nodes,
                 health,
+                changes,
                 tasks,
             }),
         })
+    }
+
+    /// A counter that moves whenever something that can change this node's NodePorts
+    /// changes after the initial lists: a Service with NodePorts (or one gaining or losing
+    /// them), an EndpointSlice of such a Service, the Node's zone, or a completed relist.
+    /// The agent waits on it to scan soon after a change instead of at the next interval.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
     }
 
     /// The node this view computes the desired state of.
@@ -790,18 +836,24 @@ impl ClusterView {
 fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
-    trim: fn(&mut K),
-    resource: WatchedResource,
+    reflect: Reflect<K>,
     health: Arc<ViewHealth>,
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Arc<ObjectStore<K>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
 {
+    let Reflect {
+        trim,
+        resource,
+        relevant,
+    } = reflect;
     let store = Arc::new(ObjectStore::default());
     let mut writer = StoreWriter {
         store: store.clone(),
         relist: None,
+        relevant,
     };
     let stream = watcher(api, config).default_backoff().modify(trim);
     tasks.push(tokio::spawn(async move {
@@ -816,8 +868,13 @@ where
                 Ok(event) => {
                     let seen = Seen::of(&event);
                     // The store first: once health says synced, the objects are there.
-                    writer.apply(event);
+                    let changed = writer.apply(event);
                     health.on_event(seen);
+                    // Before the first complete list there is nothing to compare with:
+                    // the first scan waits for the sync, not for changes.
+                    if changed && health.lock().synced {
+                        changes.send_modify(|n| *n = n.wrapping_add(1));
+                    }
                 }
                 Err(error) => {
                     let label = watcher_error_label(&error);
@@ -896,28 +953,59 @@ impl<K> ObjectStore<K> {
     }
 }
 
+/// Whether a change from `old` to `new` (None: absent) can move this node's NodePorts.
+type Relevance<K> = Arc<dyn Fn(Option<&K>, Option<&K>) -> bool + Send + Sync>;
+
+/// How one watch's objects are kept: trimmed, and which changes count.
+struct Reflect<K> {
+    trim: fn(&mut K),
+    resource: WatchedResource,
+    relevant: Relevance<K>,
+}
+
+/// The Service has a NodePort (or a healthCheckNodePort): its changes can move this
+/// node's NodePort rules.
+fn has_node_ports(service: &Service) -> bool {
+    service.spec.as_ref().is_some_and(|spec| {
+        spec.health_check_node_port.is_some()
+            || spec
+                .ports
+                .iter()
+                .flatten()
+                .any(|p| p.node_port.is_some_and(|n| n != 0))
+    })
+}
+
 /// Applies a watcher's events to an [`ObjectStore`].
 struct StoreWriter<K> {
     store: Arc<ObjectStore<K>>,
     /// The list under way, from `Init` to `InitDone`.
     relist: Option<HashMap<ObjectKey, Arc<K>>>,
+    relevant: Relevance<K>,
 }
 
 impl<K: Resource + Clone> StoreWriter<K> {
-    fn apply(&mut self, event: watcher::Event<K>) {
+    /// Applies `event`; true when it changed something relevant (a completed relist
+    /// always counts: what it replaced is not compared).
+    fn apply(&mut self, event: watcher::Event<K>) -> bool {
         match event {
             watcher::Event::Apply(mut object) => {
                 // A change seen on the watch: the grace window runs from now, when
                 // portdrift saw it, not from what the API recorded (creation and
                 // managedFields times were folded into creationTimestamp by the trim).
                 object.meta_mut().creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-                self.store.write().insert(object_key(&object), compact(&object));
+                let old = self.store.write().insert(object_key(&object), compact(&object));
+                (self.relevant)(old.as_deref(), Some(&object))
             }
             watcher::Event::Delete(object) => {
-                self.store.write().remove(&object_key(&object));
+                let old = self.store.write().remove(&object_key(&object));
+                (self.relevant)(Some(old.as_deref().unwrap_or(&object)), None)
             }
             // A list (re)starts; an unfinished one is abandoned.
-            watcher::Event::Init => self.relist = Some(HashMap::new()),
+            watcher::Event::Init => {
+                self.relist = Some(HashMap::new());
+                false
+            }
             watcher::Event::InitApply(object) => {
                 let key = object_key(&object);
                 let held = self.store.read().get(&key).cloned();
@@ -926,11 +1014,13 @@ impl<K: Resource + Clone> StoreWriter<K> {
                     _ => compact(&object),
                 };
                 self.relist.get_or_insert_default().insert(key, object);
+                false
             }
             watcher::Event::InitDone => {
                 let listed = self.relist.take().unwrap_or_default();
                 // The old map is dropped outside the lock.
                 let _old = std::mem::replace(&mut *self.store.write(), listed);
+                true
             }
         }
     }
@@ -1431,6 +1521,7 @@ mod tests {
         let mut writer = StoreWriter {
             store: store.clone(),
             relist: None,
+            relevant: Arc::new(|_: Option<&Service>, _: Option<&Service>| true),
         };
         writer.apply(watcher::Event::Init);
         for (name, version) in [("a", "1"), ("b", "2"), ("c", "3")] {
@@ -1463,6 +1554,51 @@ mod tests {
         writer.apply(watcher::Event::Delete(versioned("a", "7")));
         writer.apply(watcher::Event::Apply(versioned("e", "8")));
         assert_eq!(store.len(), 3);
+    }
+
+    #[test]
+    fn only_changes_that_can_move_node_ports_count() {
+        let with_ports = |name: &str, node_port: Option<i32>| {
+            let mut s = versioned(name, "1");
+            s.spec = Some(ServiceSpec {
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    node_port,
+                    ..ServicePort::default()
+                }]),
+                ..ServiceSpec::default()
+            });
+            s
+        };
+        let store = Arc::new(ObjectStore::default());
+        let mut writer = StoreWriter {
+            store: store.clone(),
+            relist: None,
+            relevant: Arc::new(|old: Option<&Service>, new: Option<&Service>| {
+                old.is_some_and(has_node_ports) || new.is_some_and(has_node_ports)
+            }),
+        };
+        assert!(!writer.apply(watcher::Event::Init));
+        assert!(!writer.apply(watcher::Event::InitApply(with_ports("a", None))));
+        assert!(writer.apply(watcher::Event::InitDone), "a relist always counts");
+        assert!(
+            !writer.apply(watcher::Event::Apply(with_ports("a", None))),
+            "a ClusterIP Service changing"
+        );
+        assert!(
+            writer.apply(watcher::Event::Apply(with_ports("a", Some(30080)))),
+            "gaining a NodePort"
+        );
+        assert!(
+            writer.apply(watcher::Event::Apply(with_ports("a", None))),
+            "losing it"
+        );
+        assert!(writer.apply(watcher::Event::Apply(with_ports("b", Some(30081)))));
+        assert!(
+            writer.apply(watcher::Event::Delete(versioned("b", "2"))),
+            "a deleted NodePort Service counts, judged by what the store held"
+        );
+        assert!(!writer.apply(watcher::Event::Delete(versioned("a", "2"))));
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod live;
 pub mod nftables;
 pub mod node;
 pub mod owners;
+pub mod rule_changes;
 pub mod sockets;
 
 use std::collections::HashMap;

@@ -119,15 +119,124 @@ pub fn read_bundle_with(
 /// Errors only when nothing at all could be read or the cluster state is unreadable;
 /// every other problem is a [`SourceStatus`] in the result.
 pub fn read_input<S: Source>(src: &mut S, node: Option<&str>) -> Result<ScanInput, SnapshotError> {
+    read_input_cached(src, node, &mut RuleCache::default())
+}
+
+/// What the last read of each rule dump gave, so that a dump the kernel says has not
+/// changed since is not read again: on a 10,000-Service node one `iptables-nft-save`
+/// costs over a second of CPU, the rest of a scan a small fraction of that.
+///
+/// The caller decides what may be reused (see [`RuleCache::allow_reuse`]): only what
+/// a change notification covers, and only while none has arrived since the read.
+#[derive(Debug, Default)]
+pub struct RuleCache {
+    reuse: Vec<&'static str>,
+    entries: Vec<(&'static str, CachedRead)>,
+}
+
+#[derive(Debug, Clone)]
+struct CachedRead {
+    present: bool,
+    statuses: Vec<SourceStatus>,
+    sources: Vec<RuleSource>,
+}
+
+/// The rule dumps whose every change the kernel announces on the nf_tables netlink
+/// group: iptables-nft's and kube-proxy's nftables tables. The legacy backend's are not
+/// among them and are read every time.
+pub const NF_TABLES_DUMPS: [&str; 3] = ["iptables-nft-save.txt", "ip6tables-nft-save.txt", "nft.json"];
+
+impl RuleCache {
+    /// The next read may reuse these dumps' last results instead of reading them.
+    pub fn allow_reuse(&mut self, names: &[&'static str]) {
+        self.reuse.clear();
+        self.reuse.extend_from_slice(names);
+    }
+
+    /// Forgets everything: the next read reads every dump.
+    pub fn clear(&mut self) {
+        self.reuse.clear();
+        self.entries.clear();
+    }
+
+    fn reusable(&self, name: &str) -> Option<&CachedRead> {
+        if !self.reuse.contains(&name) {
+            return None;
+        }
+        self.entries
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, read)| read)
+    }
+
+    fn store(&mut self, name: &'static str, read: CachedRead) {
+        self.entries.retain(|(n, _)| *n != name);
+        // A dump that could not be read whole is read again next time, whatever the
+        // kernel says: its failure may have been passing.
+        let whole = read.statuses.iter().all(|s| {
+            matches!(
+                s.status,
+                SourceState::Ok | SourceState::Empty | SourceState::Absent
+            )
+        });
+        if whole {
+            self.entries.push((name, read));
+        }
+    }
+}
+
+/// Reads one rule dump with `read`, or replays its last result from `cache` when that
+/// may be reused.
+fn read_rules_cached(
+    cache: &mut RuleCache,
+    name: &'static str,
+    input: &mut ScanInput,
+    read: impl FnOnce(&mut ScanInput) -> bool,
+) -> bool {
+    if let Some(last) = cache.reusable(name) {
+        let last = last.clone();
+        for mut status in last.statuses {
+            status
+                .notes
+                .push("not read again: the kernel announced no rule change since the last read".into());
+            input.sources.push(status);
+        }
+        input.observed.sources.extend(last.sources);
+        return last.present;
+    }
+    let (statuses_before, sources_before) = (input.sources.len(), input.observed.sources.len());
+    let present = read(input);
+    cache.store(
+        name,
+        CachedRead {
+            present,
+            statuses: input.sources[statuses_before..].to_vec(),
+            sources: input.observed.sources[sources_before..].to_vec(),
+        },
+    );
+    present
+}
+
+/// [`read_input`], reusing from `cache` the rule dumps it allows (and refreshing it
+/// with those read).
+pub fn read_input_cached<S: Source>(
+    src: &mut S,
+    node: Option<&str>,
+    cache: &mut RuleCache,
+) -> Result<ScanInput, SnapshotError> {
     let mut input = ScanInput {
         node: node.map(str::to_string).or_else(|| read_node_name(src)),
         ..Default::default()
     };
     let mut present = 0;
     for (name, backend, family) in IPTABLES_FILES {
-        present += usize::from(read_iptables(src, name, backend, family, &mut input));
+        present += usize::from(read_rules_cached(cache, name, &mut input, |input| {
+            read_iptables(src, name, backend, family, input)
+        }));
     }
-    present += usize::from(read_nftables(src, &mut input));
+    present += usize::from(read_rules_cached(cache, "nft.json", &mut input, |input| {
+        read_nftables(src, input)
+    }));
     for (name, protocol, v6) in SOCKET_FILES {
         present += usize::from(read_sockets(src, name, protocol, v6, &mut input));
     }

@@ -398,3 +398,93 @@ fn the_bundle_sysctl_files_are_read() {
         })
     );
 }
+
+#[test]
+fn the_rule_cache_replays_only_what_it_is_allowed_to() {
+    let b = "iptables-backend-split";
+    let node = || {
+        Scripted::default()
+            .with(
+                "iptables-nft-save.txt",
+                SourceState::Ok,
+                &testdata(b, "iptables-nft-save.txt"),
+            )
+            .with(
+                "iptables-legacy-save.txt",
+                SourceState::Ok,
+                &testdata(b, "iptables-legacy-save.txt"),
+            )
+    };
+    let nodeports = |input: &ScanInput, backend: Backend| {
+        input
+            .observed
+            .sources
+            .iter()
+            .filter(|s| s.backend == backend)
+            .map(|s| s.nodeports.len())
+            .sum::<usize>()
+    };
+    let mut cache = RuleCache::default();
+    let first = read_input_cached(&mut node(), None, &mut cache).unwrap();
+    let nft = nodeports(&first, Backend::IptablesNft);
+    let legacy = nodeports(&first, Backend::IptablesLegacy);
+    assert!(nft > 0 && legacy > 0);
+
+    // Both dumps are now empty on the node; only the nf_tables one may be reused.
+    let emptied = || {
+        Scripted::default()
+            .with("iptables-nft-save.txt", SourceState::Empty, b"")
+            .with("iptables-legacy-save.txt", SourceState::Empty, b"")
+    };
+    cache.allow_reuse(&NF_TABLES_DUMPS);
+    let second = read_input_cached(&mut emptied(), None, &mut cache).unwrap();
+    assert_eq!(
+        nodeports(&second, Backend::IptablesNft),
+        nft,
+        "the nft dump was replayed"
+    );
+    assert_eq!(
+        nodeports(&second, Backend::IptablesLegacy),
+        0,
+        "legacy is always read"
+    );
+    assert!(
+        status(&second, "iptables-nft-save.txt")
+            .notes
+            .iter()
+            .any(|n| n.contains("not read again")),
+        "a replay says so: {:#?}",
+        second.sources
+    );
+
+    // Without permission the dump is read, and what it says now is what counts.
+    cache.allow_reuse(&[]);
+    let third = read_input_cached(&mut emptied(), None, &mut cache).unwrap();
+    assert_eq!(nodeports(&third, Backend::IptablesNft), 0);
+}
+
+#[test]
+fn a_dump_not_read_whole_is_never_replayed() {
+    let b = "duplicate-dnat-30080";
+    let mut cache = RuleCache::default();
+    let mut timed_out = Scripted::default().with(
+        "iptables-nft-save.txt",
+        SourceState::TimedOut,
+        &testdata(b, "iptables-nft-save.txt"),
+    );
+    let _ = read_input_cached(&mut timed_out, None, &mut cache);
+    cache.allow_reuse(&NF_TABLES_DUMPS);
+    let mut now_fine = Scripted::default().with(
+        "iptables-nft-save.txt",
+        SourceState::Ok,
+        &testdata(b, "iptables-nft-save.txt"),
+    );
+    let again = read_input_cached(&mut now_fine, None, &mut cache).unwrap();
+    assert_eq!(status(&again, "iptables-nft-save.txt").status, SourceState::Ok);
+    assert!(
+        !status(&again, "iptables-nft-save.txt")
+            .notes
+            .iter()
+            .any(|n| n.contains("not read again"))
+    );
+}
