@@ -72,6 +72,8 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     let view = ClusterView::start(kube, Some(&config.node), WatchOptions::default())
         .context("cannot watch the API server")?;
     let shared = Arc::new(Shared::new(config.interval));
+    let probed = view.clone();
+    shared.probe_api(move || (probed.synced(), probed.fresh()));
     tracing::info!(
         node = %config.node,
         listen = %listener.local_addr().unwrap_or(config.listen),
@@ -247,7 +249,7 @@ fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanReport) {
                 port = f.port,
                 service = f.service.as_deref(),
                 target = f.target.as_deref(),
-                backend = ?f.backend,
+                backend = f.backend.map(crate::model::Backend::as_str),
                 "finding: {}",
                 f.message
             );
@@ -260,7 +262,7 @@ fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanReport) {
                 port = f.port,
                 service = f.service.as_deref(),
                 target = f.target.as_deref(),
-                backend = ?f.backend,
+                backend = f.backend.map(crate::model::Backend::as_str),
                 "finding cleared"
             );
         }
