@@ -65,7 +65,7 @@ start_api() {
 }
 start_agent() {
   "$pd" run --node "$node" --listen 127.0.0.1:9741 --interval 1s --kubeconfig "$dir/kubeconfig" \
-    --kube-proxy-healthz off --log-format json 2>"$dir/agent.log" &
+    --kube-proxy-healthz off --log-format "${log_format:-json}" 2>"$dir/agent.log" &
   agent_pid=$!
 }
 # SIGTERM, timed. A watchdog kills an agent that ignores it after 10 s (the test fails).
@@ -406,7 +406,7 @@ fn nftables_drift_is_logged_once_and_clears() {
 /// answer throughout; the times are saved.
 const API_OUTAGE: &str = r#"
 start_api
-start_agent
+log_format=text start_agent
 wait_for 20 ready || fail "the agent never became ready"
 monitor() {
   while :; do
@@ -484,6 +484,10 @@ fn readiness_follows_the_api_server() {
         failed.is_empty(),
         "/healthz or /metrics failed during the outage: {failed:?}\n{log}"
     );
+
+    // The text log, as `kubectl logs` shows it: plain text, without a terminal's colours.
+    assert!(log.contains("portdrift agent started"), "{log}");
+    assert!(!log.contains('\x1b'), "escape codes in the log:\n{log}");
 
     assert_stopped_cleanly(dir);
     eprintln!(
