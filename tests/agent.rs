@@ -52,7 +52,8 @@ wait_for() {
   done
 }
 status() { curl -s -m 2 -o /dev/null -w '%{http_code}' "$url$1"; }
-get() { curl -s -m 2 "$url$1"; }
+# The body of a 200 answer (nothing, and false, for any other).
+get() { curl -s -f -m 2 "$url$1"; }
 ready() { [ "$(status /readyz)" = 200 ]; }
 # The fake API server with the bundle's cluster state. It writes the kubeconfig once
 # everything is served, and stops when its stdin closes, so it gets a long sleep's pipe.
@@ -239,19 +240,26 @@ scans() { get /metrics | sed -n 's/^portdrift_scans_total //p'; }
 with_port() { local f; f=$(get /findings) && grep -q "\"port\": $port\b" <<<"$f"; }
 without_port() { local f; f=$(get /findings) && [ -n "$f" ] && ! grep -q "\"port\": $port\b" <<<"$f"; }
 three_more_scans() { awk -v now="$(scans)" -v then="$1" 'BEGIN { exit !(now >= then + 3) }'; }
+# Waits for three more scans than now (which must be known for that to mean anything).
+three_more() {
+  local n
+  n=$(scans)
+  [ -n "$n" ] || fail "no portdrift_scans_total in /metrics"
+  wait_for 15 three_more_scans "$n" || fail "the agent stopped scanning"
+}
 
 eval "$add" || fail "cannot add the drift: $add"
 wait_for 15 with_port || fail "the drift never showed in /findings"
 get /findings >"$dir/drift.json"
 get /metrics >"$dir/drift-metrics.txt"
-wait_for 15 three_more_scans "$(scans)" || fail "the agent stopped scanning"
+three_more
 get /findings >"$dir/drift-later.json"
 
 eval "$del" || fail "cannot delete the drift: $del"
 wait_for 15 without_port || fail "the drift never left /findings"
 get /findings >"$dir/cleared.json"
 get /metrics >"$dir/cleared-metrics.txt"
-wait_for 15 three_more_scans "$(scans)" || fail "the agent stopped scanning"
+three_more
 get /metrics >"$dir/cleared-later-metrics.txt"
 stop_agent
 "#;
