@@ -36,6 +36,9 @@ struct Args {
     /// instead of a generated cluster.
     #[arg(long)]
     objects: Option<PathBuf>,
+    /// Listen here (port 0: a free port), e.g. to come back where a stopped server was.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: std::net::SocketAddr,
 }
 
 /// Loads a `kubectl get … -o json` List into the server, item by item by kind.
@@ -62,7 +65,8 @@ fn serve_list(server: &fake_apiserver::FakeApiServer, path: &std::path::Path) ->
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let server = fake_apiserver::FakeApiServer::start().await;
+    let bookmarks = Some(fake_apiserver::BOOKMARK_INTERVAL);
+    let server = fake_apiserver::FakeApiServer::start_at(args.listen, bookmarks).await;
     match &args.objects {
         Some(path) => serve_list(&server, path)?,
         None => {

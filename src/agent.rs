@@ -73,6 +73,8 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     let view = ClusterView::start(kube, Some(&config.node), WatchOptions::default())
         .context("cannot watch the API server")?;
     let shared = Arc::new(Shared::new(config.interval));
+    let probed = view.clone();
+    shared.probe_api(move || (probed.synced(), probed.fresh()));
     tracing::info!(
         node = %config.node,
         listen = %listener.local_addr().unwrap_or(config.listen),

@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,16 +48,35 @@ impl Default for ServerConfig {
     }
 }
 
+/// Asks the API view, at the moment of asking, whether it is synced and fresh.
+type ApiProbe = Box<dyn Fn() -> (bool, bool) + Send + Sync>;
+
 /// What the endpoints show, shared with the scan loop.
-#[derive(Debug)]
 pub struct Shared {
     pub metrics: Metrics,
     /// The last report, as the JSON `/findings` serves.
     report: RwLock<Option<Bytes>>,
     api_synced: AtomicBool,
+    api_fresh: AtomicBool,
+    /// When set, `/readyz` and the API gauges ask the view itself rather than use what
+    /// the scan loop last recorded: the loop records once per interval (30 s by default,
+    /// plus the scan's own time), too late for a readiness probe to follow an API outage.
+    api_probe: OnceLock<ApiProbe>,
     last_success: Mutex<Option<Instant>>,
     /// The scan interval: `/readyz` wants a successful scan within three of them.
     interval: Duration,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("metrics", &self.metrics)
+            .field("api_synced", &self.api_synced)
+            .field("api_fresh", &self.api_fresh)
+            .field("api_probe", &self.api_probe.get().is_some())
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Shared {
@@ -66,6 +85,8 @@ impl Shared {
             metrics: Metrics::new(),
             report: RwLock::new(None),
             api_synced: AtomicBool::new(false),
+            api_fresh: AtomicBool::new(false),
+            api_probe: OnceLock::new(),
             last_success: Mutex::new(None),
             interval,
         }
@@ -74,7 +95,30 @@ impl Shared {
     /// Records the API view's state (for `/readyz` and the metrics).
     pub fn set_api(&self, synced: bool, fresh: bool) {
         self.api_synced.store(synced, Ordering::Relaxed);
+        self.api_fresh.store(fresh, Ordering::Relaxed);
         self.metrics.set_api(synced, fresh);
+    }
+
+    /// Makes `/readyz` and `/metrics` ask `probe` for (synced, fresh) on every request
+    /// instead of using [`set_api`](Self::set_api)'s last values. Set once; later calls
+    /// are ignored.
+    pub fn probe_api(&self, probe: impl Fn() -> (bool, bool) + Send + Sync + 'static) {
+        let _ = self.api_probe.set(Box::new(probe));
+    }
+
+    /// (synced, fresh) now: from the probe when there is one.
+    fn api(&self) -> (bool, bool) {
+        match self.api_probe.get() {
+            Some(probe) => {
+                let (synced, fresh) = probe();
+                self.metrics.set_api(synced, fresh);
+                (synced, fresh)
+            }
+            None => (
+                self.api_synced.load(Ordering::Relaxed),
+                self.api_fresh.load(Ordering::Relaxed),
+            ),
+        }
     }
 
     /// Records a successful scan's report.
@@ -88,14 +132,21 @@ impl Shared {
         *self.last_success.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 
-    /// Synced with the API, and a scan succeeded within three intervals.
+    /// The API view is synced and fresh, and a scan succeeded within three intervals.
+    ///
+    /// Fresh, not only synced: synced stays true through an API outage (the last state
+    /// is kept), so an agent cut off from the API server would otherwise stay ready
+    /// while drawing every verdict from a cluster state it can no longer keep current.
+    /// A watch that errors is not fresh at once, so readiness follows an outage within
+    /// about a second; a watch that hangs silently, within the view's staleness bound.
     pub fn ready(&self) -> bool {
         let recent = self
             .last_success
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_some_and(|t| t.elapsed() <= self.interval.saturating_mul(3));
-        self.api_synced.load(Ordering::Relaxed) && recent
+        let (synced, fresh) = self.api();
+        synced && fresh && recent
     }
 
     fn report(&self) -> Option<Bytes> {
@@ -190,7 +241,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
                 respond(
                     StatusCode::SERVICE_UNAVAILABLE,
                     PLAIN,
-                    "not ready: the API view is not synced or no recent scan succeeded\n",
+                    "not ready: the API view is not synced or not current, or no recent scan succeeded\n",
                 )
             }
         }
@@ -203,6 +254,8 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
             ),
         },
         _ => {
+            // Brings portdrift_api_synced and portdrift_api_fresh up to this moment.
+            let _ = shared.api();
             let openmetrics = req
                 .headers()
                 .get_all(ACCEPT)
@@ -301,6 +354,9 @@ mod tests {
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 200);
         shared.set_api(false, false);
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 503);
+        // Synced but no longer current (the API server is gone): not ready either.
+        shared.set_api(true, false);
+        assert_eq!(request(addr, "GET", "/readyz", "").await.status, 503);
         shared.set_api(true, true);
 
         let r = request(addr, "GET", "/findings", "").await;
@@ -380,16 +436,41 @@ mod tests {
         let _ = stop.send(());
     }
 
-    #[tokio::test]
-    async fn readiness_expires_after_three_intervals() {
-        let (addr, shared, _stop) = start(Duration::from_millis(50)).await;
-        shared.set_api(true, true);
-        shared.set_report(&ScanReport {
+    fn empty_report() -> ScanReport {
+        ScanReport {
             node: None,
             summary: Default::default(),
             findings: Vec::new(),
             sources: Vec::new(),
-        });
+        }
+    }
+
+    #[tokio::test]
+    async fn readiness_and_api_gauges_ask_the_probe_on_every_request() {
+        let (addr, shared, _stop) = start(Duration::from_secs(30)).await;
+        let fresh = Arc::new(AtomicBool::new(true));
+        let probed = fresh.clone();
+        // What the scan loop recorded last says ready; the probe must win over it.
+        shared.set_api(true, true);
+        shared.probe_api(move || (true, probed.load(Ordering::Relaxed)));
+        shared.set_report(&empty_report());
+        assert_eq!(request(addr, "GET", "/readyz", "").await.status, 200);
+        fresh.store(false, Ordering::Relaxed);
+        assert_eq!(request(addr, "GET", "/readyz", "").await.status, 503);
+        let metrics = request(addr, "GET", "/metrics", "").await.body;
+        assert!(metrics.contains("portdrift_api_fresh 0\n"), "{metrics}");
+        assert!(metrics.contains("portdrift_api_synced 1\n"), "{metrics}");
+        fresh.store(true, Ordering::Relaxed);
+        assert_eq!(request(addr, "GET", "/readyz", "").await.status, 200);
+        let metrics = request(addr, "GET", "/metrics", "").await.body;
+        assert!(metrics.contains("portdrift_api_fresh 1\n"), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn readiness_expires_after_three_intervals() {
+        let (addr, shared, _stop) = start(Duration::from_millis(50)).await;
+        shared.set_api(true, true);
+        shared.set_report(&empty_report());
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 200);
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 503);

@@ -1,6 +1,7 @@
 //! The `portdrift` binary: parse the command line, run, map the outcome to an exit
 //! status (0 clean, 1 findings, 2 could not scan). A panic is never an exit path.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// jemalloc: a scan allocates and frees hundreds of thousands of small objects (rule
@@ -22,8 +23,11 @@ fn main() -> ExitCode {
     };
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    // Colours only for a terminal: `kubectl logs ... | grep 30080` must find plain text,
+    // not escape codes around every field name.
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter);
     if json {
         builder.json().init();

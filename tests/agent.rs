@@ -1,15 +1,22 @@
 //! `portdrift run`, end to end: inside a bundle's node (real rules in a private network
 //! namespace, by `scripts/capture-testdata.sh --exec`) with the bundle's cluster state
-//! served by the fake API server, the agent becomes ready, `/findings` holds the
-//! bundle's expected findings, `/metrics` passes promtool and counts them, and SIGTERM
-//! stops it cleanly within 5 s.
+//! served by the fake API server (`examples/fake_apiserver`):
+//!
+//! - the agent becomes ready, `/findings` holds the bundle's expected findings,
+//!   `/metrics` passes promtool and counts them, and SIGTERM stops it cleanly within 5 s;
+//! - drift made with the real `iptables` (or `nft`) command while it runs shows in
+//!   `/findings` and `/metrics` and is logged once, and once more when it clears;
+//! - `/readyz` follows the API server: unready while it is gone, ready once it is back,
+//!   with `/healthz` and `/metrics` served throughout.
 //!
 //! Needs root (CI runs as root and must not skip it), and curl inside the namespace.
+//! Every scenario runs under `timeout`, and everything it starts lives in the bundle's
+//! PID namespace, which dies with it, so nothing outlives a failed test.
 
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -25,36 +32,104 @@ fn fake_apiserver_bin() -> PathBuf {
     bin
 }
 
-/// Inside the namespace: the fake API server, then the agent; poll /readyz, fetch the
-/// endpoints into files, SIGTERM the agent and time its exit.
-const SCRIPT: &str = r#"
-pd=$1; fake=$2; dir=$3; node=$4
+/// What every scenario starts with, inside the namespace. Its arguments: portdrift, the
+/// fake API server, the scratch directory, the node's name, then the scenario's own.
+/// A step that fails ends the script with its reason on stderr.
+const PRELUDE: &str = r#"
+set -u
+pd=$1; fake=$2; dir=$3; node=$4; shift 4
 url=http://127.0.0.1:9741
-(sleep 60 | "$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" 2>"$dir/server.log") &
-for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
-"$pd" run --node "$node" --listen 127.0.0.1:9741 --interval 1s --kubeconfig "$dir/kubeconfig" \
-  --kube-proxy-healthz off --log-format json 2>"$dir/agent.log" &
-pid=$!
-code=000
-for _ in $(seq 150); do
-  code=$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")
-  [ "$code" = 200 ] && break
-  sleep 0.1
-done
-echo "$code" >"$dir/readyz"
-curl -s -o /dev/null -w '%{http_code}' "$url/healthz" >"$dir/healthz"
-curl -s "$url/findings" >"$dir/findings.json"
-curl -s "$url/metrics" >"$dir/metrics.txt"
-curl -s -o /dev/null -w '%{http_code}' -X POST "$url/metrics" >"$dir/post"
-start=$(date +%s%N)
-kill -TERM "$pid"
-# A watchdog: an agent that ignores SIGTERM is killed after 10 s (and the test fails).
-(sleep 10; kill -KILL "$pid" 2>/dev/null) &
-wait "$pid"
-echo $? >"$dir/exit"
-end=$(date +%s%N)
-echo $(( (end - start) / 1000000 )) >"$dir/stop_ms"
-exit 0
+# A fixed address, so that a stopped API server can come back where the kubeconfig points.
+api=127.0.0.1:6443
+fail() { echo "FAILED: $*" >&2; exit 1; }
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+# wait_for SECONDS CMD...: runs CMD every 0.1 s until it succeeds; false after SECONDS.
+wait_for() {
+  local deadline=$(( $(now_ms) + $1 * 1000 )); shift
+  until "$@"; do
+    (( $(now_ms) < deadline )) || return 1
+    sleep 0.1
+  done
+}
+status() { curl -s -m 2 -o /dev/null -w '%{http_code}' "$url$1"; }
+# The body of a 200 answer (nothing, and false, for any other).
+get() { curl -s -f -m 2 "$url$1"; }
+ready() { [ "$(status /readyz)" = 200 ]; }
+# The fake API server with the bundle's cluster state. It writes the kubeconfig once
+# everything is served, and stops when its stdin closes, so it gets a long sleep's pipe.
+start_api() {
+  rm -f "$dir/kubeconfig"
+  "$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" --listen "$api" \
+    2>>"$dir/server.log" < <(sleep 300) &
+  api_pid=$!
+  wait_for 10 test -f "$dir/kubeconfig" || fail "the fake API server did not start"
+}
+start_agent() {
+  "$pd" run --node "$node" --listen 127.0.0.1:9741 --interval 1s --kubeconfig "$dir/kubeconfig" \
+    --kube-proxy-healthz off --log-format "${log_format:-json}" 2>"$dir/agent.log" &
+  agent_pid=$!
+}
+# SIGTERM, timed. A watchdog kills an agent that ignores it after 10 s (the test fails).
+stop_agent() {
+  local start
+  start=$(now_ms)
+  kill -TERM "$agent_pid"
+  (sleep 10; kill -KILL "$agent_pid" 2>/dev/null) &
+  wait "$agent_pid"
+  echo $? >"$dir/exit"
+  echo $(( $(now_ms) - start )) >"$dir/stop_ms"
+}
+"#;
+
+/// The node a bundle was captured on.
+fn node_of(bundle: &str) -> String {
+    let path = support::root().join("testdata").join(bundle).join("node");
+    std::fs::read_to_string(path).unwrap().trim().to_string()
+}
+
+/// Runs `PRELUDE` + `script` (bash) inside `bundle`'s node, with `args` after the
+/// prelude's, under `timeout`. Its files land in `dir`.
+fn in_node(bundle: &str, script: &str, args: &[&str], dir: &Path, limit: Duration) -> Output {
+    Command::new("timeout")
+        .args(["--kill-after=5", &limit.as_secs().to_string(), "bash"])
+        .arg(support::root().join("scripts/capture-testdata.sh"))
+        .args(["--exec", bundle, "--", "bash", "-c"])
+        .arg(format!("{PRELUDE}\n{script}"))
+        .arg("bash")
+        .arg(PORTDRIFT)
+        .arg(fake_apiserver_bin())
+        .arg(dir)
+        .arg(node_of(bundle))
+        .args(args)
+        .output()
+        .expect("the capture script runs")
+}
+
+/// Panics with the scenario's output and the agent's log unless it succeeded.
+fn assert_ran(out: &Output, dir: &Path) {
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout: {}\nstderr: {}\nagent log:\n{}\nAPI server log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        read_raw(dir, "agent.log"),
+        read_raw(dir, "server.log"),
+    );
+}
+
+/// Inside the namespace: poll /readyz, fetch the endpoints into files, SIGTERM the
+/// agent and time its exit.
+const SERVE_AND_STOP: &str = r#"
+start_api
+start_agent
+wait_for 15 ready
+status /readyz >"$dir/readyz"
+status /healthz >"$dir/healthz"
+get /findings >"$dir/findings.json"
+get /metrics >"$dir/metrics.txt"
+curl -s -m 2 -o /dev/null -w '%{http_code}' -X POST "$url/metrics" >"$dir/post"
+stop_agent
 "#;
 
 /// A file the script wrote, as is.
@@ -70,6 +145,31 @@ fn read(dir: &Path, name: &str) -> String {
         .to_string()
 }
 
+/// A JSON file the script wrote (a `/findings` body).
+fn read_json(dir: &Path, name: &str) -> serde_json::Value {
+    let text = read_raw(dir, name);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} is not JSON ({e}): {text}"))
+}
+
+/// The value of the sample `name` (with its labels) in a Prometheus text exposition.
+fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The agent stopped on SIGTERM with status 0 within 5 s.
+fn assert_stopped_cleanly(dir: &Path) {
+    assert_eq!(
+        read(dir, "exit"),
+        "0",
+        "agent log:\n{}",
+        read_raw(dir, "agent.log")
+    );
+    let stop_ms: u64 = read(dir, "stop_ms").parse().unwrap();
+    assert!(stop_ms < 5000, "took {stop_ms} ms to stop after SIGTERM");
+}
+
 #[test]
 fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
     if !support::require_root("the agent in a bundle's node") {
@@ -77,35 +177,17 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
     }
     let started = Instant::now();
     let bundle = "udp-stale-endpoint";
-    let node = std::fs::read_to_string(support::root().join("testdata").join(bundle).join("node"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let node = node_of(bundle);
     let scratch = TempDir::new().unwrap();
     let dir = scratch.path();
-    let fake = fake_apiserver_bin();
-    let out = Command::new("bash")
-        .arg(support::root().join("scripts/capture-testdata.sh"))
-        .args(["--exec", bundle, "--", "/bin/sh", "-c", SCRIPT, "sh", PORTDRIFT])
-        .arg(&fake)
-        .arg(dir)
-        .arg(&node)
-        .output()
-        .expect("the capture script runs");
+    let out = in_node(bundle, SERVE_AND_STOP, &[], dir, Duration::from_secs(60));
+    assert_ran(&out, dir);
     let log = read_raw(dir, "agent.log");
-    assert!(
-        out.status.success(),
-        "{:?}\nstdout: {}\nstderr: {}\nagent: {log}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(read(dir, "readyz"), "200", "never ready; agent log:\n{log}");
     assert_eq!(read(dir, "healthz"), "200");
     assert_eq!(read(dir, "post"), "405");
 
-    let findings: serde_json::Value = serde_json::from_str(&read(dir, "findings.json"))
-        .unwrap_or_else(|e| panic!("/findings is not JSON ({e}): {}", read(dir, "findings.json")));
+    let findings = read_json(dir, "findings.json");
     assert_eq!(findings["node"], node.as_str());
     let bundle_dir = support::root().join("testdata").join(bundle);
     if let Err(e) = support::compare_with_expected(&bundle_dir, &findings) {
@@ -113,11 +195,9 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
     }
 
     let metrics = read_raw(dir, "metrics.txt");
-    let stale = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("portdrift_findings{kind=\"stale-endpoint\"} "))
+    let stale = sample(&metrics, "portdrift_findings{kind=\"stale-endpoint\"}")
         .unwrap_or_else(|| panic!("no stale-endpoint gauge in:\n{metrics}"));
-    assert!(stale.trim().parse::<f64>().unwrap() > 0.0, "{metrics}");
+    assert!(stale > 0.0, "{metrics}");
     for needle in [
         "portdrift_scans_total ",
         "portdrift_api_synced 1",
@@ -137,11 +217,293 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
         "{log}"
     );
 
-    assert_eq!(read(dir, "exit").trim(), "0", "agent log:\n{log}");
-    let stop_ms: u64 = read(dir, "stop_ms").trim().parse().unwrap();
-    assert!(stop_ms < 5000, "took {stop_ms} ms to stop after SIGTERM");
+    assert_stopped_cleanly(dir);
     assert!(
         started.elapsed() < Duration::from_secs(30),
+        "the test took {:?}",
+        started.elapsed()
+    );
+}
+
+/// Inside the namespace, with the drift's add and delete commands and its port as
+/// arguments: once the agent is ready, add the drift, wait for it in /findings, let
+/// three more scans pass, delete it, wait until it leaves /findings, let three more
+/// scans pass. The endpoints are saved at each step.
+const DRIFT: &str = r#"
+add=$1; del=$2; port=$3
+start_api
+start_agent
+wait_for 20 ready || fail "the agent never became ready"
+get /findings >"$dir/before.json"
+scans() { get /metrics | sed -n 's/^portdrift_scans_total //p'; }
+# A 200 /findings that does (or does not) hold a finding for the port.
+with_port() { local f; f=$(get /findings) && grep -q "\"port\": $port\b" <<<"$f"; }
+without_port() { local f; f=$(get /findings) && [ -n "$f" ] && ! grep -q "\"port\": $port\b" <<<"$f"; }
+three_more_scans() { awk -v now="$(scans)" -v then="$1" 'BEGIN { exit !(now >= then + 3) }'; }
+# Waits for three more scans than now (which must be known for that to mean anything).
+three_more() {
+  local n
+  n=$(scans)
+  [ -n "$n" ] || fail "no portdrift_scans_total in /metrics"
+  wait_for 15 three_more_scans "$n" || fail "the agent stopped scanning"
+}
+
+eval "$add" || fail "cannot add the drift: $add"
+wait_for 15 with_port || fail "the drift never showed in /findings"
+get /findings >"$dir/drift.json"
+get /metrics >"$dir/drift-metrics.txt"
+three_more
+get /findings >"$dir/drift-later.json"
+
+eval "$del" || fail "cannot delete the drift: $del"
+wait_for 15 without_port || fail "the drift never left /findings"
+get /findings >"$dir/cleared.json"
+get /metrics >"$dir/cleared-metrics.txt"
+three_more
+get /metrics >"$dir/cleared-later-metrics.txt"
+stop_agent
+"#;
+
+/// The drift one scenario makes, and the finding it must give.
+struct Drift<'a> {
+    bundle: &'a str,
+    add: &'a str,
+    delete: &'a str,
+    port: u16,
+    kind: &'a str,
+    service: &'a str,
+}
+
+/// Findings that are `warning` or `critical` (what a clean node must not have).
+fn actionable(report: &serde_json::Value) -> Vec<&serde_json::Value> {
+    report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["severity"] == "warning" || f["severity"] == "critical")
+        .collect()
+}
+
+/// The findings of a report about `port`.
+fn about(report: &serde_json::Value, port: u16) -> Vec<&serde_json::Value> {
+    report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["port"] == port)
+        .collect()
+}
+
+fn drift_appears_once_and_clears(drift: &Drift<'_>) {
+    let started = Instant::now();
+    let scratch = TempDir::new().unwrap();
+    let dir = scratch.path();
+    let port = drift.port.to_string();
+    let out = in_node(
+        drift.bundle,
+        DRIFT,
+        &[drift.add, drift.delete, &port],
+        dir,
+        Duration::from_secs(60),
+    );
+    assert_ran(&out, dir);
+    let log = read_raw(dir, "agent.log");
+
+    let before = read_json(dir, "before.json");
+    assert!(
+        actionable(&before).is_empty(),
+        "the clean node has findings before any drift: {before:#}"
+    );
+
+    // The drift is one finding, in /findings and in the gauge, and it stays.
+    let gauge = format!("portdrift_findings{{kind=\"{}\"}}", drift.kind);
+    for name in ["drift.json", "drift-later.json"] {
+        let report = read_json(dir, name);
+        let found = about(&report, drift.port);
+        assert_eq!(found.len(), 1, "{name}: {report:#}");
+        assert_eq!(found[0]["kind"], drift.kind, "{name}: {:#}", found[0]);
+        assert_eq!(found[0]["service"], drift.service, "{name}: {:#}", found[0]);
+    }
+    let metrics = read_raw(dir, "drift-metrics.txt");
+    assert_eq!(sample(&metrics, &gauge), Some(1.0), "{metrics}");
+
+    // Deleted, it leaves both, and the node is as clean as before.
+    let cleared = read_json(dir, "cleared.json");
+    assert!(about(&cleared, drift.port).is_empty(), "{cleared:#}");
+    assert!(actionable(&cleared).is_empty(), "{cleared:#}");
+    for name in ["cleared-metrics.txt", "cleared-later-metrics.txt"] {
+        let metrics = read_raw(dir, name);
+        assert_eq!(sample(&metrics, &gauge), Some(0.0), "{name}:\n{metrics}");
+    }
+
+    // The log tells the story in two lines, whatever the number of scans in between:
+    // `kubectl logs ds/portdrift | grep PORT` finds the finding once and its clearing once.
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.contains(&port))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}")))
+        .filter(|l: &serde_json::Value| l["fields"]["port"] == drift.port)
+        .collect();
+    let messages: Vec<&str> = lines
+        .iter()
+        .map(|l| l["fields"]["message"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(lines.len(), 2, "{messages:#?}\nagent log:\n{log}");
+    assert!(messages[0].starts_with("finding: "), "{messages:#?}");
+    assert_eq!(messages[1], "finding cleared", "{messages:#?}");
+    let drifted = read_json(dir, "drift.json");
+    let backend = &about(&drifted, drift.port)[0]["backend"];
+    for line in &lines {
+        assert_eq!(line["fields"]["kind"], drift.kind, "{line}");
+        assert_eq!(line["fields"]["service"], drift.service, "{line}");
+        // Named as /findings names it, so that one grep finds both.
+        assert_eq!(&line["fields"]["backend"], backend, "{line}");
+    }
+    assert_eq!(lines[0]["level"], "WARN", "{}", lines[0]);
+
+    assert_stopped_cleanly(dir);
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "the test took {:?}",
+        started.elapsed()
+    );
+}
+
+/// A hand-written DNAT for 30080, left behind by a deleted Service, in `KUBE-NODEPORTS`
+/// of a clean iptables-mode node.
+#[test]
+fn iptables_drift_is_logged_once_and_clears() {
+    if !support::require_root("the agent in a bundle's node") {
+        return;
+    }
+    let rule = "KUBE-NODEPORTS -p tcp -m comment --comment shop/web:http -m tcp --dport 30080 \
+                -j DNAT --to-destination 10.244.2.17:8080";
+    drift_appears_once_and_clears(&Drift {
+        bundle: "clean-iptables",
+        add: &format!("iptables-nft -w -t nat -A {rule}"),
+        delete: &format!("iptables-nft -w -t nat -D {rule}"),
+        port: 30080,
+        kind: "stale-nodeport",
+        service: "shop/web",
+    });
+}
+
+/// A `service-nodeports` element for 30080 that no Service owns, in kube-proxy's own
+/// form, pointing at another Service's chain, in a clean nftables-mode node.
+#[test]
+fn nftables_drift_is_logged_once_and_clears() {
+    if !support::require_root("the agent in a bundle's node") {
+        return;
+    }
+    let set = "ip kube-proxy service-nodeports";
+    drift_appears_once_and_clears(&Drift {
+        bundle: "clean-nftables",
+        add: &format!(
+            "nft add element {set} '{{ tcp . 30080 : goto external-XVAFOOW3-analytics/exporter/tcp/http }}'"
+        ),
+        delete: &format!("nft delete element {set} '{{ tcp . 30080 }}'"),
+        port: 30080,
+        kind: "stale-nodeport",
+        service: "analytics/exporter",
+    });
+}
+
+/// Inside the namespace: once the agent is ready, kill the API server, wait for
+/// /readyz to turn 503, check it stays so, start the server again on the same address
+/// and wait for /readyz to be 200 again. A monitor records every /healthz and /metrics
+/// answer throughout; the times are saved.
+const API_OUTAGE: &str = r#"
+start_api
+log_format=text start_agent
+wait_for 20 ready || fail "the agent never became ready"
+monitor() {
+  while :; do
+    echo "/healthz $(status /healthz)" >>"$dir/served"
+    echo "/metrics $(status /metrics)" >>"$dir/served"
+    sleep 0.2
+  done
+}
+monitor &
+monitor_pid=$!
+unready() { [ "$(status /readyz)" = 503 ]; }
+
+kill -KILL "$api_pid"
+wait "$api_pid" 2>/dev/null
+down=$(now_ms)
+wait_for 20 unready || fail "/readyz stayed ready with the API server gone"
+echo $(( $(now_ms) - down )) >"$dir/unready_ms"
+get /metrics >"$dir/outage-metrics.txt"
+status /findings >"$dir/outage-findings"
+# Not a blip: it stays unready while the API server is away.
+sleep 2
+status /readyz >"$dir/outage-readyz"
+
+up=$(now_ms)
+start_api
+wait_for 30 ready || fail "/readyz did not come back with the API server"
+echo $(( $(now_ms) - up )) >"$dir/ready_again_ms"
+get /metrics >"$dir/back-metrics.txt"
+kill "$monitor_pid"
+wait "$monitor_pid" 2>/dev/null
+stop_agent
+"#;
+
+#[test]
+fn readiness_follows_the_api_server() {
+    if !support::require_root("the agent in a bundle's node") {
+        return;
+    }
+    let started = Instant::now();
+    let scratch = TempDir::new().unwrap();
+    let dir = scratch.path();
+    let out = in_node("clean-iptables", API_OUTAGE, &[], dir, Duration::from_secs(90));
+    assert_ran(&out, dir);
+    let log = read_raw(dir, "agent.log");
+
+    let unready_ms: u64 = read(dir, "unready_ms").parse().unwrap();
+    assert!(
+        unready_ms < 10_000,
+        "unready only {unready_ms} ms after the API server died"
+    );
+    assert_eq!(
+        read(dir, "outage-readyz"),
+        "503",
+        "ready again with no API server:\n{log}"
+    );
+    let outage = read_raw(dir, "outage-metrics.txt");
+    assert_eq!(sample(&outage, "portdrift_api_fresh"), Some(0.0), "{outage}");
+    assert_eq!(sample(&outage, "portdrift_api_synced"), Some(1.0), "{outage}");
+    // The last report is still served: what the node looked like is still worth seeing.
+    assert_eq!(read(dir, "outage-findings"), "200");
+
+    let ready_again_ms: u64 = read(dir, "ready_again_ms").parse().unwrap();
+    assert!(
+        ready_again_ms < 20_000,
+        "ready {ready_again_ms} ms after the API server came back"
+    );
+    let back = read_raw(dir, "back-metrics.txt");
+    assert_eq!(sample(&back, "portdrift_api_fresh"), Some(1.0), "{back}");
+
+    let served = read_raw(dir, "served");
+    let answers: Vec<&str> = served.lines().collect();
+    assert!(answers.len() >= 20, "the monitor hardly ran:\n{served}");
+    let failed: Vec<&&str> = answers.iter().filter(|l| !l.ends_with(" 200")).collect();
+    assert!(
+        failed.is_empty(),
+        "/healthz or /metrics failed during the outage: {failed:?}\n{log}"
+    );
+
+    // The text log, as `kubectl logs` shows it: plain text, without a terminal's colours.
+    assert!(log.contains("portdrift agent started"), "{log}");
+    assert!(!log.contains('\x1b'), "escape codes in the log:\n{log}");
+
+    assert_stopped_cleanly(dir);
+    eprintln!(
+        "unready {unready_ms} ms after the API server died, ready {ready_again_ms} ms after it came back; {:?} in all",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
         "the test took {:?}",
         started.elapsed()
     );

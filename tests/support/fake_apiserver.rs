@@ -203,17 +203,30 @@ impl Drop for FakeApiServer {
     }
 }
 
+/// How often [`FakeApiServer::start`]'s server sends every watch a bookmark.
+pub const BOOKMARK_INTERVAL: Duration = Duration::from_millis(250);
+
 impl FakeApiServer {
     /// Starts a server on 127.0.0.1 (a free port) that sends a bookmark to every watch
     /// that allows them every 250 ms.
     pub async fn start() -> FakeApiServer {
-        FakeApiServer::start_with_bookmarks(Some(Duration::from_millis(250))).await
+        FakeApiServer::start_with_bookmarks(Some(BOOKMARK_INTERVAL)).await
     }
 
     /// Starts a server that sends periodic bookmarks at `interval` (None: only the one
     /// before a watch times out).
     pub async fn start_with_bookmarks(interval: Option<Duration>) -> FakeApiServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+        FakeApiServer::start_at(any_port, interval).await
+    }
+
+    /// Starts a server on `addr` (port 0: a free one), with periodic bookmarks as
+    /// [`start_with_bookmarks`](Self::start_with_bookmarks). A fixed address lets a
+    /// server that was stopped come back where its clients' kubeconfig points.
+    pub async fn start_at(addr: SocketAddr, interval: Option<Duration>) -> FakeApiServer {
+        let listener = TcpListener::bind(addr)
+            .await
+            .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
         let addr = listener.local_addr().expect("local address");
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
