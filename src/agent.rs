@@ -17,8 +17,9 @@ use crate::desired::watch::{self, ClusterView, WatchOptions};
 use crate::detect::{DetectConfig, Grace};
 use crate::finding::Finding;
 use crate::http::{ServerConfig, Shared};
+use crate::metrics::{Metrics, ScanTimes};
 use crate::observed::live::{LiveConfig, LiveNode};
-use crate::scan::{ScanReport, SourceState, SourceStatus, run_scan};
+use crate::scan::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan};
 use crate::snapshot::read_input;
 
 /// How the agent runs.
@@ -32,6 +33,8 @@ pub struct AgentConfig {
     pub kubeconfig: Option<PathBuf>,
     pub live: LiveConfig,
     pub nodeport_range: RangeInclusive<u16>,
+    /// At most this many per-finding metric series (0: none).
+    pub metrics_max_series: usize,
 }
 
 /// How long a scan still running at shutdown may delay the exit.
@@ -71,7 +74,10 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     let api = kube.cluster_url.to_string();
     let view = ClusterView::start(kube, Some(&config.node), WatchOptions::default())
         .context("cannot watch the API server")?;
-    let shared = Arc::new(Shared::new(config.interval));
+    let shared = Arc::new(Shared::with_metrics(
+        config.interval,
+        Metrics::with_max_series(config.metrics_max_series),
+    ));
     tracing::info!(
         node = %config.node,
         listen = %listener.local_addr().unwrap_or(config.listen),
@@ -170,7 +176,15 @@ async fn scan_loop(
     }
 }
 
-type ScanOutcome = Result<(ScanReport, Duration), (&'static str, String)>;
+/// What a scan measured besides its report: how long its phases took, and the API
+/// watches' state when it finished.
+#[derive(Debug)]
+struct ScanStats {
+    times: ScanTimes,
+    api: watch::ViewStatus,
+}
+
+type ScanOutcome = Result<(ScanReport, ScanStats), (&'static str, String)>;
 
 /// One scan on a blocking thread. The live node is moved in and handed back.
 async fn scan_once(
@@ -189,8 +203,10 @@ async fn scan_once(
             // scan is caught by the next one.
             let stale = !view.fresh();
             let desired = view.desired_state().map_err(|e| ("cluster", e.to_string()))?;
+            let desired_built = Instant::now();
             let mut input = read_input(&mut node, Some(&name)).map_err(|e| ("node", e.to_string()))?;
-            let mut status = SourceStatus::new("cluster (API server)", SourceState::Ok);
+            let node_read = Instant::now();
+            let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
             status.describe_cluster_state(&desired);
             if stale {
                 status
@@ -207,29 +223,31 @@ async fn scan_once(
                 cluster_state_stale: stale,
                 nodeport_range: range,
             };
-            Ok((run_scan(input, &detect), started.elapsed()))
+            let report = run_scan(input, &detect);
+            let times = ScanTimes {
+                total: started.elapsed(),
+                build_desired: desired_built - started,
+                read_node: node_read - desired_built,
+                detect: node_read.elapsed(),
+            };
+            let api = view.status();
+            Ok((report, ScanStats { times, api }))
         })();
         (node, outcome)
     })
     .await
 }
 
-fn record(shared: &Shared, report: &ScanReport, took: Duration) {
+fn record(shared: &Shared, report: &ScanReport, stats: ScanStats) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    shared.metrics.scan_done(report, took, now);
-    for s in &report.sources {
-        if matches!(
-            s.status,
-            SourceState::Error | SourceState::Failed | SourceState::TimedOut | SourceState::TooLarge
-        ) {
-            shared.metrics.scan_failed(&s.source);
-        }
-    }
+    // Counts each failed source as a scan error too.
+    shared.metrics.scan_done(report, &stats.times, now);
+    shared.metrics.set_api_watches(&stats.api, now);
     shared.set_report(report);
-    tracing::debug!(findings = report.findings.len(), took = ?took, "scan done");
+    tracing::debug!(findings = report.findings.len(), took = ?stats.times.total, "scan done");
 }
 
 /// Logs one line per finding that appeared since the last scan, and one per finding

@@ -62,8 +62,13 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(interval: Duration) -> Shared {
+        Shared::with_metrics(interval, Metrics::new())
+    }
+
+    /// With `metrics` configured by the caller (the per-finding series cap).
+    pub fn with_metrics(interval: Duration, metrics: Metrics) -> Shared {
         Shared {
-            metrics: Metrics::new(),
+            metrics,
             report: RwLock::new(None),
             api_synced: AtomicBool::new(false),
             last_success: Mutex::new(None),
@@ -294,10 +299,18 @@ mod tests {
                 "x",
             )],
             sources: Vec::new(),
+            kube_proxy: None,
         };
         report.summary.critical = 1;
         shared.set_report(&report);
-        shared.metrics.scan_done(&report, Duration::from_millis(5), 1.7e9);
+        shared.metrics.scan_done(
+            &report,
+            &crate::metrics::ScanTimes {
+                total: Duration::from_millis(5),
+                ..Default::default()
+            },
+            1.7e9,
+        );
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 200);
         shared.set_api(false, false);
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 503);
@@ -389,6 +402,7 @@ mod tests {
             summary: Default::default(),
             findings: Vec::new(),
             sources: Vec::new(),
+            kube_proxy: None,
         });
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 200);
         tokio::time::sleep(Duration::from_millis(200)).await;
