@@ -8,22 +8,13 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 const PORTDRIFT: &str = env!("CARGO_BIN_EXE_portdrift");
-
-fn fake_apiserver_bin() -> PathBuf {
-    let bin = Path::new(PORTDRIFT)
-        .parent()
-        .unwrap()
-        .join("examples/fake_apiserver");
-    assert!(bin.is_file(), "{} is built by cargo test", bin.display());
-    bin
-}
 
 /// Inside the namespace: the fake API server, then the agent; poll /readyz, fetch the
 /// endpoints into files, SIGTERM the agent and time its exit.
@@ -83,7 +74,7 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
         .to_string();
     let scratch = TempDir::new().unwrap();
     let dir = scratch.path();
-    let fake = fake_apiserver_bin();
+    let fake = support::fake_apiserver_bin();
     let out = Command::new("bash")
         .arg(support::root().join("scripts/capture-testdata.sh"))
         .args(["--exec", bundle, "--", "/bin/sh", "-c", SCRIPT, "sh", PORTDRIFT])
