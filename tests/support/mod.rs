@@ -83,13 +83,18 @@ pub fn require_root(test: &str) -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false);
     if !root {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test} needs root, and CI must not skip it"
-        );
-        eprintln!("skipping {test}: needs root (CI runs it as root)");
+        skip_unless_ci(test, "root");
     }
     root
+}
+
+/// Reports a test skipped for want of `need`; with `CI` set, fails it instead.
+fn skip_unless_ci(test: &str, need: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} needs {need}, and CI must not skip it"
+    );
+    eprintln!("skipping {test}: needs {need} (CI has it)");
 }
 
 pub mod fake_apiserver;
@@ -117,11 +122,7 @@ pub fn require_tool(tool: &str, test: &str) -> bool {
     let found = std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
     if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test} needs {tool} (Debian package prometheus), and CI must not skip it"
-        );
-        eprintln!("skipping {test}: {tool} is not installed");
+        skip_unless_ci(test, tool);
     }
     found
 }
