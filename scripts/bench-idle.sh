@@ -33,12 +33,13 @@ if [[ ${1:-} == --inside ]]; then
       timeout -s TERM "$seconds" target/release/portdrift run --node worker-1 \
       --listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
       --kube-proxy-healthz off --nodeport-range 20000-32767 2>"$work/agent-$seconds.log" || true
-    read -r user sys rss <"$work/time-$seconds"
+    # timeout's status 124 makes time add a line before its figures.
+    read -r user sys rss < <(tail -n1 "$work/time-$seconds")
     printf 'run of %4s s: CPU %6.2f s (user %s, sys %s), peak RSS %d KiB (%.1f MiB)\n' \
       "$seconds" "$(echo "$user + $sys" | bc)" "$user" "$sys" "$rss" "$(echo "$rss / 1024" | bc -l)"
   done
-  read -r u1 s1 _ <"$work/time-$short"
-  read -r u2 s2 _ <"$work/time-$long"
+  read -r u1 s1 _ < <(tail -n1 "$work/time-$short")
+  read -r u2 s2 _ < <(tail -n1 "$work/time-$long")
   echo "steady cost: $(echo "scale=3; ($u2 + $s2 - $u1 - $s1) * 100 / ($long - $short)" | bc)% of one core" \
     "(CPU seconds of the long run minus the short one, over the $((long - short)) s between them)"
   grep -h 'summary' "$work/agent-$long.log" | tail -1 || true

@@ -17,9 +17,10 @@ use crate::desired::watch::{self, ClusterView, WatchOptions};
 use crate::detect::{DetectConfig, Grace};
 use crate::finding::{Finding, Severity};
 use crate::http::{ServerConfig, Shared};
+use crate::metrics::{Metrics, ScanTimes};
 use crate::observed::live::{LiveConfig, LiveNode};
 use crate::observed::rule_changes::RuleChanges;
-use crate::scan::{ScanReport, SourceState, SourceStatus, run_scan};
+use crate::scan::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan};
 use crate::snapshot::{NF_TABLES_DUMPS, RuleCache, read_input_cached};
 
 /// How the agent runs.
@@ -33,6 +34,8 @@ pub struct AgentConfig {
     pub kubeconfig: Option<PathBuf>,
     pub live: LiveConfig,
     pub nodeport_range: RangeInclusive<u16>,
+    /// At most this many per-finding metric series (0: none).
+    pub metrics_max_series: usize,
 }
 
 /// How long a scan still running at shutdown may delay the exit.
@@ -72,7 +75,10 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     let api = kube.cluster_url.to_string();
     let view = ClusterView::start(kube, Some(&config.node), WatchOptions::default())
         .context("cannot watch the API server")?;
-    let shared = Arc::new(Shared::new(config.interval));
+    let shared = Arc::new(Shared::with_metrics(
+        config.interval,
+        Metrics::with_max_series(config.metrics_max_series),
+    ));
     let probed = view.clone();
     shared.probe_api(move || (probed.synced(), probed.fresh()));
     tracing::info!(
@@ -307,7 +313,15 @@ async fn changed(rx: Option<&mut signal_watch::Receiver<u64>>) {
     std::future::pending().await
 }
 
-type ScanOutcome = Result<(ScanReport, Duration), (&'static str, String)>;
+/// What a scan measured besides its report: how long its phases took, and the API
+/// watches' state when it finished.
+#[derive(Debug)]
+struct ScanStats {
+    times: ScanTimes,
+    api: watch::ViewStatus,
+}
+
+type ScanOutcome = Result<(ScanReport, ScanStats), (&'static str, String)>;
 
 /// One scan on a blocking thread. The node reader is moved in and handed back.
 async fn scan_once(
@@ -326,10 +340,12 @@ async fn scan_once(
             // scan is caught by the next one.
             let stale = !view.fresh();
             let desired = view.desired_state().map_err(|e| ("cluster", e.to_string()))?;
+            let desired_built = Instant::now();
             let NodeReader { live, cache, .. } = &mut node;
             let mut input =
                 read_input_cached(live, Some(&name), cache).map_err(|e| ("node", e.to_string()))?;
-            let mut status = SourceStatus::new("cluster (API server)", SourceState::Ok);
+            let node_read = Instant::now();
+            let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
             status.describe_cluster_state(&desired);
             if stale {
                 status
@@ -346,29 +362,31 @@ async fn scan_once(
                 cluster_state_stale: stale,
                 nodeport_range: range,
             };
-            Ok((run_scan(input, &detect), started.elapsed()))
+            let report = run_scan(input, &detect);
+            let times = ScanTimes {
+                total: started.elapsed(),
+                build_desired: desired_built - started,
+                read_node: node_read - desired_built,
+                detect: node_read.elapsed(),
+            };
+            let api = view.status();
+            Ok((report, ScanStats { times, api }))
         })();
         (node, outcome)
     })
     .await
 }
 
-fn record(shared: &Shared, report: &ScanReport, took: Duration) {
+fn record(shared: &Shared, report: &ScanReport, stats: ScanStats) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    shared.metrics.scan_done(report, took, now);
-    for s in &report.sources {
-        if matches!(
-            s.status,
-            SourceState::Error | SourceState::Failed | SourceState::TimedOut | SourceState::TooLarge
-        ) {
-            shared.metrics.scan_failed(&s.source);
-        }
-    }
+    // Counts each failed source as a scan error too.
+    shared.metrics.scan_done(report, &stats.times, now);
+    shared.metrics.set_api_watches(&stats.api, now);
     shared.set_report(report);
-    tracing::debug!(findings = report.findings.len(), took = ?took, "scan done");
+    tracing::debug!(findings = report.findings.len(), took = ?stats.times.total, "scan done");
 }
 
 /// Logs one line per finding that appeared since the last scan (or whose severity

@@ -14,7 +14,7 @@ use crate::detect::{DetectConfig, Grace};
 use crate::model::ProcessInfo;
 use crate::observed::live::{self, LiveConfig, LiveNode, ToolLimits};
 use crate::report::render_text;
-use crate::scan::{ScanInput, SourceState, SourceStatus, run_scan};
+use crate::scan::{API_SOURCE, ScanInput, SourceState, SourceStatus, run_scan};
 use crate::snapshot::{SnapshotOptions, read_bundle_with, read_input, write_snapshot};
 use std::collections::HashMap;
 
@@ -75,6 +75,11 @@ pub struct RunArgs {
     /// The cluster's NodePort range (the API server's --service-node-port-range).
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
     pub nodeport_range: RangeInclusive<u16>,
+
+    /// At most this many per-finding series (`portdrift_finding`) on /metrics, most
+    /// severe first; the rest are counted in `portdrift_findings_not_detailed`. 0: none.
+    #[arg(long, value_name = "N", default_value_t = crate::metrics::DEFAULT_MAX_SERIES)]
+    pub metrics_max_series: usize,
 
     #[command(flatten)]
     pub live: LiveArgs,
@@ -288,6 +293,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 kubeconfig: args.kubeconfig,
                 live: args.live.config(None),
                 nodeport_range: args.nodeport_range,
+                metrics_max_series: args.metrics_max_series,
             })?;
             Ok(0)
         }
@@ -365,7 +371,7 @@ fn list_cluster_to_file(
 /// unconfigured API is a source status, not a failed scan: the checks that need no
 /// cluster state still run, and the report says why the others did not.
 fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeout: Duration) {
-    let mut status = SourceStatus::new("cluster (API server)", SourceState::Ok);
+    let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
     let node = input.node.clone();
     // Pods are listed (on this node only) just when a squatter runs in one.
     let pod_uids = input.observed.owners.values().any(|p| p.pod.is_some());

@@ -81,8 +81,13 @@ impl std::fmt::Debug for Shared {
 
 impl Shared {
     pub fn new(interval: Duration) -> Shared {
+        Shared::with_metrics(interval, Metrics::new())
+    }
+
+    /// With `metrics` configured by the caller (the per-finding series cap).
+    pub fn with_metrics(interval: Duration, metrics: Metrics) -> Shared {
         Shared {
-            metrics: Metrics::new(),
+            metrics,
             report: RwLock::new(None),
             api_synced: AtomicBool::new(false),
             api_fresh: AtomicBool::new(false),
@@ -347,10 +352,18 @@ mod tests {
                 "x",
             )],
             sources: Vec::new(),
+            kube_proxy: None,
         };
         report.summary.critical = 1;
         shared.set_report(&report);
-        shared.metrics.scan_done(&report, Duration::from_millis(5), 1.7e9);
+        shared.metrics.scan_done(
+            &report,
+            &crate::metrics::ScanTimes {
+                total: Duration::from_millis(5),
+                ..Default::default()
+            },
+            1.7e9,
+        );
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 200);
         shared.set_api(false, false);
         assert_eq!(request(addr, "GET", "/readyz", "").await.status, 503);
@@ -442,6 +455,7 @@ mod tests {
             summary: Default::default(),
             findings: Vec::new(),
             sources: Vec::new(),
+            kube_proxy: None,
         }
     }
 

@@ -6,7 +6,10 @@ use crate::desired::DesiredState;
 use crate::detect::{DetectConfig, detect};
 use crate::finding::{Finding, Severity};
 use crate::model::{Backend, Family};
-use crate::observed::Observed;
+use crate::observed::{KubeProxyHealth, Observed};
+
+/// The source name of a cluster state read from the API server (a live scan, the agent).
+pub const API_SOURCE: &str = "cluster (API server)";
 
 /// How reading one source went. "Absent", "empty" and "error" are different answers:
 /// a node without iptables-legacy is fine, a failed read is not. A source in any state
@@ -48,6 +51,16 @@ impl SourceState {
             SourceState::TimedOut => "timed-out",
             SourceState::TooLarge => "too-large",
         }
+    }
+
+    /// The source could not be read (as opposed to holding nothing, or being absent
+    /// on a node that does not use it): what the agent counts as a scan error and a
+    /// source that is down.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            SourceState::Error | SourceState::Failed | SourceState::TimedOut | SourceState::TooLarge
+        )
     }
 }
 
@@ -127,6 +140,10 @@ pub struct ScanReport {
     pub summary: Summary,
     pub findings: Vec<Finding>,
     pub sources: Vec<SourceStatus>,
+    /// What kube-proxy's `/healthz` said, for the agent's metrics. Not in the JSON:
+    /// the `kube-proxy-healthz.json` source's notes already say it for people.
+    #[serde(skip)]
+    pub kube_proxy: Option<KubeProxyHealth>,
 }
 
 /// What one scan reads: desired and observed state plus how reading went.
@@ -154,6 +171,7 @@ pub fn run_scan(input: ScanInput, config: &DetectConfig) -> ScanReport {
         summary,
         findings,
         sources: input.sources,
+        kube_proxy: input.observed.kube_proxy_health,
     }
 }
 

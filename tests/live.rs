@@ -517,16 +517,6 @@ echo 30000-32767 >/proc/sys/net/ipv4/ip_local_reserved_ports
     );
 }
 
-/// The fake API server of the watch tests, as a program the namespaces can run.
-fn fake_apiserver_bin() -> PathBuf {
-    let bin = Path::new(PORTDRIFT)
-        .parent()
-        .unwrap()
-        .join("examples/fake_apiserver");
-    assert!(bin.is_file(), "{} is built by cargo test", bin.display());
-    bin
-}
-
 #[test]
 fn the_live_scan_reads_the_cluster_state_from_the_api_server() {
     if !support::require_root("live scans against the API server") {
@@ -543,7 +533,7 @@ for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
 "$pd" snapshot --out "$dir/snap" --kube-proxy-healthz off --node "$node" --kubeconfig "$dir/kubeconfig" >/dev/null 2>"$out.snap.err"
 "$pd" scan --from "$dir/snap" --format json >"$out.offline" || true
 "#;
-    let fake = fake_apiserver_bin();
+    let fake = support::fake_apiserver_bin();
     for bundle in bundles_with_sources() {
         let bundle = bundle.as_str();
         let scratch = TempDir::new().unwrap();

@@ -83,14 +83,46 @@ pub fn require_root(test: &str) -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false);
     if !root {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test} needs root, and CI must not skip it"
-        );
-        eprintln!("skipping {test}: needs root (CI runs it as root)");
+        skip_unless_ci(test, "root");
     }
     root
 }
 
+/// Reports a test skipped for want of `need`; with `CI` set, fails it instead.
+fn skip_unless_ci(test: &str, need: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} needs {need}, and CI must not skip it"
+    );
+    eprintln!("skipping {test}: needs {need} (CI has it)");
+}
+
 pub mod fake_apiserver;
 pub mod promtool;
+
+/// The fake API server (`examples/fake_apiserver`), as a program the namespaces of the
+/// live tests can run. `cargo test` builds it; a run of one test target alone needs
+/// `cargo build --example fake_apiserver` first.
+pub fn fake_apiserver_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_portdrift"))
+        .parent()
+        .expect("the binary is in a directory")
+        .join("examples/fake_apiserver");
+    assert!(
+        bin.is_file(),
+        "{} is built by cargo test (or cargo build --example fake_apiserver)",
+        bin.display()
+    );
+    bin
+}
+
+/// Whether `tool` (a command on `PATH`) is installed; with `CI` set, a missing tool is
+/// a failure, never a skip.
+pub fn require_tool(tool: &str, test: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
+    if !found {
+        skip_unless_ci(test, tool);
+    }
+    found
+}
