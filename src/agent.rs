@@ -17,6 +17,7 @@ use crate::desired::watch::{self, ClusterView, WatchOptions};
 use crate::detect::{DetectConfig, Grace};
 use crate::finding::Finding;
 use crate::http::{ServerConfig, Shared};
+use crate::kube_report::{KubeReporter, ReportConfig};
 use crate::observed::live::{LiveConfig, LiveNode};
 use crate::scan::{ScanReport, SourceState, SourceStatus, run_scan};
 use crate::snapshot::read_input;
@@ -32,6 +33,10 @@ pub struct AgentConfig {
     pub kubeconfig: Option<PathBuf>,
     pub live: LiveConfig,
     pub nodeport_range: RangeInclusive<u16>,
+    /// Write Kubernetes Events for new findings.
+    pub events: bool,
+    /// Keep the `NodePortDrift` Node condition.
+    pub node_condition: bool,
 }
 
 /// How long a scan still running at shutdown may delay the exit.
@@ -69,9 +74,21 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         .await
         .context("no API server configured")?;
     let api = kube.cluster_url.to_string();
+    let shared = Arc::new(Shared::new(config.interval));
+    let reporter = match ReportConfig::for_flags(&config.node, config.events, config.node_condition) {
+        Some(report) => {
+            let client =
+                watch::kube_client(kube.clone()).context("cannot build a client to report findings")?;
+            Some(KubeReporter::start(
+                client,
+                report,
+                shared.metrics.kube_report().clone(),
+            ))
+        }
+        None => None,
+    };
     let view = ClusterView::start(kube, Some(&config.node), WatchOptions::default())
         .context("cannot watch the API server")?;
-    let shared = Arc::new(Shared::new(config.interval));
     tracing::info!(
         node = %config.node,
         listen = %listener.local_addr().unwrap_or(config.listen),
@@ -87,7 +104,7 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         stopped(stop_rx.clone()),
     ));
 
-    scan_loop(&config, &view, &shared, stop_rx).await;
+    scan_loop(&config, &view, &shared, reporter, stop_rx).await;
     let _ = server.await;
     tracing::info!("portdrift agent stopped");
     Ok(())
@@ -99,23 +116,17 @@ async fn stopped(mut rx: signal_watch::Receiver<bool>) {
 }
 
 /// A finding's identity across scans (its message and evidence may change wording).
-type Key = (String, Option<u16>, String, String, String, String);
+type Key = crate::finding::Identity;
 
 fn key(f: &Finding) -> Key {
-    (
-        f.kind.as_str().to_string(),
-        f.port,
-        f.protocol.map(|p| format!("{p:?}")).unwrap_or_default(),
-        f.backend.map(|b| format!("{b:?}")).unwrap_or_default(),
-        f.service.clone().unwrap_or_default(),
-        format!("{}|{:?}", f.target.as_deref().unwrap_or(""), f.family),
-    )
+    f.identity()
 }
 
 async fn scan_loop(
     config: &AgentConfig,
     view: &ClusterView,
     shared: &Arc<Shared>,
+    mut reporter: Option<KubeReporter>,
     stop: signal_watch::Receiver<bool>,
 ) {
     let mut live = Some(LiveNode::new(config.live.clone()));
@@ -160,6 +171,9 @@ async fn scan_loop(
             Ok((report, took)) => {
                 record(shared, &report, took);
                 log_changes(&mut known, &report);
+                if let Some(reporter) = &mut reporter {
+                    reporter.after_scan(&report.findings);
+                }
             }
             Err((source, error)) => {
                 shared.metrics.scan_failed(source);

@@ -76,6 +76,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
     pub nodeport_range: RangeInclusive<u16>,
 
+    /// Write a Kubernetes Event for each new warning or critical finding, on its Service
+    /// (or on this Node), rate-limited. Needs RBAC to create events.
+    #[arg(long)]
+    pub events: bool,
+
+    /// Keep a `NodePortDrift` condition on this Node: True while critical findings
+    /// exist. Needs RBAC to patch nodes/status.
+    #[arg(long)]
+    pub node_condition: bool,
+
     #[command(flatten)]
     pub live: LiveArgs,
 }
@@ -288,6 +298,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 kubeconfig: args.kubeconfig,
                 live: args.live.config(None),
                 nodeport_range: args.nodeport_range,
+                events: args.events,
+                node_condition: args.node_condition,
             })?;
             Ok(0)
         }

@@ -51,6 +51,7 @@ pub struct Metrics {
     repairs: Family<ResultLabel, Counter>,
     api_synced: Gauge,
     api_fresh: Gauge,
+    kube_report: crate::kube_report::ReportMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -130,6 +131,7 @@ impl Metrics {
             "1 when the API watches are synced and recently heard from",
             api_fresh.clone(),
         );
+        let kube_report = crate::kube_report::ReportMetrics::register(&mut registry);
         Metrics {
             registry,
             findings,
@@ -140,6 +142,7 @@ impl Metrics {
             repairs,
             api_synced,
             api_fresh,
+            kube_report,
         }
     }
 
@@ -174,6 +177,11 @@ impl Metrics {
     /// The repair counter (nothing increments it yet).
     pub fn repairs(&self) -> &Family<ResultLabel, Counter> {
         &self.repairs
+    }
+
+    /// The counters of Events and Node condition patches (see [`crate::kube_report`]).
+    pub fn kube_report(&self) -> &crate::kube_report::ReportMetrics {
+        &self.kube_report
     }
 
     /// Prometheus text format 0.0.4 (what `promtool check metrics` reads).
@@ -239,6 +247,8 @@ mod tests {
             "portdrift_build_info{version=\"",
             "portdrift_api_synced 1",
             "portdrift_api_fresh 0",
+            "portdrift_events_total{result=\"dropped\"} 0",
+            "portdrift_node_condition_patches_total{result=\"failed\"} 0",
         ] {
             assert!(text.contains(needle), "no {needle:?} in:\n{text}");
         }
