@@ -71,7 +71,7 @@ pub fn summarize(findings: &[Finding]) -> ConditionSummary {
     let mut ports: Vec<(String, usize)> = by_port.into_iter().collect();
     // Most findings first; equal counts in port order (the map's), so the message is
     // stable from scan to scan and does not cause patches by itself.
-    ports.sort_by(|a, b| b.1.cmp(&a.1));
+    ports.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     if !ports.is_empty() {
         let shown: Vec<&str> = ports.iter().take(TOP_PORTS).map(|(p, _)| p.as_str()).collect();
         message.push_str(&format!("; ports {}", shown.join(", ")));
