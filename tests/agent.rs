@@ -1,8 +1,9 @@
 //! `portdrift run`, end to end: inside a bundle's node (real rules in a private network
 //! namespace, by `scripts/capture-testdata.sh --exec`) with the bundle's cluster state
 //! served by the fake API server, the agent becomes ready, `/findings` holds the
-//! bundle's expected findings, `/metrics` passes promtool and counts them, and SIGTERM
-//! stops it cleanly within 5 s.
+//! bundle's expected findings, `/metrics` passes promtool and counts them, the fake API
+//! server receives the finding's Event and the Node's `NodePortDrift` condition
+//! (`--events --node-condition`), and SIGTERM stops it cleanly within 5 s.
 //!
 //! Needs root (CI runs as root and must not skip it), and curl inside the namespace.
 
@@ -30,10 +31,11 @@ fn fake_apiserver_bin() -> PathBuf {
 const SCRIPT: &str = r#"
 pd=$1; fake=$2; dir=$3; node=$4
 url=http://127.0.0.1:9741
-(sleep 60 | "$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" 2>"$dir/server.log") &
+(sleep 60 | "$fake" --objects "$BUNDLE/cluster.json" --node "$node" --dir "$dir" 2>"$dir/server.log") &
 for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
+server=$(sed -n 's/^ *server: //p' "$dir/kubeconfig")
 "$pd" run --node "$node" --listen 127.0.0.1:9741 --interval 1s --kubeconfig "$dir/kubeconfig" \
-  --kube-proxy-healthz off --log-format json 2>"$dir/agent.log" &
+  --kube-proxy-healthz off --log-format json --events --node-condition 2>"$dir/agent.log" &
 pid=$!
 code=000
 for _ in $(seq 150); do
@@ -44,6 +46,14 @@ done
 echo "$code" >"$dir/readyz"
 curl -s -o /dev/null -w '%{http_code}' "$url/healthz" >"$dir/healthz"
 curl -s "$url/findings" >"$dir/findings.json"
+# The Event and the condition are written after the scan, on tasks of their own.
+for _ in $(seq 50); do
+  curl -s "$server/apis/events.k8s.io/v1/events" >"$dir/events.json"
+  curl -s "$server/api/v1/nodes/$node" >"$dir/node.json"
+  grep -q StaleEndpointRule "$dir/events.json" && grep -q NodePortDrift "$dir/node.json" &&
+    curl -s "$url/metrics" | grep -q 'portdrift_events_total{result="sent"} 1' && break
+  sleep 0.1
+done
 curl -s "$url/metrics" >"$dir/metrics.txt"
 curl -s -o /dev/null -w '%{http_code}' -X POST "$url/metrics" >"$dir/post"
 start=$(date +%s%N)
@@ -129,6 +139,38 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
     if let Some((ok, said)) = support::promtool::check(&metrics) {
         assert!(ok, "promtool check metrics: {said}\n{metrics}");
     }
+
+    // The finding's Event, on its Service (with the UID the cluster state gives it).
+    let events: serde_json::Value = serde_json::from_str(&read(dir, "events.json"))
+        .unwrap_or_else(|e| panic!("the Event list is not JSON ({e}); agent log:\n{log}"));
+    let items = events["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 1, "{events:#}\nagent log:\n{log}");
+    let event = &items[0];
+    assert_eq!(event["reason"], "StaleEndpointRule", "{event:#}");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reportingInstance"], node.as_str());
+    assert_eq!(event["metadata"]["namespace"], "logging");
+    assert_eq!(event["regarding"]["name"], "syslog-ingest");
+    assert_eq!(event["regarding"]["uid"], "f77cb922-9475-5a55-a9d6-7133bfa4b88f");
+    assert!(
+        metrics.contains("portdrift_events_total{result=\"sent\"} 1"),
+        "{metrics}"
+    );
+    // The condition: True, naming the port.
+    let node_json: serde_json::Value = serde_json::from_str(&read(dir, "node.json")).unwrap_or_default();
+    let condition = node_json["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "NodePortDrift"))
+        .unwrap_or_else(|| panic!("no NodePortDrift condition: {node_json:#}\nagent log:\n{log}"));
+    assert_eq!(condition["status"], "True", "{condition:#}");
+    assert_eq!(condition["reason"], "NodePortDrift");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("udp/30514"),
+        "{condition:#}"
+    );
 
     // The finding was logged once when it appeared.
     assert!(
