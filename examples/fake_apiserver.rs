@@ -6,7 +6,9 @@
 //! ```
 //!
 //! Writes `DIR/kubeconfig` (plain http to 127.0.0.1, no auth) once the objects are
-//! loaded, then serves until stdin closes or the process is killed.
+//! loaded, then serves until stdin closes or the process is killed. It also takes the
+//! agent's writes (Events, the Node's status); read them back over HTTP, e.g.
+//! `GET /apis/events.k8s.io/v1/events` and `GET /api/v1/nodes/NAME`.
 
 use std::path::PathBuf;
 
@@ -39,6 +41,10 @@ struct Args {
     /// Listen here (port 0: a free port), e.g. to come back where a stopped server was.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: std::net::SocketAddr,
+    /// Also serve a Node of this name (with `--objects`; a bundle's `cluster.json` has
+    /// none), so that its status can be patched.
+    #[arg(long)]
+    node: Option<String>,
 }
 
 /// Loads a `kubectl get … -o json` List into the server, item by item by kind.
@@ -68,7 +74,12 @@ async fn main() -> anyhow::Result<()> {
     let bookmarks = Some(fake_apiserver::BOOKMARK_INTERVAL);
     let server = fake_apiserver::FakeApiServer::start_at(args.listen, bookmarks).await;
     match &args.objects {
-        Some(path) => serve_list(&server, path)?,
+        Some(path) => {
+            serve_list(&server, path)?;
+            if let Some(node) = &args.node {
+                server.apply(&fake_apiserver::objects::node(node, None));
+            }
+        }
         None => {
             let (services, slices) =
                 fake_apiserver::objects::realistic_cluster(args.services, args.endpoints);

@@ -18,6 +18,7 @@ use crate::detect::{DetectConfig, Grace};
 use crate::finding::{Finding, Severity};
 use crate::http::{ServerConfig, Shared};
 use crate::metrics::{Metrics, ScanTimes};
+use crate::kube_report::{KubeReporter, ReportConfig};
 use crate::observed::live::{LiveConfig, LiveNode};
 use crate::observed::rule_changes::RuleChanges;
 use crate::scan::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan};
@@ -36,6 +37,10 @@ pub struct AgentConfig {
     pub nodeport_range: RangeInclusive<u16>,
     /// At most this many per-finding metric series (0: none).
     pub metrics_max_series: usize,
+    /// Write Kubernetes Events for new findings.
+    pub events: bool,
+    /// Keep the `NodePortDrift` Node condition.
+    pub node_condition: bool,
 }
 
 /// How long a scan still running at shutdown may delay the exit.
@@ -73,12 +78,24 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         .await
         .context("no API server configured")?;
     let api = kube.cluster_url.to_string();
-    let view = ClusterView::start(kube, Some(&config.node), WatchOptions::default())
-        .context("cannot watch the API server")?;
     let shared = Arc::new(Shared::with_metrics(
         config.interval,
         Metrics::with_max_series(config.metrics_max_series),
     ));
+    let reporter = match ReportConfig::for_flags(&config.node, config.events, config.node_condition) {
+        Some(report) => {
+            let client =
+                watch::kube_client(kube.clone()).context("cannot build a client to report findings")?;
+            Some(KubeReporter::start(
+                client,
+                report,
+                shared.metrics.kube_report().clone(),
+            ))
+        }
+        None => None,
+    };
+    let view = ClusterView::start(kube, Some(&config.node), WatchOptions::default())
+        .context("cannot watch the API server")?;
     let probed = view.clone();
     shared.probe_api(move || (probed.synced(), probed.fresh()));
     tracing::info!(
@@ -96,7 +113,7 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         stopped(stop_rx.clone()),
     ));
 
-    scan_loop(&config, &view, &shared, stop_rx).await;
+    scan_loop(&config, &view, &shared, reporter, stop_rx).await;
     let _ = server.await;
     tracing::info!("portdrift agent stopped");
     Ok(())
@@ -108,17 +125,10 @@ async fn stopped(mut rx: signal_watch::Receiver<bool>) {
 }
 
 /// A finding's identity across scans (its message and evidence may change wording).
-type Key = (String, Option<u16>, String, String, String, String);
+type Key = crate::finding::Identity;
 
 fn key(f: &Finding) -> Key {
-    (
-        f.kind.as_str().to_string(),
-        f.port,
-        f.protocol.map(|p| format!("{p:?}")).unwrap_or_default(),
-        f.backend.map(|b| format!("{b:?}")).unwrap_or_default(),
-        f.service.clone().unwrap_or_default(),
-        format!("{}|{:?}", f.target.as_deref().unwrap_or(""), f.family),
-    )
+    f.identity()
 }
 
 /// Quiet time after a change before the scan it triggers: kube-proxy applies a change
@@ -202,6 +212,7 @@ async fn scan_loop(
     config: &AgentConfig,
     view: &ClusterView,
     shared: &Arc<Shared>,
+    mut reporter: Option<KubeReporter>,
     stop: signal_watch::Receiver<bool>,
 ) {
     let mut reader = Some(NodeReader::new(&config.live));
@@ -291,6 +302,9 @@ async fn scan_loop(
                 if last_summary.is_none_or(|t| t.elapsed() >= SUMMARY_EVERY) {
                     log_summary(&report, view.fresh(), scans);
                     last_summary = Some(Instant::now());
+                }
+                if let Some(reporter) = &mut reporter {
+                    reporter.after_scan(&report.findings);
                 }
             }
             Err((source, error)) => {

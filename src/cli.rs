@@ -81,6 +81,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = crate::metrics::DEFAULT_MAX_SERIES)]
     pub metrics_max_series: usize,
 
+    /// Write a Kubernetes Event for each new warning or critical finding, on its Service
+    /// (or on this Node), rate-limited. Needs RBAC to create events.
+    #[arg(long)]
+    pub events: bool,
+
+    /// Keep a `NodePortDrift` condition on this Node: True while critical findings
+    /// exist. Needs RBAC to patch nodes/status.
+    #[arg(long)]
+    pub node_condition: bool,
+
     #[command(flatten)]
     pub live: LiveArgs,
 }
@@ -294,6 +304,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 live: args.live.config(None),
                 nodeport_range: args.nodeport_range,
                 metrics_max_series: args.metrics_max_series,
+                events: args.events,
+                node_condition: args.node_condition,
             })?;
             Ok(0)
         }

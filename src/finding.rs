@@ -96,6 +96,9 @@ impl fmt::Display for Severity {
     }
 }
 
+/// See [`Finding::identity`].
+pub type Identity = (String, Option<u16>, String, String, String, String);
+
 /// One difference between what the cluster says and what the node does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
@@ -158,6 +161,20 @@ impl Finding {
             message: message.into(),
             evidence: Vec::new(),
         }
+    }
+
+    /// The finding's identity across scans: what stays the same while the same drift
+    /// persists (its message, evidence and severity may change, e.g. when a pending
+    /// difference's grace window ends).
+    pub fn identity(&self) -> Identity {
+        (
+            self.kind.as_str().to_string(),
+            self.port,
+            self.protocol.map(|p| format!("{p:?}")).unwrap_or_default(),
+            self.backend.map(|b| format!("{b:?}")).unwrap_or_default(),
+            self.service.clone().unwrap_or_default(),
+            format!("{}|{:?}", self.target.as_deref().unwrap_or(""), self.family),
+        )
     }
 
     /// Sort key: by port, then most severe first, then kind, so reports group by port.

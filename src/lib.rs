@@ -12,6 +12,7 @@ pub mod detect;
 pub mod finding;
 pub mod http;
 pub mod kube_proxy;
+pub mod kube_report;
 pub mod metrics;
 pub mod model;
 pub mod observed;

@@ -249,6 +249,7 @@ pub struct Metrics {
     api_watch_objects: LastScan<ResourceLabel>,
     api_watch_last_activity: LastScan<ResourceLabel, f64, AtomicU64>,
     api_watch_errors: Family<ResourceLabel, Counter>,
+    kube_report: crate::kube_report::ReportMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -462,6 +463,7 @@ impl Metrics {
             "Errors the watch met (it retries), by resource",
             api_watch_errors.clone(),
         );
+        let kube_report = crate::kube_report::ReportMetrics::register(&mut registry);
         Metrics {
             registry,
             findings,
@@ -489,6 +491,7 @@ impl Metrics {
             api_watch_objects,
             api_watch_last_activity,
             api_watch_errors,
+            kube_report,
         }
     }
 
@@ -650,6 +653,11 @@ impl Metrics {
         &self.repairs
     }
 
+    /// The counters of Events and Node condition patches (see [`crate::kube_report`]).
+    pub fn kube_report(&self) -> &crate::kube_report::ReportMetrics {
+        &self.kube_report
+    }
+
     /// Prometheus text format 0.0.4 (what `promtool check metrics` reads).
     pub fn encode_text(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
@@ -791,6 +799,8 @@ mod tests {
             "portdrift_build_info{version=\"",
             "portdrift_api_synced 1",
             "portdrift_api_fresh 0",
+            "portdrift_events_total{result=\"dropped\"} 0",
+            "portdrift_node_condition_patches_total{result=\"failed\"} 0",
         ] {
             assert!(text.contains(needle), "no {needle:?} in:\n{text}");
         }

@@ -3,7 +3,9 @@
 //! served by the fake API server (`examples/fake_apiserver`):
 //!
 //! - the agent becomes ready, `/findings` holds the bundle's expected findings,
-//!   `/metrics` passes promtool and counts them, and SIGTERM stops it cleanly within 5 s;
+//!   `/metrics` passes promtool and counts them, the fake API server receives the
+//!   finding's Event and the Node's `NodePortDrift` condition (`--events
+//!   --node-condition`), and SIGTERM stops it cleanly within 5 s;
 //! - drift made with the real `iptables` (or `nft`) command while it runs shows in
 //!   `/findings` and `/metrics` and is logged once, and once more when it clears;
 //! - `/readyz` follows the API server: unready while it is gone, ready once it is back,
@@ -50,14 +52,14 @@ ready() { [ "$(status /readyz)" = 200 ]; }
 # everything is served, and stops when its stdin closes, so it gets a long sleep's pipe.
 start_api() {
   rm -f "$dir/kubeconfig"
-  "$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" --listen "$api" \
+  "$fake" --objects "$BUNDLE/cluster.json" --node "$node" --dir "$dir" --listen "$api" \
     2>>"$dir/server.log" < <(sleep 300) &
   api_pid=$!
   wait_for 10 test -f "$dir/kubeconfig" || fail "the fake API server did not start"
 }
 start_agent() {
   "$pd" run --node "$node" --listen 127.0.0.1:9741 --interval 1s --kubeconfig "$dir/kubeconfig" \
-    --kube-proxy-healthz off --log-format "${log_format:-json}" 2>"$dir/agent.log" &
+    --kube-proxy-healthz off --log-format "${log_format:-json}" ${agent_flags:-} 2>"$dir/agent.log" &
   agent_pid=$!
 }
 # SIGTERM, timed. A watchdog kills an agent that ignores it after 10 s (the test fails).
@@ -113,11 +115,19 @@ fn assert_ran(out: &Output, dir: &Path) {
 /// agent and time its exit.
 const SERVE_AND_STOP: &str = r#"
 start_api
-start_agent
+agent_flags="--events --node-condition" start_agent
 wait_for 15 ready
 status /readyz >"$dir/readyz"
 status /healthz >"$dir/healthz"
 get /findings >"$dir/findings.json"
+# The Event and the condition are written after the scan, on tasks of their own.
+reported() {
+  curl -s -m 2 "http://$api/apis/events.k8s.io/v1/events" >"$dir/events.json"
+  curl -s -m 2 "http://$api/api/v1/nodes/$node" >"$dir/node.json"
+  grep -q StaleEndpointRule "$dir/events.json" && grep -q NodePortDrift "$dir/node.json" &&
+    get /metrics | grep -q 'portdrift_events_total{result="sent"} 1'
+}
+wait_for 5 reported
 get /metrics >"$dir/metrics.txt"
 curl -s -m 2 -o /dev/null -w '%{http_code}' -X POST "$url/metrics" >"$dir/post"
 stop_agent
@@ -200,6 +210,38 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
     if let Some((ok, said)) = support::promtool::check(&metrics) {
         assert!(ok, "promtool check metrics: {said}\n{metrics}");
     }
+
+    // The finding's Event, on its Service (with the UID the cluster state gives it).
+    let events: serde_json::Value = serde_json::from_str(&read(dir, "events.json"))
+        .unwrap_or_else(|e| panic!("the Event list is not JSON ({e}); agent log:\n{log}"));
+    let items = events["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 1, "{events:#}\nagent log:\n{log}");
+    let event = &items[0];
+    assert_eq!(event["reason"], "StaleEndpointRule", "{event:#}");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reportingInstance"], node.as_str());
+    assert_eq!(event["metadata"]["namespace"], "logging");
+    assert_eq!(event["regarding"]["name"], "syslog-ingest");
+    assert_eq!(event["regarding"]["uid"], "f77cb922-9475-5a55-a9d6-7133bfa4b88f");
+    assert!(
+        metrics.contains("portdrift_events_total{result=\"sent\"} 1"),
+        "{metrics}"
+    );
+    // The condition: True, naming the port.
+    let node_json: serde_json::Value = serde_json::from_str(&read(dir, "node.json")).unwrap_or_default();
+    let condition = node_json["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "NodePortDrift"))
+        .unwrap_or_else(|| panic!("no NodePortDrift condition: {node_json:#}\nagent log:\n{log}"));
+    assert_eq!(condition["status"], "True", "{condition:#}");
+    assert_eq!(condition["reason"], "NodePortDrift");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("udp/30514"),
+        "{condition:#}"
+    );
 
     // The finding was logged once when it appeared.
     assert!(

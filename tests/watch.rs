@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service, ServiceSpec};
@@ -14,31 +13,11 @@ use portdrift::desired::watch::{
 };
 use portdrift::desired::{DesiredState, desired_state};
 use support::fake_apiserver::{Failure, FakeApiServer, Kind, objects, query_param};
+use support::{eventually, scenario};
 use tokio::time::Instant;
 
 const NODE: &str = "worker-1";
 const ZONE: &str = "zone-a";
-
-/// Runs a scenario under a bound, so that a broken watch fails the test rather than
-/// hanging it.
-async fn scenario(body: impl Future<Output = ()>) {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .try_init();
-    tokio::time::timeout(Duration::from_secs(60), body)
-        .await
-        .expect("the scenario finished within 60 s");
-}
-
-/// Waits until `condition` holds, or panics after `within`.
-async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !condition() {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// Short periods, so that staleness and watch renewal happen within a test; pages of 2
 /// so that even a small cluster is listed in several pages.

@@ -25,6 +25,30 @@
 //! every request URI. [`FakeApiServer::write_kubeconfig`] writes a kubeconfig (plain
 //! http, no auth) for tests that run the binary.
 //!
+//! Writes, for what the agent reports (`--events`, `--node-condition`):
+//!
+//! - **get:** `GET <collection>/<name>` (namespaced kinds under
+//!   `/api/v1/namespaces/<ns>/…` or `/apis/<group>/<version>/namespaces/<ns>/…`) gives
+//!   the object, or `404` with a `NotFound` Status; a namespaced collection lists (and
+//!   watches) one namespace.
+//! - **Events:** `POST /api/v1/namespaces/<ns>/events` (core `v1`) and
+//!   `POST /apis/events.k8s.io/v1/namespaces/<ns>/events` create an Event (`201`), after
+//!   the API server's own checks: `application/json`, the namespace of the URL (`400`
+//!   when the body says another), required fields and length limits, and an involved
+//!   object in the Event's namespace (or, cluster-scoped, in `default`); `422 Invalid`
+//!   otherwise, `409 AlreadyExists` for a name taken. The two groups are stored apart
+//!   (the real server converts one into the other; the fake does not).
+//! - **Node status:** `PATCH /api/v1/nodes/<name>/status` with
+//!   `application/strategic-merge-patch+json` merges `status`, its `conditions` and
+//!   `addresses` by `type` as the strategic merge of a Node does (a `null` removes a
+//!   field); `application/merge-patch+json` merges as RFC 7386 says (lists replaced);
+//!   other patch types are a `415`. Only `status` is changed, as the status
+//!   subresource does; watches see the Node `MODIFIED`.
+//!
+//! Every write is recorded ([`FakeApiServer::writes`]); [`FakeApiServer::stored`]
+//! reads back what is stored, as `GET` does over HTTP. [`FakeApiServer::set_write_failure`]
+//! fails writes alone, so a watch can stay up while Events and patches fail.
+//!
 //! [`objects`] builds test objects, from single ones to a realistic 10,000-Service
 //! cluster for benchmarks.
 
@@ -39,7 +63,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -56,10 +80,21 @@ pub enum Kind {
     EndpointSlice,
     Node,
     Pod,
+    /// `events.k8s.io/v1` Events.
+    Event,
+    /// Core `v1` Events.
+    CoreEvent,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Service, Kind::EndpointSlice, Kind::Node, Kind::Pod];
+    const ALL: [Kind; 6] = [
+        Kind::Service,
+        Kind::EndpointSlice,
+        Kind::Node,
+        Kind::Pod,
+        Kind::Event,
+        Kind::CoreEvent,
+    ];
 
     /// The collection's URL path.
     pub fn path(self) -> &'static str {
@@ -68,6 +103,8 @@ impl Kind {
             Kind::EndpointSlice => "/apis/discovery.k8s.io/v1/endpointslices",
             Kind::Node => "/api/v1/nodes",
             Kind::Pod => "/api/v1/pods",
+            Kind::Event => "/apis/events.k8s.io/v1/events",
+            Kind::CoreEvent => "/api/v1/events",
         }
     }
 
@@ -77,23 +114,41 @@ impl Kind {
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Node => "Node",
             Kind::Pod => "Pod",
+            Kind::Event | Kind::CoreEvent => "Event",
+        }
+    }
+
+    /// Whether its objects live in namespaces.
+    fn namespaced(self) -> bool {
+        self != Kind::Node
+    }
+
+    /// The resource as messages name it (`services`, `events.events.k8s.io`).
+    fn resource(self) -> String {
+        let plural = self.path().rsplit('/').next().unwrap_or_default();
+        match self.api_version().split_once('/') {
+            Some((group, _)) => format!("{plural}.{group}"),
+            None => plural.to_string(),
         }
     }
 
     fn api_version(self) -> &'static str {
         match self {
             Kind::EndpointSlice => "discovery.k8s.io/v1",
-            Kind::Service | Kind::Node | Kind::Pod => "v1",
+            Kind::Event => "events.k8s.io/v1",
+            Kind::Service | Kind::Node | Kind::Pod | Kind::CoreEvent => "v1",
         }
     }
 
     fn of<K: k8s_openapi::Resource>() -> Kind {
-        match K::KIND {
-            "Service" => Kind::Service,
-            "EndpointSlice" => Kind::EndpointSlice,
-            "Node" => Kind::Node,
-            "Pod" => Kind::Pod,
-            other => panic!("the fake API server does not serve {other}"),
+        match (K::API_VERSION, K::KIND) {
+            (_, "Service") => Kind::Service,
+            (_, "EndpointSlice") => Kind::EndpointSlice,
+            (_, "Node") => Kind::Node,
+            (_, "Pod") => Kind::Pod,
+            ("events.k8s.io/v1", "Event") => Kind::Event,
+            ("v1", "Event") => Kind::CoreEvent,
+            (version, kind) => panic!("the fake API server does not serve {version} {kind}"),
         }
     }
 }
@@ -172,11 +227,27 @@ struct State {
     pages: HashMap<String, Pages>,
     next_token: u64,
     requests: Vec<String>,
+    writes: Vec<Write>,
+}
+
+/// A write the server received (whatever it answered).
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub method: String,
+    /// `path?query`.
+    pub target: String,
+    pub content_type: Option<String>,
+    /// The body, parsed (`Null` when it was not JSON).
+    pub body: Value,
+    /// The status code it was answered with.
+    pub status: u16,
 }
 
 struct Shared {
     state: Mutex<State>,
     failure: watch::Sender<Failure>,
+    /// Like `failure`, for writes (anything but `GET`) alone.
+    write_failure: watch::Sender<Failure>,
     lists_held: watch::Sender<bool>,
     connections: Mutex<Vec<AbortHandle>>,
 }
@@ -234,6 +305,7 @@ impl FakeApiServer {
                 ..State::default()
             }),
             failure: watch::channel(Failure::None).0,
+            write_failure: watch::channel(Failure::None).0,
             lists_held: watch::channel(false).0,
             connections: Mutex::new(Vec::new()),
         });
@@ -329,6 +401,26 @@ impl FakeApiServer {
     /// hanging requests into the new mode.
     pub fn set_failure(&self, failure: Failure) {
         self.shared.failure.send_replace(failure);
+    }
+
+    /// How writes (anything but `GET`) are answered from now on, on top of
+    /// [`set_failure`](Self::set_failure).
+    pub fn set_write_failure(&self, failure: Failure) {
+        self.shared.write_failure.send_replace(failure);
+    }
+
+    /// Every write so far, in order.
+    pub fn writes(&self) -> Vec<Write> {
+        lock(&self.shared.state).writes.clone()
+    }
+
+    /// The stored objects of `kind`, as `GET` gives them.
+    pub fn stored(&self, kind: Kind) -> Vec<Value> {
+        let state = lock(&self.shared.state);
+        let objects = state.objects.get(&kind).into_iter().flat_map(|o| o.values());
+        objects
+            .map(|o| serde_json::from_str(&o.json).expect("stored JSON parses"))
+            .collect()
     }
 
     /// Holds list requests (not watches) until released: a client's initial sync
@@ -690,34 +782,139 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
-    lock(&shared.state).requests.push(target);
+    lock(&shared.state).requests.push(target.clone());
+    if let Some(answer) = failure_answer(&shared.failure).await {
+        return answer;
+    }
+    let path = request.uri().path().to_string();
+    let query = parse_query(request.uri().query().unwrap_or(""));
+    let route = Route::parse(&path);
+    if request.method() == Method::GET {
+        return match route {
+            Some(route) if route.name.is_none() => read_collection(&shared, &route, &query).await,
+            Some(Route {
+                kind,
+                namespace,
+                name: Some(name),
+                subresource: None,
+            }) => Ok(get_object(&shared, kind, namespace.as_deref(), &name)),
+            _ => Ok(not_found_path(&path)),
+        };
+    }
 
-    let mut failure = shared.failure.subscribe();
+    let method = request.method().as_str().to_string();
+    let content_type = request
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = request.into_body().collect().await?.to_bytes();
+    let answer = match failure_answer(&shared.write_failure).await {
+        Some(answer) => answer,
+        None => Ok(match route {
+            Some(route) => write(&shared, &method, &route, content_type.as_deref(), &body),
+            None => not_found_path(&path),
+        }),
+    };
+    lock(&shared.state).writes.push(Write {
+        method,
+        target,
+        content_type,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        status: answer.as_ref().map(|r| r.status().as_u16()).unwrap_or(0),
+    });
+    answer
+}
+
+/// The answer the failure mode `mode` calls for, if not a normal one (waiting while it
+/// says hang).
+async fn failure_answer(mode: &watch::Sender<Failure>) -> Option<Result<Response<Body>, BoxError>> {
+    let mut failure = mode.subscribe();
     loop {
-        let mode = failure.borrow_and_update().clone();
-        match mode {
-            Failure::None => break,
+        let current = failure.borrow_and_update().clone();
+        match current {
+            Failure::None => return None,
             Failure::Status(code) => {
                 let body = status(code, "InternalError", "the fake API server is failing on purpose");
-                return Ok(json_response(StatusCode::from_u16(code)?, body.to_string()));
+                return Some(
+                    StatusCode::from_u16(code)
+                        .map(|code| json_response(code, body.to_string()))
+                        .map_err(Into::into),
+                );
             }
             // An error from the service makes hyper close the connection unanswered.
-            Failure::Drop => return Err("connection dropped on purpose".into()),
+            Failure::Drop => return Some(Err("connection dropped on purpose".into())),
             Failure::Hang => {
                 if failure.changed().await.is_err() {
-                    return Err("server stopped".into());
+                    return Some(Err("server stopped".into()));
                 }
             }
         }
     }
+}
 
-    let path = request.uri().path();
-    let Some(kind) = Kind::ALL.into_iter().find(|k| k.path() == path) else {
-        let body = status(404, "NotFound", &format!("the server could not find {path}"));
-        return Ok(json_response(StatusCode::NOT_FOUND, body.to_string()));
-    };
-    let query = parse_query(request.uri().query().unwrap_or(""));
-    let selector = match Selector::parse(
+fn not_found_path(path: &str) -> Response<Body> {
+    let body = status(404, "NotFound", &format!("the server could not find {path}"));
+    json_response(StatusCode::NOT_FOUND, body.to_string())
+}
+
+/// A request path, parsed as the API server routes it.
+#[derive(Debug)]
+struct Route {
+    kind: Kind,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+impl Route {
+    /// `/api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUB]]` or the same under
+    /// `/apis/GROUP/VERSION`; `None` for anything the fake does not serve.
+    fn parse(path: &str) -> Option<Route> {
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let prefix = match segments.first() {
+            Some(&"api") => 2,
+            Some(&"apis") => 3,
+            _ => return None,
+        };
+        let mut rest = segments.get(prefix..)?;
+        let mut namespace = None;
+        if let ["namespaces", ns, tail @ ..] = rest
+            && !tail.is_empty()
+        {
+            namespace = Some(ns.to_string());
+            rest = tail;
+        }
+        let (resource, name, subresource) = match rest {
+            [r] => (*r, None, None),
+            [r, n] => (*r, Some(n.to_string()), None),
+            [r, n, s] => (*r, Some(n.to_string()), Some(s.to_string())),
+            _ => return None,
+        };
+        let collection = format!("/{}/{resource}", segments[..prefix].join("/"));
+        let kind = Kind::ALL.into_iter().find(|k| k.path() == collection)?;
+        // A cluster-scoped kind has no namespace; a namespaced object needs one.
+        let scoped_wrong = matches!(
+            (kind.namespaced(), &namespace, &name),
+            (false, Some(_), _) | (true, None, Some(_))
+        );
+        (!scoped_wrong).then_some(Route {
+            kind,
+            namespace,
+            name,
+            subresource,
+        })
+    }
+}
+
+/// `GET` of a collection: a list, or a watch with `watch=true`.
+async fn read_collection(
+    shared: &Arc<Shared>,
+    route: &Route,
+    query: &HashMap<String, String>,
+) -> Result<Response<Body>, BoxError> {
+    let kind = route.kind;
+    let mut selector = match Selector::parse(
         query.get("labelSelector").map(String::as_str),
         query.get("fieldSelector").map(String::as_str),
     ) {
@@ -727,15 +924,41 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
             return Ok(json_response(StatusCode::BAD_REQUEST, body.to_string()));
         }
     };
+    if let Some(namespace) = &route.namespace {
+        selector.fields.push(FieldTerm {
+            field: "metadata.namespace".into(),
+            value: namespace.clone(),
+            equal: true,
+        });
+    }
     if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
-        Ok(start_watch(&shared, kind, selector, &query))
+        Ok(start_watch(shared, kind, selector, query))
     } else {
         let mut held = shared.lists_held.subscribe();
         if held.wait_for(|held| !held).await.is_err() {
             return Err("server stopped".into());
         }
-        Ok(list(&shared, kind, &selector, &query))
+        Ok(list(shared, kind, &selector, query))
     }
+}
+
+/// `GET` of one object.
+fn get_object(shared: &Shared, kind: Kind, namespace: Option<&str>, name: &str) -> Response<Body> {
+    let state = lock(&shared.state);
+    let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+    match state.objects.get(&kind).and_then(|objects| objects.get(&key)) {
+        Some(object) => json_response(StatusCode::OK, object.json.to_string()),
+        None => not_found(kind, name),
+    }
+}
+
+fn not_found(kind: Kind, name: &str) -> Response<Body> {
+    let body = status(
+        404,
+        "NotFound",
+        &format!("{} \"{name}\" not found", kind.resource()),
+    );
+    json_response(StatusCode::NOT_FOUND, body.to_string())
 }
 
 fn json_response(status: StatusCode, body: String) -> Response<Body> {
@@ -893,6 +1116,296 @@ fn start_watch(
         .header("content-type", "application/json")
         .body(BodyExt::boxed(StreamBody::new(stream)))
         .expect("a valid response")
+}
+
+// === Writes ===
+
+/// A write (anything but `GET`) to `route`.
+fn write(
+    shared: &Shared,
+    method: &str,
+    route: &Route,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Response<Body> {
+    match (method, route) {
+        (
+            "POST",
+            Route {
+                kind: kind @ (Kind::Event | Kind::CoreEvent),
+                namespace: Some(namespace),
+                name: None,
+                ..
+            },
+        ) => create_event(shared, *kind, namespace, content_type, body),
+        (
+            "PATCH",
+            Route {
+                kind: Kind::Node,
+                name: Some(name),
+                subresource: Some(sub),
+                ..
+            },
+        ) if sub == "status" => patch_node_status(shared, name, content_type, body),
+        _ => {
+            let body = status(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            );
+            json_response(StatusCode::METHOD_NOT_ALLOWED, body.to_string())
+        }
+    }
+}
+
+/// The media type of a `Content-Type` header, without parameters.
+fn media_type(content_type: Option<&str>) -> &str {
+    content_type
+        .and_then(|c| c.split(';').next())
+        .map(str::trim)
+        .unwrap_or("")
+}
+
+fn unsupported_media_type(content_type: Option<&str>) -> Response<Body> {
+    let message = format!(
+        "the body of the request was in an unknown format ({:?})",
+        media_type(content_type)
+    );
+    let body = status(415, "UnsupportedMediaType", &message);
+    json_response(StatusCode::UNSUPPORTED_MEDIA_TYPE, body.to_string())
+}
+
+fn bad_request(message: &str) -> Response<Body> {
+    json_response(
+        StatusCode::BAD_REQUEST,
+        status(400, "BadRequest", message).to_string(),
+    )
+}
+
+/// `POST` of an Event into `namespace`.
+fn create_event(
+    shared: &Shared,
+    kind: Kind,
+    namespace: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Response<Body> {
+    if media_type(content_type) != "application/json" {
+        return unsupported_media_type(content_type);
+    }
+    let mut event: Value = match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) => return bad_request("the request body is not an object"),
+        Err(e) => return bad_request(&format!("the request body is not JSON: {e}")),
+    };
+    match event["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() && ns != namespace => {
+            return bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            );
+        }
+        _ => event["metadata"]["namespace"] = json!(namespace),
+    }
+    let name = event["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let problems = event_problems(kind, &event, namespace);
+    if !problems.is_empty() {
+        return invalid(kind, &name, &problems);
+    }
+    let mut state = lock(&shared.state);
+    let key = (namespace.to_string(), name.clone());
+    if state
+        .objects
+        .get(&kind)
+        .is_some_and(|objects| objects.contains_key(&key))
+    {
+        let message = format!("{} \"{name}\" already exists", kind.resource());
+        let body = status(409, "AlreadyExists", &message);
+        return json_response(StatusCode::CONFLICT, body.to_string());
+    }
+    event["apiVersion"] = json!(kind.api_version());
+    event["kind"] = json!("Event");
+    event["metadata"]["uid"] = json!(format!("00000000-0000-4000-8000-{:012}", state.rv + 1));
+    event["metadata"]["creationTimestamp"] =
+        json!(jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    state.apply(kind, event);
+    let stored = state.objects[&kind][&key].json.to_string();
+    json_response(StatusCode::CREATED, stored)
+}
+
+/// What the API server's validation of a new Event would refuse: `(field, problem)`.
+/// Core Events get the lenient checks the API server keeps for old clients;
+/// `events.k8s.io/v1` ones the strict ones too.
+fn event_problems(kind: Kind, event: &Value, namespace: &str) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    let mut problem = |field: &str, text: &str| problems.push((field.to_string(), text.to_string()));
+    let text = |field: &str| event[field].as_str().unwrap_or_default();
+    if event["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+        // generateName is not supported by the fake.
+        problem("metadata.name", "Required value: name is required");
+    }
+    let involved = if kind == Kind::Event {
+        "regarding"
+    } else {
+        "involvedObject"
+    };
+    match event[involved]["namespace"].as_str().unwrap_or_default() {
+        "" if namespace != "default" => problem(
+            &format!("{involved}.namespace"),
+            "Invalid value: \"\": does not match event.namespace",
+        ),
+        "" => {}
+        ns if ns != namespace => problem(
+            &format!("{involved}.namespace"),
+            &format!("Invalid value: {ns:?}: does not match event.namespace"),
+        ),
+        _ => {}
+    }
+    if !matches!(text("type"), "" | "Normal" | "Warning") {
+        problem(
+            "type",
+            &format!("Invalid value: {:?}: has invalid value", text("type")),
+        );
+    }
+    for field in ["reason", "action", "reportingController", "reportingInstance"] {
+        if text(field).len() > 128 {
+            problem(field, "Too long: may not be more than 128 bytes");
+        }
+    }
+    if kind == Kind::CoreEvent {
+        return problems;
+    }
+    for field in [
+        "eventTime",
+        "reportingController",
+        "reportingInstance",
+        "action",
+        "reason",
+    ] {
+        if text(field).is_empty() {
+            problem(field, "Required value");
+        }
+    }
+    if !matches!(text("type"), "Normal" | "Warning") {
+        problem("type", "Required value: Normal or Warning");
+    }
+    if text("note").len() > 1024 {
+        problem("note", "Too long: may not be more than 1024 bytes");
+    }
+    for field in [
+        "deprecatedSource",
+        "deprecatedCount",
+        "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp",
+    ] {
+        if !event[field].is_null() && event[field] != json!({}) {
+            problem(field, "Invalid value: needs to be unset");
+        }
+    }
+    problems
+}
+
+/// `422 Invalid`, as the API server words it.
+fn invalid(kind: Kind, name: &str, problems: &[(String, String)]) -> Response<Body> {
+    let listed: Vec<String> = problems.iter().map(|(f, p)| format!("{f}: {p}")).collect();
+    let message = format!(
+        "{} \"{name}\" is invalid: [{}]",
+        kind.resource(),
+        listed.join(", ")
+    );
+    let mut body = status(422, "Invalid", &message);
+    body["details"] = json!({
+        "name": name,
+        "kind": "Event",
+        "causes": problems
+            .iter()
+            .map(|(field, text)| json!({"reason": "FieldValueInvalid", "message": text, "field": field}))
+            .collect::<Vec<_>>(),
+    });
+    json_response(StatusCode::UNPROCESSABLE_ENTITY, body.to_string())
+}
+
+/// `PATCH nodes/<name>/status`: only `status` changes, as the status subresource does.
+fn patch_node_status(shared: &Shared, name: &str, content_type: Option<&str>, body: &[u8]) -> Response<Body> {
+    let strategic = match media_type(content_type) {
+        "application/strategic-merge-patch+json" => true,
+        "application/merge-patch+json" => false,
+        _ => return unsupported_media_type(content_type),
+    };
+    let patch: Value = match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) => return bad_request("the patch is not an object"),
+        Err(e) => return bad_request(&format!("the patch is not JSON: {e}")),
+    };
+    let mut state = lock(&shared.state);
+    let key = (String::new(), name.to_string());
+    let Some(stored) = state.objects.get(&Kind::Node).and_then(|nodes| nodes.get(&key)) else {
+        drop(state);
+        return not_found(Kind::Node, name);
+    };
+    let mut node: Value = serde_json::from_str(&stored.json).expect("stored JSON parses");
+    if let Some(status_patch) = patch.get("status") {
+        merge_patch(&mut node["status"], status_patch, strategic, "status");
+    }
+    state.apply(Kind::Node, node);
+    let stored = state.objects[&Kind::Node][&key].json.to_string();
+    json_response(StatusCode::OK, stored)
+}
+
+/// The strategic merge key of the list at `path` in a Node, if it has one.
+fn node_merge_key(path: &str) -> Option<&'static str> {
+    match path {
+        "status.conditions" | "status.addresses" => Some("type"),
+        _ => None,
+    }
+}
+
+/// Merges `patch` into `target` (RFC 7386: objects merge, `null` removes, the rest
+/// replaces); `strategic` also merges the lists that have a merge key, element by key.
+fn merge_patch(target: &mut Value, patch: &Value, strategic: bool, path: &str) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Value::Object(map) = target else { return };
+    for (key, value) in fields {
+        if value.is_null() {
+            map.remove(key);
+            continue;
+        }
+        let child = format!("{path}.{key}");
+        match (strategic.then(|| node_merge_key(&child)).flatten(), value) {
+            (Some(merge_key), Value::Array(items)) => merge_list(
+                map.entry(key.clone()).or_insert(json!([])),
+                items,
+                merge_key,
+                &child,
+            ),
+            _ => merge_patch(
+                map.entry(key.clone()).or_insert(Value::Null),
+                value,
+                strategic,
+                &child,
+            ),
+        }
+    }
+}
+
+/// A strategic merge of `items` into the list `target`, element by `merge_key`.
+fn merge_list(target: &mut Value, items: &[Value], merge_key: &str, path: &str) {
+    if !target.is_array() {
+        *target = json!([]);
+    }
+    let Value::Array(list) = target else { return };
+    for item in items {
+        let key = item.get(merge_key).filter(|k| !k.is_null());
+        match list.iter_mut().find(|e| key.is_some() && e.get(merge_key) == key) {
+            Some(existing) => merge_patch(existing, item, true, path),
+            None => list.push(item.clone()),
+        }
+    }
 }
 
 // === Objects ===

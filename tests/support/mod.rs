@@ -97,6 +97,30 @@ fn skip_unless_ci(test: &str, need: &str) {
     eprintln!("skipping {test}: needs {need} (CI has it)");
 }
 
+/// Runs an API scenario under a bound, so that a broken client or server fails the test
+/// rather than hanging it.
+pub async fn scenario(body: impl std::future::Future<Output = ()>) {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+    tokio::time::timeout(std::time::Duration::from_secs(60), body)
+        .await
+        .expect("the scenario finished within 60 s");
+}
+
+/// Waits until `condition` holds, or panics after `within`.
+pub async fn eventually(what: &str, within: std::time::Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 pub mod fake_apiserver;
 pub mod promtool;
 
