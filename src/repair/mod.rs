@@ -46,6 +46,9 @@ pub struct RepairConfig {
     /// How long a nudged kube-proxy gets to resync before drift in its backend is
     /// removed directly.
     pub nudge_wait: Duration,
+    /// The grace window: no finding on a port whose Service (or its EndpointSlices)
+    /// changed more recently than this is acted on, whatever its kind.
+    pub grace: Duration,
     /// Plan and report the exact commands, change nothing.
     pub dry_run: bool,
     /// Limits on every tool run (dumps and restores).
@@ -63,6 +66,7 @@ impl Default for RepairConfig {
             min_scans: 2,
             min_age: Duration::from_secs(60),
             nudge_wait: Duration::from_secs(60),
+            grace: Duration::from_secs(30),
             dry_run: false,
             limits: ToolLimits::default(),
         }
@@ -230,7 +234,7 @@ impl Repairer {
             return out;
         }
         let desired = input.desired.expect("blocked() checks the cluster state");
-        let (eligible, refused) = self.eligible(input.report, now);
+        let (eligible, refused) = self.eligible(input.report, desired, now);
         out.refused = refused;
         let backends: BTreeSet<(Backend, Family)> = eligible
             .iter()
@@ -281,7 +285,13 @@ impl Repairer {
     }
 
     /// Findings confirmed by the history, and those not (yet), with why.
-    fn eligible<'r>(&self, report: &'r ScanReport, now: Instant) -> (Vec<&'r Finding>, Vec<Refusal>) {
+    fn eligible<'r>(
+        &self,
+        report: &'r ScanReport,
+        desired: &DesiredState,
+        now: Instant,
+    ) -> (Vec<&'r Finding>, Vec<Refusal>) {
+        let wall = jiff::Timestamp::now();
         let mut eligible = Vec::new();
         let mut refused = Vec::new();
         for f in report
@@ -298,6 +308,11 @@ impl Repairer {
                 Some("drawn from a cluster state that is not current".to_string())
             } else if let Some(left) = f.pending_seconds {
                 Some(format!("inside the grace window ({left} s left)"))
+            } else if let Some(ago) = port_changed_within(desired, f, wall, self.config.grace) {
+                Some(format!(
+                    "the Service owning the port changed {} s ago, inside the grace window",
+                    ago.as_secs()
+                ))
             } else if scans < self.config.min_scans || age < self.config.min_age {
                 Some(format!(
                     "not confirmed yet: seen in {scans} scan(s) over {} s (needs {} over {} s)",
@@ -432,6 +447,28 @@ fn blocked(input: &CycleInput<'_>) -> Option<String> {
         return Some("the cluster state has objects that could not be read".into());
     }
     None
+}
+
+/// How long ago the Service owning the finding's port changed, when that is within
+/// `grace`: kube-proxy may still be applying the change.
+fn port_changed_within(
+    desired: &DesiredState,
+    f: &Finding,
+    now: jiff::Timestamp,
+    grace: Duration,
+) -> Option<Duration> {
+    let (protocol, port) = (f.protocol?, f.port?);
+    desired
+        .ports
+        .iter()
+        .filter(|p| p.protocol == protocol && p.node_port == port)
+        .filter_map(|p| p.last_change.as_deref()?.parse::<jiff::Timestamp>().ok())
+        .filter_map(|changed| {
+            Duration::try_from(now.duration_since(changed))
+                .ok()
+                .or(Some(Duration::ZERO))
+        })
+        .find(|ago| *ago < grace)
 }
 
 /// The scan must have read the finding's backend in full.

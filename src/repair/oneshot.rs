@@ -61,6 +61,7 @@ pub fn scan_and_repair(args: &ScanArgs) -> anyhow::Result<u8> {
         min_scans: 2,
         min_age: r.repair_confirm,
         nudge_wait: r.repair_nudge_wait,
+        grace: args.grace,
         dry_run: r.dry_run,
         limits: args.live.config(None).limits,
     });

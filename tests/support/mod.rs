@@ -93,4 +93,5 @@ pub fn require_root(test: &str) -> bool {
 }
 
 pub mod fake_apiserver;
+pub mod netns;
 pub mod promtool;
