@@ -211,14 +211,20 @@ fn setup(test: &str) -> Option<(Lab, tempfile::TempDir, std::path::PathBuf)> {
     Some((lab, dir, cluster))
 }
 
-/// [`setup`], with shop/web's rules behind the stale DNAT loaded into the node.
-fn shadowed(test: &str) -> Option<(Lab, tempfile::TempDir, std::path::PathBuf)> {
+/// [`setup`], with shop/web's rules behind the stale DNAT loaded into the node by
+/// `restore`.
+fn shadowed_in(test: &str, restore: &str) -> Option<(Lab, tempfile::TempDir, std::path::PathBuf)> {
     let (lab, dir, cluster) = setup(test)?;
     lab.restore(
-        "iptables-nft-restore",
+        restore,
         &node_rules(&[service_rules(WEB, 30080, &pod())], "", STALE_DNAT),
     );
     Some((lab, dir, cluster))
+}
+
+/// [`shadowed_in`] iptables-nft.
+fn shadowed(test: &str) -> Option<(Lab, tempfile::TempDir, std::path::PathBuf)> {
+    shadowed_in(test, "iptables-nft-restore")
 }
 
 #[test]
@@ -388,4 +394,81 @@ fn nothing_is_touched_on_an_untrusted_or_unreachable_cluster_state_or_inside_the
         "{left:?}"
     );
     assert_eq!(lab.ruleset("iptables-nft-save"), before);
+}
+
+#[test]
+fn a_concurrent_writer_loses_nothing_while_repair_runs() {
+    // iptables-nft commits through nf_tables' generation check, iptables-legacy through
+    // the xtables lock: both must keep the writer's work.
+    for (restore, save) in [
+        ("iptables-nft-restore", "iptables-nft-save"),
+        ("iptables-legacy-restore", "iptables-legacy-save"),
+    ] {
+        concurrent_writer(restore, save);
+    }
+}
+
+fn concurrent_writer(restore: &'static str, save: &str) {
+    let Some((lab, _dir, cluster)) =
+        shadowed_in("a_concurrent_writer_loses_nothing_while_repair_runs", restore)
+    else {
+        return;
+    };
+    let before = lab.ruleset(save);
+    // A writer like kube-proxy: one `iptables-restore --noflush` transaction after
+    // another into the same nat table, each adding a rule, for as long as repair runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (node, stop) = (lab.node.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut acknowledged = Vec::new();
+            let mut failures = 0;
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                let rule = format!(
+                    "-A KUBE-SERVICES -d 10.96.{}.{}/32 -p tcp -m comment --comment \"writer/svc-{i} cluster IP\" -m tcp --dport 80 -j RETURN",
+                    i / 250,
+                    i % 250 + 1
+                );
+                let out = support::netns::exec_in_with_input(
+                    &node,
+                    &[restore, "--noflush", "-w"],
+                    &format!("*nat\n{rule}\nCOMMIT\n"),
+                );
+                if out.status.success() {
+                    acknowledged.push((rule, std::time::Instant::now()));
+                } else {
+                    failures += 1;
+                }
+            }
+            (acknowledged, failures)
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let (_, report) = repair(&lab, &cluster, &[]);
+    let ended = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (acknowledged, failures) = writer.join().unwrap();
+    assert_eq!(results(&report), ["applied"], "{restore}: {:#}", report["repair"]);
+    let during = acknowledged
+        .iter()
+        .filter(|(_, at)| *at > started && *at < ended)
+        .count();
+    assert!(
+        during > 10,
+        "{restore}: the writer wrote only {during} times while repair ran"
+    );
+
+    let after = lab.ruleset(save);
+    let (gone, added) = diff(&before, &after);
+    assert_eq!(gone, BTreeSet::from([saved_stale_dnat()]));
+    let written: BTreeSet<String> = acknowledged.into_iter().map(|(r, _)| r).collect();
+    assert_eq!(
+        added, written,
+        "{restore}: the writer's acknowledged rules, exactly ({failures} writes failed)"
+    );
+    assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
 }

@@ -194,6 +194,20 @@ impl Lab {
     }
 }
 
+/// Runs a command inside namespace `ns` with `input` on stdin.
+pub fn exec_in_with_input(ns: &str, cmd: &[&str], input: &str) -> Output {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ip netns exec runs");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// Drops comments and zeroes `[packets:bytes]` counters.
 pub fn normalise(dump: &str) -> Vec<String> {
     dump.lines()
