@@ -130,16 +130,7 @@ impl Lab {
 
     /// Runs a command inside the node's namespace with `input` on stdin.
     pub fn exec_with_input(&self, cmd: &[&str], input: &str) -> Output {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.node])
-            .args(cmd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("ip netns exec runs");
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        child.wait_with_output().unwrap()
+        exec_in_with_input(&self.node, cmd, input)
     }
 
     /// Loads iptables-restore input into the node (no flush of what is there).
