@@ -472,3 +472,123 @@ fn concurrent_writer(restore: &'static str, save: &str) {
     );
     assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
 }
+
+/// One Service port in kube-proxy's nftables form (Cluster policy, one endpoint): its
+/// chains and rules, and its `service-nodeports` element.
+fn nft_service(svc: &str, node_port: u16, endpoint: &str) -> String {
+    let svc_ref = ServicePortRef::parse(svc).unwrap();
+    let external = kube_proxy::nft_service_chain("external", &svc_ref, Protocol::Tcp);
+    let service = kube_proxy::nft_service_chain("service", &svc_ref, Protocol::Tcp);
+    let (ip, port) = endpoint.split_once(':').unwrap();
+    // The endpoint chain's hash is kube-proxy's business; nothing here reads it.
+    let ep = format!(
+        "endpoint-AAAAAAAA-{}/{}/tcp/{}__{ip}/{port}",
+        svc_ref.namespace, svc_ref.name, svc_ref.port_name
+    );
+    format!(
+        "add chain ip kube-proxy {external}
+add chain ip kube-proxy {service}
+add chain ip kube-proxy {ep}
+add rule ip kube-proxy {external} jump mark-for-masquerade
+add rule ip kube-proxy {external} goto {service}
+add rule ip kube-proxy {service} numgen random mod 1 vmap {{ 0 : goto {ep} }}
+add rule ip kube-proxy {ep} ip saddr {ip} jump mark-for-masquerade
+add rule ip kube-proxy {ep} meta l4proto tcp dnat to {endpoint}
+add element ip kube-proxy service-nodeports {{ tcp . {node_port} : goto {external} }}
+"
+    )
+}
+
+/// kube-proxy's nftables table (the parts NodePorts use), with `services`.
+fn nft_node(services: &str) -> String {
+    format!(
+        "add table ip kube-proxy {{ comment \"rules for kube-proxy\" ; }}
+add set ip kube-proxy nodeport-ips {{ type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }}
+add map ip kube-proxy service-nodeports {{ type inet_proto . inet_service : verdict ; comment \"NodePort traffic\" ; }}
+add map ip kube-proxy no-endpoint-nodeports {{ type inet_proto . inet_service : verdict ; }}
+add chain ip kube-proxy nat-prerouting {{ type nat hook prerouting priority -100 ; }}
+add chain ip kube-proxy nat-output {{ type nat hook output priority -100 ; }}
+add chain ip kube-proxy nat-postrouting {{ type nat hook postrouting priority 100 ; }}
+add chain ip kube-proxy services
+add chain ip kube-proxy mark-for-masquerade
+add chain ip kube-proxy masquerading
+add rule ip kube-proxy mark-for-masquerade mark set mark or 0x4000
+add rule ip kube-proxy masquerading mark and 0x4000 == 0 return
+add rule ip kube-proxy masquerading mark set mark xor 0x4000
+add rule ip kube-proxy masquerading masquerade fully-random
+add rule ip kube-proxy nat-prerouting jump services
+add rule ip kube-proxy nat-output jump services
+add rule ip kube-proxy nat-postrouting jump masquerading
+add rule ip kube-proxy services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports
+add element ip kube-proxy nodeport-ips {{ {} }}
+{services}",
+        support::netns::NODE_IP
+    )
+}
+
+/// kube-proxy's table as a set of objects without handles: chains, rules (by chain
+/// and expression) and map elements, so two listings compare by content.
+fn nft_objects(lab: &Lab) -> BTreeSet<String> {
+    let out = lab.exec(&["nft", "-j", "list", "table", "ip", "kube-proxy"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dump: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut objects = BTreeSet::new();
+    for o in dump["nftables"].as_array().unwrap() {
+        if let Some(c) = o.get("chain") {
+            objects.insert(format!("chain {}", c["name"].as_str().unwrap()));
+        } else if let Some(r) = o.get("rule") {
+            objects.insert(format!("rule {} {}", r["chain"].as_str().unwrap(), r["expr"]));
+        } else if let Some(m) = o.get("map") {
+            for e in m["elem"].as_array().into_iter().flatten() {
+                objects.insert(format!("element {} {e}", m["name"].as_str().unwrap()));
+            }
+        }
+    }
+    objects
+}
+
+#[test]
+fn nftables_mode_a_deleted_services_element_and_chains_go_and_nothing_else() {
+    let Some((lab, _dir, cluster)) =
+        setup("nftables_mode_a_deleted_services_element_and_chains_go_and_nothing_else")
+    else {
+        return;
+    };
+    let script = nft_node(&format!(
+        "{}{}",
+        nft_service(WEB, 30080, &pod()),
+        nft_service(GONE, 30090, "10.77.2.98:8080")
+    ));
+    let out = lab.exec_with_input(&["nft", "-f", "-"], &script);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
+    let before = nft_objects(&lab);
+
+    let (_, dry) = repair(&lab, &cluster, &["--dry-run"]);
+    assert!(!actions(&dry).is_empty(), "{:#}", dry["repair"]);
+    assert_eq!(nft_objects(&lab), before, "a dry run changed the table");
+
+    let (_, report) = repair(&lab, &cluster, &[]);
+    assert!(
+        !results(&report).is_empty() && results(&report).iter().all(|r| r == "applied"),
+        "{:#}",
+        report["repair"]
+    );
+    let after = nft_objects(&lab);
+    assert!(after.is_subset(&before), "{:#?}", after.difference(&before));
+    let gone: BTreeSet<&String> = before.difference(&after).collect();
+    // The element, and shop/gone's three chains with their five rules; nothing else.
+    assert!(
+        gone.iter()
+            .all(|o| o.contains("shop/gone") || o.contains("30090")),
+        "{gone:#?}"
+    );
+    assert_eq!(gone.len(), 9, "{gone:#?}");
+    assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
+    assert_eq!(
+        report["findings"].as_array().unwrap().len(),
+        0,
+        "{:#}",
+        report["findings"]
+    );
+}

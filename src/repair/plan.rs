@@ -652,12 +652,13 @@ fn nft_delete_chain(table: &TableView, chain: &str, deleted: &mut NftDeletions) 
     })
 }
 
-/// kube-proxy's nftables chain names: letters, digits and `-_./:`.
+/// kube-proxy's nftables chain names: letters, digits and `-_./` (an IPv6 endpoint's
+/// colons become dots).
 fn nft_name_is_safe(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/' | b':'))
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
 }
 
 /// A duplicate is only removed while the copy that stays is still there.
@@ -759,9 +760,11 @@ impl Action {
                 handles,
             } => {
                 for h in handles {
-                    let _ = writeln!(s, "delete rule {table} \"{chain}\" handle {h}");
+                    // nft 1.0 takes chain names bare (kube-proxy writes them so);
+                    // `nft_name_is_safe` keeps them to characters that need no quoting.
+                    let _ = writeln!(s, "delete rule {table} {chain} handle {h}");
                 }
-                let _ = writeln!(s, "delete chain {table} \"{chain}\"");
+                let _ = writeln!(s, "delete chain {table} {chain}");
             }
         }
         s
