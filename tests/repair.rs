@@ -592,3 +592,130 @@ fn nftables_mode_a_deleted_services_element_and_chains_go_and_nothing_else() {
         report["findings"]
     );
 }
+
+/// A stand-in for a live kube-proxy in the node: `/healthz` on 127.0.0.1:10256 says it
+/// synced just now, and when its canary disappears it does what kube-proxy does, a
+/// full resync: `resync` (which rewrites KUBE-NODEPORTS and recreates the canaries)
+/// through `iptables-restore --noflush`, noted in `marker`.
+const KUBE_PROXY_STAND_IN: &str = r#"
+import datetime, json, subprocess, sys, threading, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+resync, marker = sys.argv[1], sys.argv[2]
+
+class Healthz(BaseHTTPRequestHandler):
+    def do_GET(self):
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = json.dumps({"lastUpdated": now, "currentTime": now, "nodeEligible": True}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = HTTPServer(("127.0.0.1", 10256), Healthz)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+open(marker + ".ready", "w").close()
+while True:
+    time.sleep(0.2)
+    probe = subprocess.run(["iptables-nft", "-w", "-t", "mangle", "-S", "KUBE-PROXY-CANARY"], capture_output=True)
+    if probe.returncode != 0:
+        with open(resync) as rules:
+            subprocess.run(["iptables-nft-restore", "--noflush", "-w"], stdin=rules, check=True)
+        with open(marker, "a") as done:
+            done.write("resync\n")
+"#;
+
+/// The stand-in's process, stopped on drop.
+struct StandIn(std::process::Child);
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_live_kube_proxy_is_nudged_and_cleans_up_its_own_drift() {
+    nudge(true);
+}
+
+#[test]
+fn drift_that_survives_the_nudge_is_removed_directly() {
+    nudge(false);
+}
+
+/// A live kube-proxy (the stand-in) is nudged; its resync rewrites KUBE-NODEPORTS when
+/// `resync_fixes`, else it only recreates its canaries and the drift survives.
+fn nudge(resync_fixes: bool) {
+    let test = if resync_fixes {
+        "a_live_kube_proxy_is_nudged_and_cleans_up_its_own_drift"
+    } else {
+        "drift_that_survives_the_nudge_is_removed_directly"
+    };
+    let Some((lab, dir, cluster)) = shadowed(test) else {
+        return;
+    };
+    let (_, web_rules) = service_rules(WEB, 30080, &pod());
+    let nodeport_rule = if resync_fixes {
+        format!(":KUBE-NODEPORTS - [0:0]\n{}\n", web_rules.lines().next().unwrap())
+    } else {
+        String::new()
+    };
+    let resync = dir.path().join("resync.rules");
+    std::fs::write(
+        &resync,
+        format!(
+            "*mangle\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n*filter\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n*nat\n:KUBE-PROXY-CANARY - [0:0]\n{nodeport_rule}COMMIT\n"
+        ),
+    )
+    .unwrap();
+    let script = dir.path().join("kube-proxy.py");
+    std::fs::write(&script, KUBE_PROXY_STAND_IN).unwrap();
+    let marker = dir.path().join("resynced");
+    let _stand_in = StandIn(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &lab.node, "python3"])
+            .args([&script, &resync, &marker])
+            .spawn()
+            .expect("python3 runs"),
+    );
+    let ready = marker.with_extension("ready");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ready.exists() {
+        assert!(std::time::Instant::now() < deadline, "the stand-in did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(lab.curl_nodeport(30080), None);
+    let before = lab.ruleset("iptables-nft-save");
+
+    let (_, report) = repair(&lab, &cluster, &["--repair-nudge-wait", "3s"]);
+    // The nudge first; then, only if the drift survived, the stale rule itself.
+    let taken = actions(&report);
+    assert_eq!(
+        taken.len(),
+        if resync_fixes { 1 } else { 2 },
+        "{:#}",
+        report["repair"]
+    );
+    if !resync_fixes {
+        assert_eq!(taken[1]["result"], "applied");
+        assert!(taken[1]["script"].as_str().unwrap().contains("-D KUBE-NODEPORTS"));
+    }
+    assert!(taken[0]["action"].as_str().unwrap().contains("nudge kube-proxy"));
+    assert_eq!(taken[0]["result"], "applied");
+    assert_eq!(
+        taken[0]["script"],
+        "*mangle\n-X KUBE-PROXY-CANARY\nCOMMIT\n*filter\n-X KUBE-PROXY-CANARY\nCOMMIT\n*nat\n-X KUBE-PROXY-CANARY\nCOMMIT\n"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "resync\n");
+    // The drift is gone, and only the drift.
+    let (gone, added) = diff(&before, &lab.ruleset("iptables-nft-save"));
+    assert_eq!(gone, BTreeSet::from([saved_stale_dnat()]));
+    assert!(added.is_empty(), "{added:?}");
+    assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
+    assert_eq!(report["summary"]["critical"], 0, "{:#}", report["findings"]);
+}
