@@ -228,12 +228,14 @@ impl Repairer {
     /// Repairs what the history confirms in `input.report` (already observed).
     pub fn act(&mut self, input: &CycleInput<'_>, now: Instant) -> CycleOutcome {
         let mut out = CycleOutcome::default();
-        if let Some(why) = blocked(input) {
-            tracing::info!(reason = %why, "repair: not acting this cycle");
-            out.blocked = Some(why);
-            return out;
-        }
-        let desired = input.desired.expect("blocked() checks the cluster state");
+        let desired = match current_state(input) {
+            Ok(desired) => desired,
+            Err(why) => {
+                tracing::info!(reason = %why, "repair: not acting this cycle");
+                out.blocked = Some(why);
+                return out;
+            }
+        };
         let (eligible, refused) = self.eligible(input.report, desired, now);
         out.refused = refused;
         let backends: BTreeSet<(Backend, Family)> = eligible
@@ -432,21 +434,19 @@ fn refusal(f: &Finding, reason: String) -> Refusal {
     }
 }
 
-/// Why no repair may happen this cycle at all.
-fn blocked(input: &CycleInput<'_>) -> Option<String> {
+/// The cluster state to repair against, or why no repair may happen this cycle at all.
+fn current_state<'a>(input: &CycleInput<'a>) -> Result<&'a DesiredState, String> {
     if !input.api.synced {
-        return Some("the API state is not synced".into());
+        return Err("the API state is not synced".into());
     }
     if !input.api.fresh {
-        return Some("the API state is not fresh (the watch is failing or silent)".into());
+        return Err("the API state is not fresh (the watch is failing or silent)".into());
     }
-    let Some(desired) = input.desired else {
-        return Some("there is no cluster state".into());
-    };
+    let desired = input.desired.ok_or("there is no cluster state")?;
     if desired.uncertain || !desired.problems.is_empty() {
-        return Some("the cluster state has objects that could not be read".into());
+        return Err("the cluster state has objects that could not be read".into());
     }
-    None
+    Ok(desired)
 }
 
 /// How long ago the Service owning the finding's port changed, when that is within
