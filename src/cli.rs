@@ -144,6 +144,40 @@ pub struct ScanArgs {
     /// The cluster's NodePort range (the API server's --service-node-port-range).
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
     pub nodeport_range: RangeInclusive<u16>,
+
+    #[command(flatten)]
+    pub repair: RepairArgs,
+}
+
+/// `scan --repair`: one careful repair pass on this node.
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// Remove the stale rules the scan proves stale: scan, wait --repair-confirm, scan
+    /// again, and act only on findings present both times (see the README, Repair).
+    #[arg(long = "repair", conflicts_with = "from")]
+    pub enabled: bool,
+
+    /// With --repair: print the exact commands it would run, and change nothing.
+    #[arg(long, requires = "enabled")]
+    pub dry_run: bool,
+
+    /// The most repair actions in one pass.
+    #[arg(long, value_name = "N", default_value_t = crate::repair::DEFAULT_MAX_ACTIONS, requires = "enabled")]
+    pub repair_max: usize,
+
+    /// The time between the two scans a finding must appear in before it is repaired.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration, requires = "enabled")]
+    pub repair_confirm: Duration,
+
+    /// How long a live kube-proxy, nudged to resync (its canary chain deleted), gets to
+    /// clean up its own rules before the drift is removed directly.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration, requires = "enabled")]
+    pub repair_nudge_wait: Duration,
+
+    /// Repair from a --cluster-state file. A file may be stale, so repair refuses one
+    /// unless told that it is current.
+    #[arg(long, requires_all = ["enabled", "cluster_state"])]
+    pub trust_cluster_state: bool,
 }
 
 /// How to read the live node.
@@ -173,7 +207,7 @@ pub struct LiveArgs {
 pub struct HealthzAddr(pub Option<SocketAddr>);
 
 impl LiveArgs {
-    fn config(&self, cluster_state: Option<PathBuf>) -> LiveConfig {
+    pub(crate) fn config(&self, cluster_state: Option<PathBuf>) -> LiveConfig {
         LiveConfig {
             proc_root: self.proc_root.clone(),
             limits: ToolLimits {
@@ -313,29 +347,15 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
 }
 
 fn scan(args: ScanArgs) -> anyhow::Result<u8> {
+    if args.repair.enabled {
+        return crate::repair::oneshot::scan_and_repair(&args);
+    }
     let input = match &args.from {
         Some(dir) => read_bundle_with(dir, args.node.as_deref(), args.cluster_state.clone())
             .with_context(|| format!("cannot scan {}", dir.display()))?,
-        None => {
-            let mut node = LiveNode::new(args.live.config(args.cluster_state.clone()));
-            let mut input = read_input(&mut node, args.node.as_deref()).context("cannot scan this node")?;
-            if args.cluster_state.is_none() {
-                read_cluster_from_api(&mut input, args.kubeconfig.as_deref(), args.api_timeout);
-            }
-            input
-        }
+        None => read_live(&args)?.0,
     };
-    let grace = (!args.grace.is_zero()).then(|| Grace {
-        now: jiff::Timestamp::now(),
-        window: args.grace,
-    });
-    let config = DetectConfig {
-        grace,
-        // A one-shot scan lists the cluster state itself: it is current by construction.
-        cluster_state_stale: false,
-        nodeport_range: args.nodeport_range,
-    };
-    let report = run_scan(input, &config);
+    let report = run_scan(input, &detect_config(&args));
     let mut stdout = std::io::stdout().lock();
     match args.format {
         Format::Text => stdout.write_all(render_text(&report).as_bytes())?,
@@ -346,6 +366,35 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
     }
     stdout.flush()?;
     Ok(report.exit_code())
+}
+
+/// The detector's settings for a scan made now.
+pub(crate) fn detect_config(args: &ScanArgs) -> DetectConfig {
+    DetectConfig {
+        grace: (!args.grace.is_zero()).then(|| Grace {
+            now: jiff::Timestamp::now(),
+            window: args.grace,
+        }),
+        // A one-shot scan lists the cluster state itself: it is current by construction.
+        cluster_state_stale: false,
+        nodeport_range: args.nodeport_range.clone(),
+    }
+}
+
+/// Reads this node and its cluster state for a live scan. The second value says
+/// whether the cluster state was listed from the API (or read from a file) in full.
+pub(crate) fn read_live(args: &ScanArgs) -> anyhow::Result<(ScanInput, bool)> {
+    let mut node = LiveNode::new(args.live.config(args.cluster_state.clone()));
+    let mut input = read_input(&mut node, args.node.as_deref()).context("cannot scan this node")?;
+    if args.cluster_state.is_none() {
+        read_cluster_from_api(&mut input, args.kubeconfig.as_deref(), args.api_timeout);
+    }
+    let listed = input.desired.is_some()
+        && input
+            .sources
+            .iter()
+            .any(|s| s.source.starts_with("cluster") && s.status == SourceState::Ok);
+    Ok((input, listed))
 }
 
 /// Lists the cluster's objects from the API into a temporary `cluster.json`. None when

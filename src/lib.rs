@@ -19,6 +19,7 @@ pub mod observed;
 #[cfg(test)]
 #[path = "../tests/support/promtool.rs"]
 mod promtool;
+pub mod repair;
 pub mod report;
 pub mod scan;
 pub mod snapshot;

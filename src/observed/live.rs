@@ -185,6 +185,23 @@ where
     T: Send + 'static,
     F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
 {
+    run_tool_with_input(program, args, None, limits, consume)
+}
+
+/// [`run_tool`] with `input` written to the tool's stdin (then closed), for the tools
+/// that read a script there (`iptables-restore`, `nft -f -`). The input is written on
+/// its own thread, so a tool that stops reading cannot block the watchdog.
+pub fn run_tool_with_input<T, F>(
+    program: &str,
+    args: &[&str],
+    input: Option<Vec<u8>>,
+    limits: ToolLimits,
+    consume: F,
+) -> ToolRun<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+{
     let start = Instant::now();
     let command = std::iter::once(program)
         .chain(args.iter().copied())
@@ -205,7 +222,11 @@ where
     let spawned = Command::new(&path)
         .args(args)
         .env("LC_ALL", "C")
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -223,6 +244,21 @@ where
         }
     };
 
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A failed write shows as the tool's own complaint (or exit status).
+        let writer = thread::Builder::new()
+            .name(format!("{program} stdin"))
+            .spawn(move || {
+                let _ = stdin.write_all(&bytes);
+            });
+        if let Err(e) = writer {
+            kill_group(&mut child);
+            let _ = child.wait();
+            run.outcome = ToolOutcome::Failed(format!("could not start a writer thread: {e}"));
+            run.elapsed = start.elapsed();
+            return run;
+        }
+    }
     let count = Arc::new(AtomicU64::new(0));
     let over = Arc::new(AtomicBool::new(false));
     let (out_tx, out_rx) = mpsc::channel();

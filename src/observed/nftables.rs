@@ -559,6 +559,104 @@ fn orphan_chains(table: &TableIr<'_>) -> Vec<OrphanChain> {
         .collect()
 }
 
+/// kube-proxy's nftables table in full, as repair needs it: every chain with every
+/// rule's handle and jumps, every verdict-map element. Read from the same JSON as
+/// [`parse_ruleset_json`].
+#[derive(Debug, Clone)]
+pub struct TableView {
+    pub family: Family,
+    /// `ip kube-proxy` or `ip6 kube-proxy`, as `nft` commands name it.
+    pub table: &'static str,
+    /// The dump was read in full and every object in it understood.
+    pub complete: bool,
+    pub chains: Vec<ChainView>,
+    pub maps: Vec<MapView>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChainView {
+    pub name: String,
+    pub rules: Vec<RuleView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleView {
+    pub handle: Option<u64>,
+    /// Chains this rule jumps or goes to (also inside inline verdict maps).
+    pub jumps: Vec<String>,
+    /// The rule as `nft list` prints it, for a DNAT rule.
+    pub dnat: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MapView {
+    pub name: String,
+    pub elements: Vec<ElementView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElementView {
+    /// `tcp . 30080`.
+    pub key: String,
+    /// The element as `nft list` prints it (what findings show as the rule).
+    pub text: String,
+    /// The chain its verdict goes or jumps to.
+    pub chain: Option<String>,
+}
+
+impl TableView {
+    pub fn chain(&self, name: &str) -> Option<&ChainView> {
+        self.chains.iter().find(|c| c.name == name)
+    }
+}
+
+/// Reads `nft -j list table ip|ip6 kube-proxy` documents into [`TableView`]s.
+pub fn table_views_json(input: &[u8], origin: &str) -> Result<Vec<TableView>, NftError> {
+    let parsed = json::parse(input, origin)?;
+    let unattributed = !parsed.unattributed.is_empty();
+    Ok(parsed
+        .tables
+        .into_iter()
+        .map(|t| TableView {
+            family: t.family,
+            table: table_label(t.family),
+            complete: t.complete && t.unparsed.is_empty() && !unattributed,
+            chains: t
+                .chains
+                .iter()
+                .map(|c| ChainView {
+                    name: c.name.to_string(),
+                    rules: c
+                        .rules
+                        .iter()
+                        .map(|r| RuleView {
+                            handle: r.handle,
+                            jumps: r.jumps.iter().map(|j| j.to_string()).collect(),
+                            dnat: r.dnat.as_ref().map(|d| d.text.clone()),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            maps: t
+                .maps
+                .iter()
+                .map(|m| MapView {
+                    name: m.name.to_string(),
+                    elements: m
+                        .elements
+                        .iter()
+                        .map(|e| ElementView {
+                            key: e.key.clone(),
+                            text: e.text(),
+                            chain: e.verdict.chain().map(str::to_string),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -122,6 +122,7 @@ pub async fn eventually(what: &str, within: std::time::Duration, mut condition: 
 }
 
 pub mod fake_apiserver;
+pub mod netns;
 pub mod promtool;
 
 /// The fake API server (`examples/fake_apiserver`), as a program the namespaces of the

@@ -9,7 +9,7 @@
 //! Rules are compared by meaning, not text: arguments are read by flag wherever the
 //! kernel round-trip put them, addresses are parsed, and quoting is undone.
 
-mod tokens;
+pub(crate) mod tokens;
 
 use std::borrow::Cow;
 use std::io::{self, BufRead};
