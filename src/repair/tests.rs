@@ -26,6 +26,7 @@ fn report(findings: Vec<Finding>, status: SourceState) -> ScanReport {
         summary: Summary::default(),
         findings,
         sources: vec![source],
+        kube_proxy: None,
     }
 }
 
