@@ -18,9 +18,10 @@ use crate::detect::{DetectConfig, Grace};
 use crate::finding::{Finding, Severity};
 use crate::http::{ServerConfig, Shared};
 use crate::kube_report::{KubeReporter, ReportConfig};
-use crate::metrics::{Metrics, ScanTimes};
+use crate::metrics::{Metrics, ResultLabel, ScanTimes};
 use crate::observed::live::{LiveConfig, LiveNode};
 use crate::observed::rule_changes::RuleChanges;
+use crate::repair::{ApiState, CycleInput, CycleOutcome, RepairConfig, Repairer};
 use crate::scan::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan};
 use crate::snapshot::{NF_TABLES_DUMPS, RuleCache, read_input_cached};
 
@@ -41,6 +42,8 @@ pub struct AgentConfig {
     pub events: bool,
     /// Keep the `NodePortDrift` Node condition.
     pub node_condition: bool,
+    /// Repair every cycle (`--repair`).
+    pub repair: Option<RepairConfig>,
 }
 
 /// How long a scan still running at shutdown may delay the exit.
@@ -180,15 +183,18 @@ impl PendingChange {
 struct NodeReader {
     live: LiveNode,
     cache: RuleCache,
+    /// With `--repair`: its history of findings lives as long as the agent.
+    repairer: Option<Repairer>,
     /// When the nf_tables dumps were last read rather than reused.
     last_full_read: Option<Instant>,
 }
 
 impl NodeReader {
-    fn new(config: &LiveConfig) -> NodeReader {
+    fn new(config: &AgentConfig) -> NodeReader {
         NodeReader {
-            live: LiveNode::new(config.clone()),
+            live: LiveNode::new(config.live.clone()),
             cache: RuleCache::default(),
+            repairer: config.repair.clone().map(Repairer::new),
             last_full_read: None,
         }
     }
@@ -215,7 +221,7 @@ async fn scan_loop(
     mut reporter: Option<KubeReporter>,
     stop: signal_watch::Receiver<bool>,
 ) {
-    let mut reader = Some(NodeReader::new(&config.live));
+    let mut reader = Some(NodeReader::new(config));
     let mut known: BTreeMap<Key, Finding> = BTreeMap::new();
     let mut api_changes = view.changes();
     let rule_changes = match RuleChanges::subscribe() {
@@ -289,7 +295,7 @@ async fn scan_loop(
             Err(e) => {
                 tracing::error!(error = %e, "the scan thread failed");
                 shared.metrics.scan_failed("node");
-                reader = Some(NodeReader::new(&config.live));
+                reader = Some(NodeReader::new(config));
                 continue;
             }
         };
@@ -333,6 +339,8 @@ async fn changed(rx: Option<&mut signal_watch::Receiver<u64>>) {
 struct ScanStats {
     times: ScanTimes,
     api: watch::ViewStatus,
+    /// What the repair cycle after the scan did (with `--repair`).
+    repair: Option<CycleOutcome>,
 }
 
 type ScanOutcome = Result<(ScanReport, ScanStats), (&'static str, String)>;
@@ -367,6 +375,8 @@ async fn scan_once(
                     .push("the API watch is not current: findings are marked on_stale_cluster_state".into());
             }
             input.sources.push(status);
+            // Repair needs the desired state after the scan, which consumes it.
+            let desired_for_repair = node.repairer.is_some().then(|| desired.clone());
             input.desired = Some(desired);
             let detect = DetectConfig {
                 grace: (!grace.is_zero()).then(|| Grace {
@@ -383,8 +393,22 @@ async fn scan_once(
                 read_node: node_read - desired_built,
                 detect: node_read.elapsed(),
             };
+            let repair = node.repairer.as_mut().map(|repairer| {
+                let input = CycleInput {
+                    report: &report,
+                    desired: desired_for_repair.as_ref(),
+                    // Judged now, after the scan: repair acts on the present, and a
+                    // view that went stale during the scan blocks it.
+                    api: ApiState {
+                        synced: view.synced(),
+                        fresh: view.fresh() && !stale,
+                    },
+                    kube_proxy: report.kube_proxy.as_ref(),
+                };
+                repairer.cycle(&input, Instant::now())
+            });
             let api = view.status();
-            Ok((report, ScanStats { times, api }))
+            Ok((report, ScanStats { times, api, repair }))
         })();
         (node, outcome)
     })
@@ -399,6 +423,21 @@ fn record(shared: &Shared, report: &ScanReport, stats: ScanStats) {
     // Counts each failed source as a scan error too.
     shared.metrics.scan_done(report, &stats.times, now);
     shared.metrics.set_api_watches(&stats.api, now);
+    if let Some(outcome) = &stats.repair {
+        // Each action was logged before and after by the repair module itself.
+        for action in &outcome.actions {
+            shared
+                .metrics
+                .repairs()
+                .get_or_create(&ResultLabel {
+                    result: action.result.metric_result(),
+                })
+                .inc();
+        }
+        if let Some(why) = &outcome.blocked {
+            tracing::debug!(%why, "repair: not this cycle");
+        }
+    }
     shared.set_report(report);
     tracing::debug!(findings = report.findings.len(), took = ?stats.times.total, "scan done");
 }

@@ -92,7 +92,38 @@ pub struct RunArgs {
     pub node_condition: bool,
 
     #[command(flatten)]
+    pub repair: RunRepairArgs,
+
+    #[command(flatten)]
     pub live: LiveArgs,
+}
+
+/// `run --repair`: repair continuously, under the same safety rules as `scan --repair`.
+#[derive(Debug, Args)]
+pub struct RunRepairArgs {
+    /// Remove stale rules every cycle: only what a finding seen in two scans, and
+    /// older than --grace and two intervals, proves stale, while the API watch is fresh
+    /// (see the README, Repair).
+    #[arg(long = "repair")]
+    pub enabled: bool,
+
+    /// With --repair: log the exact commands each cycle would run, and change nothing.
+    #[arg(long, requires = "enabled")]
+    pub repair_dry_run: bool,
+
+    /// The most repair actions in one cycle.
+    #[arg(long, value_name = "N", default_value_t = crate::repair::DEFAULT_MAX_ACTIONS, requires = "enabled")]
+    pub repair_max: usize,
+
+    /// How long a finding must have persisted (in two scans at least) before it is
+    /// repaired; never less than two intervals.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, requires = "enabled")]
+    pub repair_min_age: Duration,
+
+    /// How long a live kube-proxy, nudged to resync (its canary chain deleted), gets to
+    /// clean up its own rules before the drift is removed directly.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, requires = "enabled")]
+    pub repair_nudge_wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -329,17 +360,30 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Scan(args) => scan(args),
         Command::Snapshot(args) => snapshot(args),
         Command::Run(args) => {
+            let live = args.live.config(None);
+            let live_limits = live.limits;
             crate::agent::run(crate::agent::AgentConfig {
                 node: args.node,
                 listen: args.listen,
                 interval: args.interval,
                 grace: args.grace,
                 kubeconfig: args.kubeconfig,
-                live: args.live.config(None),
+                live,
                 nodeport_range: args.nodeport_range,
                 metrics_max_series: args.metrics_max_series,
                 events: args.events,
                 node_condition: args.node_condition,
+                repair: args.repair.enabled.then(|| crate::repair::RepairConfig {
+                    max_actions: args.repair.repair_max,
+                    min_scans: 2,
+                    // Two intervals at least: a change kube-proxy is still applying
+                    // is not drift.
+                    min_age: args.repair.repair_min_age.max(args.interval * 2),
+                    nudge_wait: args.repair.repair_nudge_wait,
+                    grace: args.grace,
+                    dry_run: args.repair.repair_dry_run,
+                    limits: live_limits,
+                }),
             })?;
             Ok(0)
         }

@@ -297,6 +297,65 @@ get /metrics >"$dir/cleared-later-metrics.txt"
 stop_agent
 "#;
 
+/// Inside the namespace: a stale rule added while `run --repair` watches; the agent
+/// repairs it, and the ruleset is what it was before.
+const REPAIR: &str = r#"
+add=$1; port=$2
+rules() { iptables-nft-save -t nat | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//'; }
+rules >"$dir/rules-before.txt"
+start_api
+agent_flags="--repair --repair-min-age 2s" start_agent
+wait_for 20 ready || fail "the agent never became ready"
+eval "$add" || fail "cannot add the drift: $add"
+without_rule() { ! iptables-nft-save -t nat | grep -q -- "--dport $port "; }
+wait_for 30 without_rule || fail "the stale rule was never removed"
+without_port() { local f; f=$(get /findings) && [ -n "$f" ] && ! grep -q "\"port\": $port\b" <<<"$f"; }
+wait_for 15 without_port || fail "the finding never cleared"
+rules >"$dir/rules-after.txt"
+get /metrics >"$dir/metrics.txt"
+stop_agent
+"#;
+
+#[test]
+fn run_repair_removes_a_stale_rule_and_nothing_else() {
+    if !support::require_root("the agent in a bundle's node") {
+        return;
+    }
+    let scratch = TempDir::new().unwrap();
+    let dir = scratch.path();
+    let add = "iptables-nft -w -t nat -A KUBE-NODEPORTS -p tcp -m comment --comment shop/web:http \
+               -m tcp --dport 30080 -j DNAT --to-destination 10.244.2.17:8080";
+    let out = in_node(
+        "clean-iptables",
+        REPAIR,
+        &[add, "30080"],
+        dir,
+        Duration::from_secs(90),
+    );
+    assert_ran(&out, dir);
+    let log = read_raw(dir, "agent.log");
+    assert_eq!(
+        read_raw(dir, "rules-before.txt"),
+        read_raw(dir, "rules-after.txt"),
+        "the ruleset after repair differs from before the drift; agent log:\n{log}"
+    );
+    let metrics = read_raw(dir, "metrics.txt");
+    assert_eq!(
+        sample(&metrics, "portdrift_repairs_total{result=\"applied\"}"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "portdrift_repairs_total{result=\"failed\"}"),
+        Some(0.0)
+    );
+    // The audit trail: the exact command before, the result after.
+    let applying = log.lines().filter(|l| l.contains("repair: applying")).count();
+    let applied = log.lines().filter(|l| l.contains("repair: applied")).count();
+    assert_eq!((applying, applied), (1, 1), "agent log:\n{log}");
+    assert_stopped_cleanly(dir);
+}
+
 /// The drift one scenario makes, and the finding it must give.
 struct Drift<'a> {
     bundle: &'a str,

@@ -183,6 +183,9 @@ pub struct Repairer {
     config: RepairConfig,
     history: HashMap<String, Seen>,
     nudged: BTreeMap<(Backend, Family), Instant>,
+    /// What the last cycle logged about not acting: the agent cycles every scan, and
+    /// the same reason is not worth a log line every time.
+    said: BTreeSet<String>,
 }
 
 impl Repairer {
@@ -191,6 +194,7 @@ impl Repairer {
             config,
             history: HashMap::new(),
             nudged: BTreeMap::new(),
+            said: BTreeSet::new(),
         }
     }
 
@@ -231,7 +235,11 @@ impl Repairer {
         let desired = match current_state(input) {
             Ok(desired) => desired,
             Err(why) => {
-                tracing::info!(reason = %why, "repair: not acting this cycle");
+                let mut said = BTreeSet::from([why.clone()]);
+                std::mem::swap(&mut said, &mut self.said);
+                if !said.contains(&why) {
+                    tracing::info!(reason = %why, "repair: not acting while this lasts");
+                }
                 out.blocked = Some(why);
                 return out;
             }
@@ -278,9 +286,15 @@ impl Repairer {
                 nudge: &nudge,
             },
         );
+        let mut said = BTreeSet::new();
         for r in &planned.refused {
-            tracing::info!(finding = %r.finding, reason = %r.reason, "repair: left alone");
+            let line = format!("{}: {}", r.finding, r.reason);
+            if !self.said.contains(&line) {
+                tracing::info!(finding = %r.finding, reason = %r.reason, "repair: left alone");
+            }
+            said.insert(line);
         }
+        self.said = said;
         out.refused.extend(planned.refused);
         out.actions = self.apply_actions(planned.actions, now);
         out
