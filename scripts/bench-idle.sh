@@ -4,7 +4,8 @@
 # rules), its cluster served by the fake API server, scanning every 30 s. Nothing changes
 # while it runs, as on a node between deploys.
 #
-# Measured with /usr/bin/time (CPU of the agent and every tool it ran, and its peak RSS)
+# Measured with /usr/bin/time (CPU of the agent and every tool it ran), ps and the
+# kernel's VmHWM (the agent's own resident memory, now and at its peak)
 # over two runs of different lengths: the difference between them is the steady cost,
 # without the start-up (the initial API list and the first full read of the rules).
 #
@@ -30,16 +31,26 @@ if [[ ${1:-} == --inside ]]; then
   [[ -f $work/api/kubeconfig ]] || { echo "the fake API server did not start" >&2; exit 1; }
   for seconds in "$short" "$long"; do
     /usr/bin/time -o "$work/time-$seconds" -f "%U %S %M" \
-      timeout -s TERM "$seconds" target/release/portdrift run --node worker-1 \
+      target/release/portdrift run --node worker-1 \
       --listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
-      --kube-proxy-healthz off --nodeport-range 20000-32767 2>"$work/agent-$seconds.log" || true
-    # timeout's status 124 makes time add a line before its figures.
-    read -r user sys rss < <(tail -n1 "$work/time-$seconds")
-    printf 'run of %4s s: CPU %6.2f s (user %s, sys %s), peak RSS %d KiB (%.1f MiB)\n' \
-      "$seconds" "$(echo "$user + $sys" | bc)" "$user" "$sys" "$rss" "$(echo "$rss / 1024" | bc -l)"
+      --kube-proxy-healthz off --nodeport-range 20000-32767 2>"$work/agent-$seconds.log" &
+    timer=$!
+    sleep "$seconds"
+    agent=$(pgrep -P "$timer" -x portdrift)
+    # The agent's own memory (the tree's peak below is the largest process in it, which
+    # is iptables-nft-save during a full read).
+    own=$(ps -o rss= -p "$agent")
+    peak=$(awk '/^VmHWM/ {print $2}' "/proc/$agent/status")
+    curl -s 127.0.0.1:9741/metrics >"$work/metrics-$seconds.txt"
+    kill -TERM "$agent"
+    wait "$timer" || true
+    read -r user sys tree <"$work/time-$seconds"
+    printf 'run of %4s s: CPU %6.2f s (user %s, sys %s); agent RSS at the end %d KiB, its peak %d KiB (%.1f MiB); largest process of the tree %d KiB\n' \
+      "$seconds" "$(echo "$user + $sys" | bc)" "$user" "$sys" "$own" "$peak" "$(echo "$peak / 1024" | bc -l)" "$tree"
+    grep -E '^portdrift_scan(_phase)?_duration_seconds_(sum|count)|^portdrift_scans_total' "$work/metrics-$seconds.txt" | sed 's/^/    /'
   done
-  read -r u1 s1 _ < <(tail -n1 "$work/time-$short")
-  read -r u2 s2 _ < <(tail -n1 "$work/time-$long")
+  read -r u1 s1 _ <"$work/time-$short"
+  read -r u2 s2 _ <"$work/time-$long"
   echo "steady cost: $(echo "scale=3; ($u2 + $s2 - $u1 - $s1) * 100 / ($long - $short)" | bc)% of one core" \
     "(CPU seconds of the long run minus the short one, over the $((long - short)) s between them)"
   grep -h 'summary' "$work/agent-$long.log" | tail -1 || true

@@ -301,8 +301,11 @@ async fn scan_loop(
         };
         reader = Some(node);
         match outcome {
-            Ok((report, took)) => {
-                record(shared, &report, took);
+            Ok((report, stats)) => {
+                if let (Some(reporter), Some(repair)) = (&mut reporter, &stats.repair) {
+                    reporter.after_repair(repair);
+                }
+                record(shared, &report, stats);
                 log_changes(&mut known, &report);
                 scans += 1;
                 if last_summary.is_none_or(|t| t.elapsed() >= SUMMARY_EVERY) {

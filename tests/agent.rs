@@ -304,7 +304,7 @@ add=$1; port=$2
 rules() { iptables-nft-save -t nat | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//'; }
 rules >"$dir/rules-before.txt"
 start_api
-agent_flags="--repair --repair-min-age 2s" start_agent
+agent_flags="--repair --repair-min-age 2s --events" start_agent
 wait_for 20 ready || fail "the agent never became ready"
 eval "$add" || fail "cannot add the drift: $add"
 without_rule() { ! iptables-nft-save -t nat | grep -q -- "--dport $port "; }
@@ -313,6 +313,12 @@ without_port() { local f; f=$(get /findings) && [ -n "$f" ] && ! grep -q "\"port
 wait_for 15 without_port || fail "the finding never cleared"
 rules >"$dir/rules-after.txt"
 get /metrics >"$dir/metrics.txt"
+# The Event is written on a task of its own, after the cycle.
+recorded() {
+  curl -s -m 2 "http://$api/apis/events.k8s.io/v1/events" >"$dir/events.json"
+  grep -q NodePortRuleRemoved "$dir/events.json"
+}
+wait_for 5 recorded
 stop_agent
 "#;
 
@@ -353,6 +359,25 @@ fn run_repair_removes_a_stale_rule_and_nothing_else() {
     let applying = log.lines().filter(|l| l.contains("repair: applying")).count();
     let applied = log.lines().filter(|l| l.contains("repair: applied")).count();
     assert_eq!((applying, applied), (1, 1), "agent log:\n{log}");
+    // With --events the action is also recorded on the Node.
+    let events = read_json(dir, "events.json");
+    let removed: Vec<_> = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "NodePortRuleRemoved")
+        .collect();
+    assert_eq!(removed.len(), 1, "{events:#}");
+    assert_eq!(removed[0]["type"], "Normal");
+    assert_eq!(removed[0]["regarding"]["kind"], "Node");
+    assert!(
+        removed[0]["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--dport 30080"),
+        "{:#}",
+        removed[0]
+    );
     assert_stopped_cleanly(dir);
 }
 

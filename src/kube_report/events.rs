@@ -11,6 +11,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
 use crate::finding::{Finding, Identity, Kind, Severity};
+use crate::repair::{ActionOutcome, RepairResult};
 
 /// The API server's limit on an Event's `note` (`message`), in bytes.
 pub const NOTE_LIMIT: usize = 1024;
@@ -101,6 +102,32 @@ impl EventDraft {
             regarding: regarding(f),
         })
     }
+}
+
+/// The Event for one repair action that ran: on this Node, whose rules it changed.
+/// A dry run, or an action skipped, changed nothing and makes none.
+pub fn repair_draft(outcome: &ActionOutcome) -> Option<EventDraft> {
+    let (reason, type_, verb) = match &outcome.result {
+        RepairResult::Applied => ("NodePortRuleRemoved", "Normal", "removed".to_string()),
+        RepairResult::Failed(why) => (
+            "NodePortRepairFailed",
+            "Warning",
+            format!("could not remove ({why})"),
+        ),
+        RepairResult::DryRun | RepairResult::Skipped(_) => return None,
+    };
+    let action = &outcome.action;
+    let note = format!(
+        "portdrift {verb}: {}; for: {}",
+        action.describe(),
+        action.reasons.join("; ")
+    );
+    Some(EventDraft {
+        reason,
+        type_,
+        note: truncate(&note, NOTE_LIMIT),
+        regarding: Regarding::Node,
+    })
 }
 
 /// The reference to this Node that Events regard. Its `uid` is the node's name, as the

@@ -266,6 +266,24 @@ impl KubeReporter {
     }
 }
 
+impl KubeReporter {
+    /// Records a repair cycle's actions that changed (or failed to change) the node as
+    /// Events on the Node. Repair caps its actions per cycle, so these bypass the
+    /// findings' rate limit: an audit record is not dropped. Never waits for the API.
+    pub fn after_repair(&mut self, outcome: &crate::repair::CycleOutcome) {
+        let Some(feed) = &mut self.events else { return };
+        for draft in outcome.actions.iter().filter_map(events::repair_draft) {
+            if let Err(e) = feed.tx.try_send(draft) {
+                tracing::warn!(
+                    reason = e.into_inner().reason,
+                    "Event queue full: a repair Event was dropped"
+                );
+                feed.metrics.count_events("dropped", 1);
+            }
+        }
+    }
+}
+
 impl EventFeed {
     fn admit(&mut self, findings: &[Finding]) {
         let admitted = self.gate.admit(findings, Instant::now());
