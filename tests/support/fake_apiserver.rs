@@ -454,7 +454,11 @@ impl FakeApiServer {
     /// (the RBAC it needs is read off these).
     pub fn requests_with_methods(&self) -> Vec<String> {
         let state = lock(&self.shared.state);
-        state.requests.iter().map(|(method, target)| format!("{method} {target}")).collect()
+        state
+            .requests
+            .iter()
+            .map(|(method, target)| format!("{method} {target}"))
+            .collect()
     }
 
     /// Requests to `kind`'s collection so far.
