@@ -45,6 +45,10 @@ struct Args {
     /// none), so that its status can be patched.
     #[arg(long)]
     node: Option<String>,
+    /// When it stops (stdin closed), write every request it was asked, one
+    /// `METHOD path?query` a line: what the client needs RBAC for.
+    #[arg(long)]
+    request_log: Option<PathBuf>,
 }
 
 /// Loads a `kubectl get … -o json` List into the server, item by item by kind.
@@ -71,6 +75,18 @@ fn serve_list(server: &fake_apiserver::FakeApiServer, path: &std::path::Path) ->
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let request_log = args.request_log.clone();
+    let server = serve(args).await?;
+    if let Some(path) = request_log {
+        let mut text = server.requests_with_methods().join("\n");
+        text.push('\n');
+        std::fs::write(path, text)?;
+    }
+    Ok(())
+}
+
+/// Serves until stdin closes; the server, for what it was asked.
+async fn serve(args: Args) -> anyhow::Result<fake_apiserver::FakeApiServer> {
     let bookmarks = Some(fake_apiserver::BOOKMARK_INTERVAL);
     let server = fake_apiserver::FakeApiServer::start_at(args.listen, bookmarks).await;
     match &args.objects {
@@ -105,11 +121,11 @@ async fn main() -> anyhow::Result<()> {
         loop {
             tokio::select! {
                 _ = tick.tick() => server.force_gone(),
-                () = &mut stdin_closed => return Ok(()),
+                () = &mut stdin_closed => return Ok(server),
             }
         }
     }
     let mut sink = Vec::new();
     let _ = tokio::io::stdin().read_to_end(&mut sink).await;
-    Ok(())
+    Ok(server)
 }

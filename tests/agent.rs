@@ -18,98 +18,10 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use support::agent_node::{assert_ran, in_node, node_of, read, read_raw, sample};
 use tempfile::TempDir;
-
-const PORTDRIFT: &str = env!("CARGO_BIN_EXE_portdrift");
-
-/// What every scenario starts with, inside the namespace. Its arguments: portdrift, the
-/// fake API server, the scratch directory, the node's name, then the scenario's own.
-/// A step that fails ends the script with its reason on stderr.
-const PRELUDE: &str = r#"
-set -u
-pd=$1; fake=$2; dir=$3; node=$4; shift 4
-url=http://127.0.0.1:9741
-# A fixed address, so that a stopped API server can come back where the kubeconfig points.
-api=127.0.0.1:6443
-fail() { echo "FAILED: $*" >&2; exit 1; }
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-# wait_for SECONDS CMD...: runs CMD every 0.1 s until it succeeds; false after SECONDS.
-wait_for() {
-  local deadline=$(( $(now_ms) + $1 * 1000 )); shift
-  until "$@"; do
-    (( $(now_ms) < deadline )) || return 1
-    sleep 0.1
-  done
-}
-status() { curl -s -m 2 -o /dev/null -w '%{http_code}' "$url$1"; }
-# The body of a 200 answer (nothing, and false, for any other).
-get() { curl -s -f -m 2 "$url$1"; }
-ready() { [ "$(status /readyz)" = 200 ]; }
-# The fake API server with the bundle's cluster state. It writes the kubeconfig once
-# everything is served, and stops when its stdin closes, so it gets a long sleep's pipe.
-start_api() {
-  rm -f "$dir/kubeconfig"
-  "$fake" --objects "$BUNDLE/cluster.json" --node "$node" --dir "$dir" --listen "$api" \
-    2>>"$dir/server.log" < <(sleep 300) &
-  api_pid=$!
-  wait_for 10 test -f "$dir/kubeconfig" || fail "the fake API server did not start"
-}
-start_agent() {
-  "$pd" run --node "$node" --listen 127.0.0.1:9741 --interval 1s --kubeconfig "$dir/kubeconfig" \
-    --kube-proxy-healthz off --log-format "${log_format:-json}" ${agent_flags:-} 2>"$dir/agent.log" &
-  agent_pid=$!
-}
-# SIGTERM, timed. A watchdog kills an agent that ignores it after 10 s (the test fails).
-stop_agent() {
-  local start
-  start=$(now_ms)
-  kill -TERM "$agent_pid"
-  (sleep 10; kill -KILL "$agent_pid" 2>/dev/null) &
-  wait "$agent_pid"
-  echo $? >"$dir/exit"
-  echo $(( $(now_ms) - start )) >"$dir/stop_ms"
-}
-"#;
-
-/// The node a bundle was captured on.
-fn node_of(bundle: &str) -> String {
-    let path = support::root().join("testdata").join(bundle).join("node");
-    std::fs::read_to_string(path).unwrap().trim().to_string()
-}
-
-/// Runs `PRELUDE` + `script` (bash) inside `bundle`'s node, with `args` after the
-/// prelude's, under `timeout`. Its files land in `dir`.
-fn in_node(bundle: &str, script: &str, args: &[&str], dir: &Path, limit: Duration) -> Output {
-    Command::new("timeout")
-        .args(["--kill-after=5", &limit.as_secs().to_string(), "bash"])
-        .arg(support::root().join("scripts/capture-testdata.sh"))
-        .args(["--exec", bundle, "--", "bash", "-c"])
-        .arg(format!("{PRELUDE}\n{script}"))
-        .arg("bash")
-        .arg(PORTDRIFT)
-        .arg(support::fake_apiserver_bin())
-        .arg(dir)
-        .arg(node_of(bundle))
-        .args(args)
-        .output()
-        .expect("the capture script runs")
-}
-
-/// Panics with the scenario's output and the agent's log unless it succeeded.
-fn assert_ran(out: &Output, dir: &Path) {
-    assert!(
-        out.status.success(),
-        "{:?}\nstdout: {}\nstderr: {}\nagent log:\n{}\nAPI server log:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        read_raw(dir, "agent.log"),
-        read_raw(dir, "server.log"),
-    );
-}
 
 /// Inside the namespace: poll /readyz, fetch the endpoints into files, SIGTERM the
 /// agent and time its exit.
@@ -133,30 +45,10 @@ curl -s -m 2 -o /dev/null -w '%{http_code}' -X POST "$url/metrics" >"$dir/post"
 stop_agent
 "#;
 
-/// A file the script wrote, as is.
-fn read_raw(dir: &Path, name: &str) -> String {
-    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
-}
-
-/// A one-line file the script wrote, without its newline.
-fn read(dir: &Path, name: &str) -> String {
-    std::fs::read_to_string(dir.join(name))
-        .unwrap_or_default()
-        .trim_end()
-        .to_string()
-}
-
 /// A JSON file the script wrote (a `/findings` body).
 fn read_json(dir: &Path, name: &str) -> serde_json::Value {
     let text = read_raw(dir, name);
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} is not JSON ({e}): {text}"))
-}
-
-/// The value of the sample `name` (with its labels) in a Prometheus text exposition.
-fn sample(metrics: &str, name: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// The agent stopped on SIGTERM with status 0 within 5 s.

@@ -596,24 +596,11 @@ fn nftables_mode_a_deleted_services_element_and_chains_go_and_nothing_else() {
 /// A stand-in for a live kube-proxy in the node: `/healthz` on 127.0.0.1:10256 says it
 /// synced just now, and when its canary disappears it does what kube-proxy does, a
 /// full resync: `resync` (which rewrites KUBE-NODEPORTS and recreates the canaries)
-/// through `iptables-restore --noflush`, noted in `marker`.
+/// through `iptables-restore --noflush`, noted in `marker`. Appended to
+/// `support::KUBE_PROXY_HEALTHZ_PY`, whose `Healthz` it serves.
 const KUBE_PROXY_STAND_IN: &str = r#"
-import datetime, json, subprocess, sys, threading, time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import subprocess, sys, threading, time
 resync, marker = sys.argv[1], sys.argv[2]
-
-class Healthz(BaseHTTPRequestHandler):
-    def do_GET(self):
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        body = json.dumps({"lastUpdated": now, "currentTime": now, "nodeEligible": True}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 server = HTTPServer(("127.0.0.1", 10256), Healthz)
 threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -674,7 +661,11 @@ fn nudge(resync_fixes: bool) {
     )
     .unwrap();
     let script = dir.path().join("kube-proxy.py");
-    std::fs::write(&script, KUBE_PROXY_STAND_IN).unwrap();
+    std::fs::write(
+        &script,
+        format!("{}{KUBE_PROXY_STAND_IN}", support::KUBE_PROXY_HEALTHZ_PY),
+    )
+    .unwrap();
     let marker = dir.path().join("resynced");
     let _stand_in = StandIn(
         std::process::Command::new("ip")

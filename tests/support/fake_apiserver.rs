@@ -226,7 +226,8 @@ struct State {
     next_watcher: u64,
     pages: HashMap<String, Pages>,
     next_token: u64,
-    requests: Vec<String>,
+    /// Every request: its method, and its `path?query`.
+    requests: Vec<(String, String)>,
     writes: Vec<Write>,
 }
 
@@ -445,7 +446,19 @@ impl FakeApiServer {
 
     /// Every request so far, as `path?query` (the query as sent, percent-encoded).
     pub fn requests(&self) -> Vec<String> {
-        lock(&self.shared.state).requests.clone()
+        let state = lock(&self.shared.state);
+        state.requests.iter().map(|(_, target)| target.clone()).collect()
+    }
+
+    /// Every request so far, as `METHOD path?query`: what a client asked of the API
+    /// (the RBAC it needs is read off these).
+    pub fn requests_with_methods(&self) -> Vec<String> {
+        let state = lock(&self.shared.state);
+        state
+            .requests
+            .iter()
+            .map(|(method, target)| format!("{method} {target}"))
+            .collect()
     }
 
     /// Requests to `kind`'s collection so far.
@@ -782,7 +795,9 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
-    lock(&shared.state).requests.push(target.clone());
+    lock(&shared.state)
+        .requests
+        .push((request.method().to_string(), target.clone()));
     if let Some(answer) = failure_answer(&shared.failure).await {
         return answer;
     }

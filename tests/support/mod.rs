@@ -121,6 +121,28 @@ pub async fn eventually(what: &str, within: std::time::Duration, mut condition: 
     }
 }
 
+/// A stand-in for kube-proxy's health endpoint, in Python: the class `Healthz` answers
+/// every GET with kube-proxy's `/healthz` body, synced just now. The including script
+/// serves it (`HTTPServer((addr, port), Healthz)`).
+pub const KUBE_PROXY_HEALTHZ_PY: &str = r#"
+import datetime, json
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Healthz(BaseHTTPRequestHandler):
+    def do_GET(self):
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = json.dumps({"lastUpdated": now, "currentTime": now, "nodeEligible": True}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+"#;
+
+pub mod agent_node;
 pub mod fake_apiserver;
 pub mod netns;
 pub mod promtool;

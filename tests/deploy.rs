@@ -1,0 +1,822 @@
+//! What ships besides the binary: `deploy/` (kustomize base, components, overlays), the
+//! Dockerfile and the Grafana dashboard.
+//!
+//! - every kustomization renders (`kubectl kustomize`) and passes `kubernetes-validate
+//!   --strict` for the oldest and the newest Kubernetes this agent supports;
+//! - the RBAC is exactly what the code uses: the agent runs inside a bundle's node with
+//!   each overlay's DaemonSet arguments, verbatim, against the fake API server, whose
+//!   request log gives the (API group, resource, verb) triples it needed; `portdrift scan`
+//!   naming a squatter's pod gives those of the process-owners component; every
+//!   overlay's ClusterRoles, as bound to the DaemonSet's ServiceAccount, must grant
+//!   exactly their union, nothing missing and nothing more;
+//! - every flag a DaemonSet passes is in `portdrift run --help` (and the agent runs
+//!   with them, above);
+//! - the PrometheusRule holds exactly the alert rules of the plain rules file;
+//! - every `portdrift_*` metric the dashboard names is in the real agent's `/metrics`;
+//! - the Dockerfile passes hadolint.
+//!
+//! Needs kubectl, kubernetes-validate and hadolint (scripts/test.sh installs them), root
+//! and the fake API server example for the agent runs; with `CI` set nothing is skipped.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::agent_node::{assert_ran, in_node, read_raw};
+use tempfile::TempDir;
+
+/// The Kubernetes versions the manifests must be valid for: the oldest the agent's
+/// client is built for (k8s-openapi's `v1_33`) and the newest kubernetes-validate knows.
+const KUBERNETES_VERSIONS: [&str; 2] = ["1.33.0", "1.37.0"];
+
+fn deploy_dir() -> PathBuf {
+    support::root().join("deploy")
+}
+
+/// The kustomizations that render on their own (base and overlays; components only
+/// render inside an overlay), as paths relative to `deploy/`.
+fn kustomizations() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![deploy_dir()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "kustomization.yaml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if !text.lines().any(|l| l.trim() == "kind: Component") {
+                    let rel = dir.strip_prefix(deploy_dir()).unwrap();
+                    found.push(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Every component under `deploy/components`.
+fn components() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(deploy_dir().join("components"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `kubectl kustomize deploy/<rel>`: the YAML.
+fn render(rel: &str) -> String {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(deploy_dir().join(rel))
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize deploy/{rel}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 YAML")
+}
+
+/// The documents of a (multi-document) YAML text, as JSON values.
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(yaml)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("valid YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+/// A rendered overlay, checked for what every overlay needs.
+struct Rendered {
+    docs: Vec<Value>,
+}
+
+impl Rendered {
+    fn of(rel: &str) -> Rendered {
+        Rendered {
+            docs: documents(&render(rel)),
+        }
+    }
+
+    fn daemonset(&self) -> &Value {
+        let sets = of_kind(&self.docs, "DaemonSet");
+        assert_eq!(sets.len(), 1, "one DaemonSet");
+        sets[0]
+    }
+
+    fn container(&self) -> &Value {
+        &self.daemonset()["spec"]["template"]["spec"]["containers"][0]
+    }
+
+    fn args(&self) -> Vec<String> {
+        self.container()["args"]
+            .as_array()
+            .expect("the container has args")
+            .iter()
+            .map(|a| a.as_str().expect("string args").to_string())
+            .collect()
+    }
+
+    fn host_pid(&self) -> bool {
+        self.daemonset()["spec"]["template"]["spec"]["hostPID"] == true
+    }
+
+    /// The (API group, resource, verb) triples the ClusterRoles bound to the
+    /// DaemonSet's ServiceAccount grant.
+    fn granted(&self) -> BTreeSet<Triple> {
+        let ds = self.daemonset();
+        let namespace = ds["metadata"]["namespace"].as_str().unwrap();
+        let account = ds["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap();
+        assert!(
+            of_kind(&self.docs, "ServiceAccount")
+                .iter()
+                .any(|sa| sa["metadata"]["name"] == account && sa["metadata"]["namespace"] == namespace),
+            "the DaemonSet's ServiceAccount {namespace}/{account} is not in the manifests"
+        );
+        assert!(
+            of_kind(&self.docs, "Role").is_empty() && of_kind(&self.docs, "RoleBinding").is_empty(),
+            "only ClusterRoles are expected"
+        );
+        let roles: BTreeMap<&str, &Value> = of_kind(&self.docs, "ClusterRole")
+            .into_iter()
+            .map(|r| (r["metadata"]["name"].as_str().unwrap(), r))
+            .collect();
+        let mut granted = BTreeSet::new();
+        let mut bound = BTreeSet::new();
+        for binding in of_kind(&self.docs, "ClusterRoleBinding") {
+            let ours = binding["subjects"].as_array().into_iter().flatten().any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == account && s["namespace"] == namespace
+            });
+            if !ours {
+                continue;
+            }
+            assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+            let name = binding["roleRef"]["name"].as_str().unwrap();
+            let role = roles
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} is bound but not in the manifests"));
+            bound.insert(name);
+            for rule in role["rules"].as_array().into_iter().flatten() {
+                assert!(
+                    rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none(),
+                    "{rule}"
+                );
+                for group in strings(&rule["apiGroups"]) {
+                    for resource in strings(&rule["resources"]) {
+                        for verb in strings(&rule["verbs"]) {
+                            assert!(group != "*" && resource != "*" && verb != "*", "{rule}");
+                            granted.insert(Triple::new(&group, &resource, &verb));
+                        }
+                    }
+                }
+            }
+        }
+        let unbound: Vec<_> = roles.keys().filter(|r| !bound.contains(*r)).collect();
+        assert!(unbound.is_empty(), "ClusterRoles bound to nobody: {unbound:?}");
+        granted
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// What RBAC authorizes: an API group (`""` for the core group), a resource (with its
+/// subresource, `nodes/status`) and a verb.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Triple(String, String, String);
+
+impl Triple {
+    fn new(group: &str, resource: &str, verb: &str) -> Triple {
+        Triple(group.into(), resource.into(), verb.into())
+    }
+
+    /// The triple a request needs, from the fake API server's log line
+    /// `METHOD /api/v1/...?query`, as the API server's request-info resolver reads it.
+    fn of_request(line: &str) -> Triple {
+        let (method, target) = line.split_once(' ').expect("METHOD target");
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (group, rest) = match parts.as_slice() {
+            ["api", "v1", rest @ ..] => ("", rest),
+            ["apis", group, _version, rest @ ..] => (*group, rest),
+            _ => panic!("not a resource request: {line}"),
+        };
+        let rest = match rest {
+            ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
+            _ => rest,
+        };
+        let (resource, name, sub) = match rest {
+            [resource] => (*resource, None, None),
+            [resource, name] => (*resource, Some(*name), None),
+            [resource, name, sub] => (*resource, Some(*name), Some(*sub)),
+            _ => panic!("unexpected path: {line}"),
+        };
+        let watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
+        let verb = match (method, name) {
+            ("GET", Some(_)) => "get",
+            ("GET", None) if watch => "watch",
+            ("GET", None) => "list",
+            ("POST", _) => "create",
+            ("PATCH", _) => "patch",
+            ("PUT", _) => "update",
+            ("DELETE", Some(_)) => "delete",
+            ("DELETE", None) => "deletecollection",
+            _ => panic!("unexpected method: {line}"),
+        };
+        let resource = match sub {
+            Some(sub) => format!("{resource}/{sub}"),
+            None => resource.to_string(),
+        };
+        Triple::new(group, &resource, verb)
+    }
+}
+
+#[test]
+fn requests_map_to_the_rbac_they_need() {
+    let t = |g: &str, r: &str, v: &str| Triple::new(g, r, v);
+    let cases = [
+        (
+            "GET /api/v1/services?labelSelector=x&limit=500",
+            t("", "services", "list"),
+        ),
+        (
+            "GET /api/v1/services?watch=true&resourceVersion=3",
+            t("", "services", "watch"),
+        ),
+        (
+            "GET /apis/discovery.k8s.io/v1/endpointslices?watch=true",
+            t("discovery.k8s.io", "endpointslices", "watch"),
+        ),
+        (
+            "GET /api/v1/namespaces/shop/services/web",
+            t("", "services", "get"),
+        ),
+        ("GET /api/v1/nodes/worker-1", t("", "nodes", "get")),
+        (
+            "PATCH /api/v1/nodes/worker-1/status",
+            t("", "nodes/status", "patch"),
+        ),
+        (
+            "POST /apis/events.k8s.io/v1/namespaces/default/events",
+            t("events.k8s.io", "events", "create"),
+        ),
+        (
+            "GET /api/v1/pods?fieldSelector=spec.nodeName%3Dw",
+            t("", "pods", "list"),
+        ),
+    ];
+    for (line, want) in cases {
+        assert_eq!(Triple::of_request(line), want, "{line}");
+    }
+}
+
+#[test]
+fn every_kustomization_renders_and_passes_kubernetes_validate_strict() {
+    if !support::require_tool("kubectl", "rendering the kustomizations")
+        || !support::require_tool("kubernetes-validate", "validating the manifests")
+    {
+        return;
+    }
+    let all = kustomizations();
+    assert!(all.contains(&"base".to_string()), "{all:?}");
+    assert!(all.len() >= 3, "{all:?}");
+    let scratch = TempDir::new().unwrap();
+    for rel in &all {
+        let file = scratch.path().join(format!("{}.yaml", rel.replace('/', "-")));
+        std::fs::write(&file, render(rel)).unwrap();
+        for version in KUBERNETES_VERSIONS {
+            let out = Command::new("kubernetes-validate")
+                .args(["--strict", "--kubernetes-version", version])
+                .arg(&file)
+                .output()
+                .expect("kubernetes-validate runs");
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "deploy/{rel} against {version}:\n{said}");
+            // Each resource passes, except the Prometheus Operator's custom resources,
+            // which have no schema there (their content is checked below).
+            for line in said.lines().filter(|l| !l.trim().is_empty()) {
+                let fine = (line.starts_with("INFO") && line.contains(" passed for resource "))
+                    || (line.starts_with("WARN") && line.contains("monitoring.coreos.com/v1"));
+                assert!(fine, "deploy/{rel} against {version}: {line}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_component_is_in_an_overlay_and_overlays_all_has_them_all() {
+    let all = std::fs::read_to_string(deploy_dir().join("overlays/all/kustomization.yaml")).unwrap();
+    for component in components() {
+        assert!(
+            all.contains(&format!("../../components/{component}\n")),
+            "overlays/all lacks components/{component}"
+        );
+    }
+}
+
+/// What the DaemonSet must be in every overlay.
+#[test]
+fn the_daemonset_is_a_least_privilege_node_agent() {
+    if !support::require_tool("kubectl", "rendering the kustomizations") {
+        return;
+    }
+    for rel in kustomizations() {
+        let r = Rendered::of(&rel);
+        let ds = r.daemonset();
+        let spec = &ds["spec"]["template"]["spec"];
+        let c = r.container();
+        let sc = &c["securityContext"];
+        let ctx = format!("deploy/{rel}");
+        assert_eq!(spec["hostNetwork"], true, "{ctx}");
+        assert_eq!(spec["priorityClassName"], "system-node-critical", "{ctx}");
+        assert!(
+            spec["tolerations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["operator"] == "Exists" && t.get("key").is_none() && t.get("effect").is_none()),
+            "{ctx}: it must tolerate every taint"
+        );
+        assert_eq!(
+            spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+            "{ctx}"
+        );
+        let node_name = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "NODE_NAME")
+            .unwrap_or_else(|| panic!("{ctx}: no NODE_NAME"));
+        assert_eq!(node_name["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+        assert_eq!(sc["runAsUser"], 0, "{ctx}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{ctx}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{ctx}");
+        assert_ne!(sc["privileged"], true, "{ctx}");
+        assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{ctx}");
+        let mut added = strings(&sc["capabilities"]["add"]);
+        added.sort();
+        let mut want = vec!["NET_ADMIN", "NET_RAW"];
+        // Reading other processes' file descriptors needs both, and nothing else does.
+        if r.host_pid() {
+            want.push("SYS_PTRACE");
+        }
+        assert_eq!(added, want, "{ctx}");
+        // The probes and the scrape port agree with --listen.
+        let args = r.args();
+        assert_eq!(args.first().map(String::as_str), Some("run"), "{ctx}");
+        let listen = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--listen="))
+            .unwrap_or(portdrift::http::DEFAULT_LISTEN);
+        let port: u64 = listen.rsplit(':').next().unwrap().parse().unwrap();
+        assert_eq!(c["ports"][0]["containerPort"], port, "{ctx}");
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{ctx}");
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{ctx}");
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(
+                c[probe]["httpGet"]["port"], c["ports"][0]["name"],
+                "{ctx}: {probe}"
+            );
+        }
+        for kind in ["requests", "limits"] {
+            for resource in ["cpu", "memory"] {
+                assert!(
+                    c["resources"][kind][resource].is_string(),
+                    "{ctx}: {kind}.{resource}"
+                );
+            }
+        }
+        assert!(
+            ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].is_string()
+                || ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].is_number(),
+            "{ctx}"
+        );
+        // Repair takes the host's xtables lock, as kube-proxy does; nothing else mounts it.
+        let repair = args.iter().any(|a| a == "--repair");
+        let lock = c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["mountPath"] == "/run/xtables.lock");
+        assert_eq!(repair, lock, "{ctx}: the xtables lock is mounted iff --repair");
+        // The Service selects the DaemonSet's pods, on the named port.
+        let labels = &ds["spec"]["template"]["metadata"]["labels"];
+        for svc in of_kind(&r.docs, "Service") {
+            for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+                assert_eq!(&labels[k], v, "{ctx}: the Service's selector");
+            }
+            assert_eq!(
+                svc["spec"]["ports"][0]["targetPort"], c["ports"][0]["name"],
+                "{ctx}"
+            );
+            // The ServiceMonitor's job label is the Service's name: the alerts want it.
+            assert_eq!(svc["metadata"]["name"], "portdrift", "{ctx}");
+        }
+        for monitor in of_kind(&r.docs, "ServiceMonitor") {
+            let svc = of_kind(&r.docs, "Service")[0];
+            for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+                assert_eq!(
+                    &svc["metadata"]["labels"][k], v,
+                    "{ctx}: the ServiceMonitor's selector"
+                );
+            }
+            assert_eq!(
+                monitor["spec"]["endpoints"][0]["port"],
+                svc["spec"]["ports"][0]["name"]
+            );
+        }
+        let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
+        assert_eq!(annotations["prometheus.io/scrape"], "true", "{ctx}");
+        assert_eq!(annotations["prometheus.io/port"], port.to_string(), "{ctx}");
+    }
+}
+
+#[test]
+fn every_flag_the_daemonsets_pass_is_in_run_help() {
+    if !support::require_tool("kubectl", "rendering the kustomizations") {
+        return;
+    }
+    let out = support::portdrift(&["run", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let mut seen = 0;
+    for rel in kustomizations() {
+        let args = Rendered::of(&rel).args();
+        assert_eq!(args[0], "run", "deploy/{rel}");
+        for arg in &args[1..] {
+            let flag = arg.split('=').next().unwrap();
+            assert!(flag.starts_with("--"), "deploy/{rel}: {arg} is not a flag");
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                "deploy/{rel} passes {flag}, which `portdrift run --help` does not list:\n{help}"
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen > 0);
+}
+
+#[test]
+fn the_prometheusrule_holds_exactly_the_alert_rules() {
+    let rules = std::fs::read_to_string(deploy_dir().join("prometheus/portdrift-alerts.yaml")).unwrap();
+    let rule =
+        std::fs::read_to_string(deploy_dir().join("components/prometheus-operator/prometheusrule.yaml"))
+            .unwrap();
+    let rules = documents(&rules);
+    let rule = documents(&rule);
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rule.len(), 1);
+    assert_eq!(rule[0]["kind"], "PrometheusRule");
+    assert_eq!(
+        rule[0]["spec"], rules[0],
+        "the PrometheusRule differs from deploy/prometheus/portdrift-alerts.yaml: run scripts/gen-prometheusrule.sh"
+    );
+}
+
+#[test]
+fn the_dockerfile_passes_hadolint_and_labels_the_crates_version() {
+    let dockerfile = support::root().join("Dockerfile");
+    let text = std::fs::read_to_string(&dockerfile).unwrap();
+    let version = format!("ARG VERSION={}\n", env!("CARGO_PKG_VERSION"));
+    assert!(text.contains(&version), "the Dockerfile lacks {version:?}");
+    assert!(
+        text.contains("cargo build --release --locked"),
+        "the image must build Cargo.lock's versions"
+    );
+    assert!(text.contains("ENTRYPOINT [\""), "an exec-form entrypoint");
+    if !support::require_tool("hadolint", "linting the Dockerfile") {
+        return;
+    }
+    let out = Command::new("hadolint")
+        .args(["--no-color", "--failure-threshold", "info"])
+        .arg(&dockerfile)
+        .output()
+        .expect("hadolint runs");
+    assert!(
+        out.status.success(),
+        "hadolint: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// === The agent, run as deployed ===
+
+/// Inside the bundle's node: the fake API server logging every request, a kube-proxy
+/// stand-in answering `/healthz` (so its metrics exist; on a port of its own, as the
+/// bundle's node replays a silent listener on kube-proxy's 10256), and the agent with
+/// the DaemonSet's arguments exactly as rendered, plus only a kubeconfig (in the
+/// cluster it uses its ServiceAccount) and the stand-in's address. Once ready, and once the Event and the condition are
+/// written when their flags ask for them, /metrics is saved and everything stops.
+const RUN_AS_DEPLOYED: &str = r#"
+log=$1; shift
+python3 "$dir/kube-proxy.py" >"$dir/kube-proxy.log" 2>&1 &
+stand_in_up() { curl -s -m 1 -o /dev/null http://127.0.0.1:10299/healthz; }
+wait_for 10 stand_in_up || fail "the kube-proxy stand-in did not start: $(cat "$dir/kube-proxy.log")"
+api_flags="--request-log $dir/$log" start_api
+NODE_NAME=$node "$pd" "$@" --kubeconfig "$dir/kubeconfig" --kube-proxy-healthz 127.0.0.1:10299 \
+  2>"$dir/agent.log" &
+agent_pid=$!
+wait_for 20 ready || fail "the agent never became ready"
+# The test's own reads carry observer=test, so that they are not taken for the agent's.
+event_sent() { curl -s -m 2 "http://$api/apis/events.k8s.io/v1/events?observer=test" | grep -q '"reason"'; }
+condition_set() { curl -s -m 2 "http://$api/api/v1/nodes/$node?observer=test" | grep -q NodePortDrift; }
+case " $* " in *" --events "*) wait_for 10 event_sent || fail "no Event" ;; esac
+case " $* " in *" --node-condition "*) wait_for 10 condition_set || fail "no condition" ;; esac
+kube_proxy_read() { get /metrics | grep -q '^portdrift_kube_proxy_healthy 1'; }
+wait_for 10 kube_proxy_read || fail "the kube-proxy stand-in was never read"
+get /metrics >"$dir/metrics-$log.txt"
+stop_agent
+stop_api
+"#;
+
+/// Inside the bundle's node: `portdrift scan` as an engineer runs it in the agent's
+/// container, with a squatter that runs in a pod (a /proc tree of a process whose
+/// cgroup is a kubelet pod's), so that it names the pod.
+const SCAN_AS_DEPLOYED: &str = r#"
+log=$1; procroot=$2
+api_flags="--request-log $dir/$log" start_api
+NODE_NAME=$node "$pd" scan --kubeconfig "$dir/kubeconfig" --proc-root "$procroot" \
+  --kube-proxy-healthz off --format json >"$dir/scan.json" 2>"$dir/scan.log"
+stop_api
+"#;
+
+/// What the agent asked of the API, per distinct argument list of the overlays'
+/// DaemonSets, and what `scan` with a pod's squatter asked; the metrics of the run with
+/// the most flags. None when the runs cannot happen here (no root, outside CI).
+struct Runs {
+    by_args: BTreeMap<Vec<String>, BTreeSet<Triple>>,
+    scan: BTreeSet<Triple>,
+    metrics: String,
+}
+
+fn triples(log: &str) -> BTreeSet<Triple> {
+    log.lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains("observer=test"))
+        .map(Triple::of_request)
+        .collect()
+}
+
+const BUNDLE: &str = "udp-stale-endpoint";
+
+fn runs() -> Option<&'static Runs> {
+    static RUNS: OnceLock<Option<Runs>> = OnceLock::new();
+    RUNS.get_or_init(|| {
+        if !support::require_root("the agent run as deployed")
+            || !support::require_tool("kubectl", "rendering the kustomizations")
+        {
+            return None;
+        }
+        let arg_lists: BTreeSet<Vec<String>> = kustomizations()
+            .iter()
+            .map(|rel| Rendered::of(rel).args())
+            .collect();
+        let scratch = TempDir::new().unwrap();
+        let dir = scratch.path();
+        let stand_in = format!(
+            "{}\nHTTPServer((\"127.0.0.1\", 10299), Healthz).serve_forever()\n",
+            support::KUBE_PROXY_HEALTHZ_PY
+        );
+        std::fs::write(dir.join("kube-proxy.py"), stand_in).unwrap();
+        let mut by_args = BTreeMap::new();
+        // The dashboard is checked against the run with the most features on.
+        let (mut metrics, mut most_args) = (String::new(), 0);
+        for (i, args) in arg_lists.iter().enumerate() {
+            let log = format!("requests-{i}");
+            let mut script_args = vec![log.as_str()];
+            script_args.extend(args.iter().map(String::as_str));
+            let out = in_node(
+                BUNDLE,
+                RUN_AS_DEPLOYED,
+                &script_args,
+                dir,
+                Duration::from_secs(90),
+            );
+            assert_ran(&out, dir);
+            by_args.insert(args.clone(), triples(&read_raw(dir, &log)));
+            if args.len() > most_args {
+                most_args = args.len();
+                metrics = read_raw(dir, &format!("metrics-{log}.txt"));
+            }
+        }
+        let procroot = squatter_in_a_pod(dir);
+        let out = in_node(
+            BUNDLE,
+            SCAN_AS_DEPLOYED,
+            &["requests-scan", procroot.to_str().unwrap()],
+            dir,
+            Duration::from_secs(90),
+        );
+        assert_ran(&out, dir);
+        let report: Value = serde_json::from_str(&read_raw(dir, "scan.json"))
+            .unwrap_or_else(|e| panic!("scan printed no JSON ({e}): {}", read_raw(dir, "scan.log")));
+        let pod_named = report["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|f| f["kind"] == "squatter" && f["process"]["pod"].is_string());
+        assert!(pod_named, "the scan found no squatter in a pod: {report:#}");
+        Some(Runs {
+            by_args,
+            scan: triples(&read_raw(dir, "requests-scan")),
+            metrics,
+        })
+    })
+    .as_ref()
+}
+
+/// A /proc tree with one process, `haproxy`, listening on tcp/30080 in a kubelet pod's
+/// cgroup (containerd, systemd driver).
+fn squatter_in_a_pod(dir: &Path) -> PathBuf {
+    let root = dir.join("proc");
+    let fixtures = support::root().join("tests/fixtures");
+    std::fs::create_dir_all(root.join("net")).unwrap();
+    std::fs::copy(fixtures.join("proc-net/tcp"), root.join("net/tcp")).unwrap();
+    let pid = root.join("4242");
+    std::fs::create_dir_all(pid.join("fd")).unwrap();
+    // The fixture's tcp/30080 listener (0x7580) has inode 16400.
+    std::os::unix::fs::symlink("socket:[16400]", pid.join("fd/3")).unwrap();
+    std::fs::write(pid.join("comm"), "haproxy\n").unwrap();
+    std::fs::write(pid.join("cmdline"), "haproxy\0-f\0/etc/haproxy.cfg\0").unwrap();
+    std::fs::copy(
+        fixtures.join("cgroup/kubeadm-containerd-systemd-v2"),
+        pid.join("cgroup"),
+    )
+    .unwrap();
+    root
+}
+
+#[test]
+fn the_cluster_roles_grant_exactly_what_the_code_uses() {
+    let Some(runs) = runs() else {
+        return;
+    };
+    assert!(
+        runs.scan.contains(&Triple::new("", "pods", "list")),
+        "the scan never listed pods: {:?}",
+        runs.scan
+    );
+    for rel in kustomizations() {
+        let r = Rendered::of(&rel);
+        let mut used = runs.by_args[&r.args()].clone();
+        // `portdrift scan` in the agent's container names a squatter's pod only where
+        // the agent can see host processes at all.
+        if r.host_pid() {
+            used.extend(runs.scan.iter().cloned());
+        }
+        let granted = r.granted();
+        let missing: Vec<_> = used.difference(&granted).collect();
+        let unused: Vec<_> = granted.difference(&used).collect();
+        assert!(
+            missing.is_empty() && unused.is_empty(),
+            "deploy/{rel}: the code uses but RBAC does not grant {missing:?}; RBAC grants but the code never uses {unused:?}"
+        );
+    }
+}
+
+/// The metric names a Prometheus text exposition offers to queries: every sample's
+/// name, and for each declared family the names its type gives (a histogram's
+/// `_bucket`, `_sum`, `_count`; a counter's `_total`), so that a family with no series
+/// yet (no repair so far) still counts.
+fn exposed_names(metrics: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in metrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split_whitespace();
+            let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+                continue;
+            };
+            names.insert(name.to_string());
+            match kind {
+                "histogram" => {
+                    for suffix in ["_bucket", "_sum", "_count"] {
+                        names.insert(format!("{name}{suffix}"));
+                    }
+                }
+                "summary" => {
+                    for suffix in ["_sum", "_count"] {
+                        names.insert(format!("{name}{suffix}"));
+                    }
+                }
+                "counter" if !name.ends_with("_total") => {
+                    names.insert(format!("{name}_total"));
+                }
+                _ => {}
+            }
+        } else if !line.starts_with('#') && !line.trim().is_empty() {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_string());
+        }
+    }
+    names
+}
+
+/// Every `portdrift_…` name in the strings of a JSON value.
+fn metric_names_in(value: &Value, out: &mut BTreeSet<String>) {
+    match value {
+        Value::String(s) => {
+            let bytes = s.as_bytes();
+            let mut from = 0;
+            while let Some(i) = s[from..].find("portdrift_") {
+                let start = from + i;
+                let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+                let end = start
+                    + bytes[start..]
+                        .iter()
+                        .position(|&b| !word(b))
+                        .unwrap_or(bytes.len() - start);
+                if start == 0 || !word(bytes[start - 1]) {
+                    out.insert(s[start..end].to_string());
+                }
+                from = end;
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| metric_names_in(v, out)),
+        Value::Object(map) => map.values().for_each(|v| metric_names_in(v, out)),
+        _ => {}
+    }
+}
+
+fn dashboard() -> Value {
+    let text = std::fs::read_to_string(deploy_dir().join("grafana/portdrift-dashboard.json")).unwrap();
+    serde_json::from_str(&text).expect("the dashboard is JSON")
+}
+
+#[test]
+fn the_dashboard_queries_only_what_the_agent_exports() {
+    let dash = dashboard();
+    let panels = dash["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10);
+    for panel in panels {
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{}", panel["title"]);
+        for t in targets {
+            assert!(
+                t["expr"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("job=\"portdrift\"")),
+                "{}: every query keeps to the portdrift job: {t}",
+                panel["title"]
+            );
+        }
+    }
+    let mut named = BTreeSet::new();
+    metric_names_in(&dash, &mut named);
+    assert!(named.len() >= 15, "{named:?}");
+    let Some(runs) = runs() else {
+        return;
+    };
+    let exposed = exposed_names(&runs.metrics);
+    let unknown: Vec<_> = named.difference(&exposed).collect();
+    assert!(
+        unknown.is_empty(),
+        "the dashboard queries metrics the agent does not export: {unknown:?}\n/metrics:\n{}",
+        runs.metrics
+    );
+}
+
+#[test]
+fn exposed_names_understand_types() {
+    let text = "# TYPE portdrift_scans counter\nportdrift_scans_total 3\n\
+                # TYPE portdrift_scan_duration_seconds histogram\n\
+                # TYPE portdrift_repairs_total counter\n";
+    let names = exposed_names(text);
+    for n in [
+        "portdrift_scans_total",
+        "portdrift_scan_duration_seconds_bucket",
+        "portdrift_scan_duration_seconds_count",
+        "portdrift_repairs_total",
+    ] {
+        assert!(names.contains(n), "{n}: {names:?}");
+    }
+    assert!(!names.contains("portdrift_repairs_total_total"));
+    let mut found = BTreeSet::new();
+    metric_names_in(
+        &serde_json::json!({"expr": "rate(portdrift_scans_total{job=\"portdrift\"}[5m]) / x_portdrift_y"}),
+        &mut found,
+    );
+    assert_eq!(found, BTreeSet::from(["portdrift_scans_total".to_string()]));
+}
