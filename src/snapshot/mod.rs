@@ -169,8 +169,12 @@ impl RuleCache {
             .map(|(_, read)| read)
     }
 
-    fn store(&mut self, name: &'static str, read: CachedRead) {
+    fn forget(&mut self, name: &str) {
         self.entries.retain(|(n, _)| *n != name);
+    }
+
+    fn store(&mut self, name: &'static str, read: CachedRead) {
+        self.forget(name);
         // A dump that could not be read whole is read again next time, whatever the
         // kernel says: its failure may have been passing.
         let whole = read.statuses.iter().all(|s| {
@@ -204,6 +208,9 @@ fn read_rules_cached(
         input.observed.sources.extend(last.sources);
         return last.present;
     }
+    // The last read goes before this one starts: on a large node it is tens of MiB,
+    // and holding both would add it to the read's peak.
+    cache.forget(name);
     let (statuses_before, sources_before) = (input.sources.len(), input.observed.sources.len());
     let present = read(input);
     cache.store(
