@@ -144,8 +144,10 @@ const MAX_DEFER: Duration = Duration::from_secs(10);
 /// node whose rules churn constantly is not rescanned constantly.
 const MIN_GAP: Duration = Duration::from_secs(5);
 /// Even without any announced change the nf_tables dumps are read again this often: the
-/// notifications are trusted, not blindly.
-const FULL_READ_EVERY: Duration = Duration::from_secs(600);
+/// notifications are trusted, not blindly. Not more often: on a 10,000-Service node one
+/// full read costs from one to twenty CPU-seconds (the dump tool's), which every ten
+/// minutes would be most of the idle agent's cost.
+const FULL_READ_EVERY: Duration = Duration::from_secs(1800);
 
 /// Why a scan ran (for the debug log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
