@@ -699,9 +699,38 @@ async fn no_stale_or_missing_verdict_comes_from_an_unsynced_cache() {
 async fn changes_that_can_move_node_ports_are_signalled_and_others_are_not() {
     scenario(async {
         let (server, _) = serve_cluster().await;
-        let view = synced_view(&server).await;
+        // Watches renewed rarely, so that no renewal (or a relist after one, which
+        // counts as a change) falls inside the test.
+        let view = ClusterView::start(
+            server.config(),
+            Some(NODE),
+            WatchOptions {
+                staleness: Duration::from_secs(60),
+                watch_timeout: Duration::from_secs(30),
+                page_size: 2,
+            },
+        )
+        .expect("the view starts");
+        tokio::time::timeout(Duration::from_secs(20), view.wait_synced())
+            .await
+            .expect("the view syncs");
         let mut changes = view.changes();
-        changes.mark_unchanged();
+        // The sync may still be settling (a watch starting after its list): wait until
+        // nothing has been signalled for a while before saying what comes next does.
+        let quiet = async {
+            loop {
+                changes.mark_unchanged();
+                if tokio::time::timeout(Duration::from_millis(700), changes.changed())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), quiet)
+            .await
+            .expect("the view goes quiet after its sync");
         let before = view.status();
 
         // A ClusterIP-only Service and its endpoints churning: nothing on this node's
