@@ -36,6 +36,60 @@ pub enum Command {
     /// Run as a node agent: watch the API, scan this node every interval, serve
     /// /metrics, /healthz, /readyz and /findings.
     Run(RunArgs),
+    /// The cluster's NodePort allocation table: every allocated port and its Service,
+    /// collisions, and the free ports. Exit 1 when ports collide.
+    Ports(PortsArgs),
+}
+
+/// Where a cluster-wide view reads the cluster's Services.
+#[derive(Debug, Args)]
+pub struct ClusterSourceArgs {
+    /// Read the Services from the API server with this kubeconfig (default: KUBECONFIG,
+    /// ~/.kube/config, then the in-cluster service account).
+    #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Read the Services from a file, as `kubectl get services -A -o json` prints it
+    /// (a bundle's cluster.json does too).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_state: Option<PathBuf>,
+
+    /// How long listing the Services from the API may take.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_timeout)]
+    pub api_timeout: Duration,
+}
+
+impl ClusterSourceArgs {
+    /// The source named on the command line: a file, else the API server.
+    pub fn source(&self) -> crate::views::cluster_services::ServiceSource {
+        use crate::views::cluster_services::ServiceSource;
+        match &self.cluster_state {
+            Some(path) => ServiceSource::File(path.clone()),
+            None => ServiceSource::Api {
+                kubeconfig: self.kubeconfig.clone(),
+                timeout: self.api_timeout,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PortsArgs {
+    #[command(flatten)]
+    pub cluster: ClusterSourceArgs,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    /// How many free ports to suggest: the lowest free ones of the API server's static
+    /// band first (see the README).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub next: usize,
 }
 
 /// How the agent logs.
@@ -359,6 +413,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Scan(args) => scan(args),
         Command::Snapshot(args) => snapshot(args),
+        Command::Ports(args) => ports(args),
         Command::Run(args) => {
             let live = args.live.config(None);
             let live_limits = live.limits;
@@ -549,6 +604,24 @@ fn name_pods(owners: &mut HashMap<u64, ProcessInfo>, pods: &HashMap<String, Stri
             process.pod = Some(name.clone());
         }
     }
+}
+
+fn ports(args: PortsArgs) -> anyhow::Result<u8> {
+    use crate::views::{cluster_services, ports};
+    let services = cluster_services::load_services(&args.cluster.source())
+        .context("cannot read the cluster's Services")?;
+    let (claims, problems) = services.claims();
+    let table = ports::allocation_table(claims, args.nodeport_range, args.next, problems);
+    let mut stdout = std::io::stdout().lock();
+    match args.format {
+        Format::Text => stdout.write_all(ports::render_table(&table).as_bytes())?,
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut stdout, &table)?;
+            stdout.write_all(b"\n")?;
+        }
+    }
+    stdout.flush()?;
+    Ok(table.exit_code())
 }
 
 fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
