@@ -39,6 +39,10 @@ pub enum Command {
     /// The cluster's NodePort allocation table: every allocated port and its Service,
     /// collisions, and the free ports. Exit 1 when ports collide.
     Ports(PortsArgs),
+    /// Check Service manifests before they are applied: nodePorts that collide with each
+    /// other or (with --kubeconfig or --cluster-state) with the cluster, or fall outside
+    /// the range; hard-coded nodePorts and other hazards as warnings. Exit 1 on errors.
+    Lint(LintArgs),
 }
 
 /// Where a cluster-wide view reads the cluster's Services.
@@ -71,6 +75,30 @@ impl ClusterSourceArgs {
             },
         }
     }
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Manifest files, directories (their .yaml, .yml and .json files, recursively), or
+    /// `-` for standard input (`helm template ... | portdrift lint -`).
+    #[arg(value_name = "FILE|DIR|-", required = true)]
+    pub inputs: Vec<PathBuf>,
+
+    /// With --kubeconfig or --cluster-state: also check against the cluster's allocation.
+    #[command(flatten)]
+    pub cluster: ClusterSourceArgs,
+
+    /// The namespace of manifests that name none (as `kubectl apply -n NS`).
+    #[arg(long, short = 'n', value_name = "NS", default_value = "default")]
+    pub namespace: String,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
 }
 
 #[derive(Debug, Args)]
@@ -414,6 +442,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Scan(args) => scan(args),
         Command::Snapshot(args) => snapshot(args),
         Command::Ports(args) => ports(args),
+        Command::Lint(args) => lint(args),
         Command::Run(args) => {
             let live = args.live.config(None);
             let live_limits = live.limits;
@@ -612,16 +641,46 @@ fn ports(args: PortsArgs) -> anyhow::Result<u8> {
         .context("cannot read the cluster's Services")?;
     let (claims, problems) = services.claims();
     let table = ports::allocation_table(claims, args.nodeport_range, args.next, problems);
+    print_view(args.format, &table, ports::render_table)?;
+    Ok(table.exit_code())
+}
+
+fn lint(args: LintArgs) -> anyhow::Result<u8> {
+    use crate::views::cluster_services::load_services;
+    use crate::views::{lint, manifest_files};
+    let (services, problems) = manifest_files::read_manifests(&args.inputs)?;
+    // The cluster is consulted only when asked: a CI job without credentials still
+    // gets the checks that need none.
+    let source = (args.cluster.kubeconfig.is_some() || args.cluster.cluster_state.is_some())
+        .then(|| args.cluster.source());
+    let live = match &source {
+        Some(source) => {
+            let cluster = load_services(source).context("cannot read the cluster's Services")?;
+            Some(cluster.claims().0)
+        }
+        None => None,
+    };
+    let config = lint::LintConfig {
+        nodeport_range: args.nodeport_range,
+        default_namespace: args.namespace,
+    };
+    let report = lint::lint(&services, &problems, live.as_deref(), &config);
+    print_view(args.format, &report, lint::render_lint)?;
+    Ok(report.exit_code())
+}
+
+/// Prints a view on stdout: rendered for a terminal, or as pretty JSON.
+fn print_view<T: serde::Serialize>(format: Format, view: &T, render: fn(&T) -> String) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    match args.format {
-        Format::Text => stdout.write_all(ports::render_table(&table).as_bytes())?,
+    match format {
+        Format::Text => stdout.write_all(render(view).as_bytes())?,
         Format::Json => {
-            serde_json::to_writer_pretty(&mut stdout, &table)?;
+            serde_json::to_writer_pretty(&mut stdout, view)?;
             stdout.write_all(b"\n")?;
         }
     }
     stdout.flush()?;
-    Ok(table.exit_code())
+    Ok(())
 }
 
 fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {

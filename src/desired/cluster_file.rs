@@ -244,8 +244,7 @@ fn take_any_service(raw: &[u8], probe: &ItemProbe, out: &mut ServiceList) {
             };
             out.problems.push(ObjectProblem { object, problem });
             if let Some(ports) = ports {
-                out.services
-                    .push(service_with_node_ports(probe, &ports));
+                out.services.push(service_with_node_ports(probe, &ports));
             }
         }
     }

@@ -91,8 +91,8 @@ fn node_port_of(port: &ServicePort) -> Result<Option<(u16, Protocol)>, String> {
         return Ok(None);
     };
     let name = port.name.as_deref().unwrap_or("");
-    let number =
-        u16::try_from(node_port).map_err(|_| format!("port {name:?}: nodePort {node_port} is not a port number"))?;
+    let number = u16::try_from(node_port)
+        .map_err(|_| format!("port {name:?}: nodePort {node_port} is not a port number"))?;
     let protocol = match port.protocol.as_deref() {
         None => Protocol::Tcp,
         Some(p) => Protocol::parse(p)
@@ -134,7 +134,11 @@ mod tests {
                 (32000, Protocol::Tcp, None, true),
             ]
         );
-        assert!(claims.iter().all(|c| c.service == "edge/gw" && c.service_type == "LoadBalancer"));
+        assert!(
+            claims
+                .iter()
+                .all(|c| c.service == "edge/gw" && c.service_type == "LoadBalancer")
+        );
     }
 
     #[test]

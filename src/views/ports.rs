@@ -339,7 +339,12 @@ fn render_free(out: &mut String, free: &FreePorts) {
             n => format!("{}-{} ({n})", b.first, b.last),
         })
         .collect();
-    let _ = writeln!(out, "\nfree: {}; largest blocks: {}", free.count, blocks.join(", "));
+    let _ = writeln!(
+        out,
+        "\nfree: {}; largest blocks: {}",
+        free.count,
+        blocks.join(", ")
+    );
     if !free.next.is_empty() {
         let next: Vec<String> = free.next.iter().map(u16::to_string).collect();
         let band = free.static_band;
@@ -381,12 +386,25 @@ mod tests {
             claim(32000, Protocol::Tcp, "other/x", false),
         ];
         let table = allocation_table(claims, 30000..=32767, 3, Vec::new());
-        let ports: Vec<(u16, bool)> = table.collisions.iter().map(|c| (c.port, c.same_protocol)).collect();
+        let ports: Vec<(u16, bool)> = table
+            .collisions
+            .iter()
+            .map(|c| (c.port, c.same_protocol))
+            .collect();
         assert_eq!(ports, [(30080, true), (30500, false), (32000, true)]);
-        let dns: Vec<&Allocation> = table.allocations.iter().filter(|a| a.claim.port == 30053).collect();
+        let dns: Vec<&Allocation> = table
+            .allocations
+            .iter()
+            .filter(|a| a.claim.port == 30053)
+            .collect();
         assert_eq!(dns.len(), 2);
         assert!(dns.iter().all(|a| a.shared_across_protocols && !a.collision));
-        assert!(!table.allocations.iter().any(|a| a.claim.port == 30500 && a.shared_across_protocols));
+        assert!(
+            !table
+                .allocations
+                .iter()
+                .any(|a| a.claim.port == 30500 && a.shared_across_protocols)
+        );
         assert_eq!(table.services, 7);
         assert_eq!(table.exit_code(), 1);
         assert_eq!(table.free.count, 2768 - 4);
@@ -398,7 +416,11 @@ mod tests {
         let blocks = free_blocks(&(30000..=30012), &taken);
         assert_eq!(
             blocks,
-            [Block::new(30001, 30002), Block::new(30004, 30009), Block::new(30011, 30012)]
+            [
+                Block::new(30001, 30002),
+                Block::new(30004, 30009),
+                Block::new(30011, 30012)
+            ]
         );
         let free = free_ports(&(30000..=30012), &taken, 4);
         assert_eq!(free.count, 10);
@@ -406,7 +428,10 @@ mod tests {
         assert_eq!(free.largest_blocks[1], Block::new(30001, 30002));
         assert_eq!(free.next, [30001, 30002, 30004, 30005]);
         // The top of u16 does not overflow.
-        assert_eq!(free_blocks(&(65534..=65535), &[65535]), [Block::new(65534, 65534)]);
+        assert_eq!(
+            free_blocks(&(65534..=65535), &[65535]),
+            [Block::new(65534, 65534)]
+        );
         assert_eq!(free_blocks(&(65534..=65535), &[65534, 65535]), []);
     }
 
@@ -447,7 +472,10 @@ mod tests {
         ];
         let text = render_table(&allocation_table(claims, 30000..=32767, 2, Vec::new()));
         let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("30")).collect();
-        assert!(rows[0].starts_with("30001") && rows[1].starts_with("30100"), "{text}");
+        assert!(
+            rows[0].starts_with("30001") && rows[1].starts_with("30100"),
+            "{text}"
+        );
         let column = |row: &str| row.find("NodePort");
         assert_eq!(column(rows[0]), column(rows[1]), "{text}");
         assert!(text.contains("next free: 30000 30002"), "{text}");

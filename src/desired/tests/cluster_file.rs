@@ -321,9 +321,16 @@ fn read_services_keeps_every_service_and_what_a_broken_one_holds() {
         .collect();
     assert_eq!(names, ["web", "mesh", "broken"]);
     let broken = &read.services[2].spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
-    assert_eq!((broken.node_port, broken.protocol.as_deref()), (Some(30999), Some("UDP")));
+    assert_eq!(
+        (broken.node_port, broken.protocol.as_deref()),
+        (Some(30999), Some("UDP"))
+    );
     assert_eq!(read.problems.len(), 1);
-    assert!(read.problems[0].problem.contains("nodePorts are counted"), "{:?}", read.problems);
+    assert!(
+        read.problems[0].problem.contains("nodePorts are counted"),
+        "{:?}",
+        read.problems
+    );
     assert!(matches!(
         crate::desired::read_services(&b"{\"kind\": \"Pod\", \"items\": []}"[..]),
         Err(ClusterFileError::NotAList { .. })
