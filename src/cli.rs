@@ -43,6 +43,47 @@ pub enum Command {
     /// other or (with --kubeconfig or --cluster-state) with the cluster, or fall outside
     /// the range; hard-coded nodePorts and other hazards as warnings. Exit 1 on errors.
     Lint(LintArgs),
+    /// Ask every portdrift agent for its findings through the API server's pod proxy,
+    /// and show each finding with the nodes that have it. Exit 1 when a warning or
+    /// critical finding is on some node, or an agent did not answer.
+    Fleet(FleetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// Reach the API server with this kubeconfig (default: KUBECONFIG, ~/.kube/config,
+    /// then the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The agents' namespace.
+    #[arg(long, short = 'n', value_name = "NS", default_value = "portdrift")]
+    pub namespace: String,
+
+    /// The agents' pods: a label selector.
+    #[arg(
+        long,
+        short = 'l',
+        value_name = "LABELS",
+        default_value = "app.kubernetes.io/name=portdrift"
+    )]
+    pub selector: String,
+
+    /// The agents' HTTP port (their --listen).
+    #[arg(long, value_name = "PORT", default_value_t = 9741)]
+    pub port: u16,
+
+    /// How long one agent may take to answer (and the pod list).
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+
+    /// How many agents are asked at once.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
 }
 
 /// Where a cluster-wide view reads the cluster's Services.
@@ -443,6 +484,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Snapshot(args) => snapshot(args),
         Command::Ports(args) => ports(args),
         Command::Lint(args) => lint(args),
+        Command::Fleet(args) => fleet(args),
         Command::Run(args) => {
             let live = args.live.config(None);
             let live_limits = live.limits;
@@ -667,6 +709,29 @@ fn lint(args: LintArgs) -> anyhow::Result<u8> {
     let report = lint::lint(&services, &problems, live.as_deref(), &config);
     print_view(args.format, &report, lint::render_lint)?;
     Ok(report.exit_code())
+}
+
+fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
+    use crate::views::{fleet, fleet_client};
+    let query = fleet_client::FleetQuery {
+        kubeconfig: args.kubeconfig,
+        namespace: args.namespace,
+        selector: args.selector,
+        port: args.port,
+        timeout: args.timeout,
+        concurrency: usize::from(args.concurrency),
+    };
+    let answers = fleet_client::ask_fleet(&query)?;
+    if answers.is_empty() {
+        anyhow::bail!(
+            "no agent pods in namespace {} match {}",
+            query.namespace,
+            query.selector
+        );
+    }
+    let view = fleet::fleet_view(&answers);
+    print_view(args.format, &view, fleet::render_fleet)?;
+    Ok(view.exit_code())
 }
 
 /// Prints a view on stdout: rendered for a terminal, or as pretty JSON.

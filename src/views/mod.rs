@@ -7,10 +7,14 @@
 //! - [`cluster_services`]: every Service, from a cluster state file or the API server;
 //! - [`manifests`]: Service manifests (YAML, Lists, JSON) with the line of each value
 //!   (pure), and [`manifest_files`], the files and directories they come from;
-//! - [`lint`]: the pre-deploy check of manifests (pure).
+//! - [`lint`]: the pre-deploy check of manifests (pure);
+//! - [`fleet`]: every agent's findings grouped by node (pure), and [`fleet_client`],
+//!   which asks the agents through the API server's pod proxy.
 
 pub mod claims;
 pub mod cluster_services;
+pub mod fleet;
+pub mod fleet_client;
 pub mod lint;
 pub mod manifest_files;
 pub mod manifests;
