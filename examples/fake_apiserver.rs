@@ -8,7 +8,9 @@
 //! Writes `DIR/kubeconfig` (plain http to 127.0.0.1, no auth) once the objects are
 //! loaded, then serves until stdin closes or the process is killed. It also takes the
 //! agent's writes (Events, the Node's status); read them back over HTTP, e.g.
-//! `GET /apis/events.k8s.io/v1/events` and `GET /api/v1/nodes/NAME`.
+//! `GET /apis/events.k8s.io/v1/events` and `GET /api/v1/nodes/NAME`. With `--agent-pod
+//! NODE@IP:PORT` it also serves a portdrift agent's Pod on NODE (namespace `portdrift`,
+//! label `app.kubernetes.io/name=portdrift`), whose pod-proxy path forwards to IP:PORT.
 
 use std::path::PathBuf;
 
@@ -49,6 +51,27 @@ struct Args {
     /// `METHOD path?query` a line: what the client needs RBAC for.
     #[arg(long)]
     request_log: Option<PathBuf>,
+    /// Serve a portdrift agent's Pod `portdrift-NODE` on NODE, reached through the pod
+    /// proxy at IP:PORT (repeatable).
+    #[arg(long, value_name = "NODE@IP:PORT")]
+    agent_pod: Vec<String>,
+}
+
+/// A DaemonSet pod of the agent, as the API server stores it (running, with its IP).
+fn agent_pod(spec: &str) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    let (node, addr) = spec
+        .split_once('@')
+        .ok_or_else(|| anyhow::anyhow!("--agent-pod {spec:?}: expected NODE@IP:PORT"))?;
+    let addr: std::net::SocketAddr = addr.parse()?;
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": "portdrift", "name": format!("portdrift-{node}"),
+                     "labels": {"app.kubernetes.io/name": "portdrift"}},
+        "spec": {"nodeName": node, "containers": [{"name": "portdrift", "image": "portdrift",
+                 "ports": [{"name": "http", "containerPort": addr.port()}]}]},
+        "status": {"phase": "Running", "podIP": addr.ip().to_string()}
+    }))?)
 }
 
 /// Loads a `kubectl get … -o json` List into the server, item by item by kind.
@@ -103,6 +126,9 @@ async fn serve(args: Args) -> anyhow::Result<fake_apiserver::FakeApiServer> {
             server.apply_all(&slices);
             server.apply(&fake_apiserver::objects::node("worker-1", Some("zone-0")));
         }
+    }
+    for spec in &args.agent_pod {
+        server.apply(&agent_pod(spec)?);
     }
     // Written last: its appearance tells the caller that everything is served.
     let staging = args.dir.join("staging");

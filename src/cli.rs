@@ -36,6 +36,129 @@ pub enum Command {
     /// Run as a node agent: watch the API, scan this node every interval, serve
     /// /metrics, /healthz, /readyz and /findings.
     Run(RunArgs),
+    /// The cluster's NodePort allocation table: every allocated port and its Service,
+    /// collisions, and the free ports. Exit 1 when ports collide.
+    Ports(PortsArgs),
+    /// Check Service manifests before they are applied: nodePorts that collide with each
+    /// other or (with --kubeconfig or --cluster-state) with the cluster, or fall outside
+    /// the range; hard-coded nodePorts and other hazards as warnings. Exit 1 on errors.
+    Lint(LintArgs),
+    /// Ask every portdrift agent for its findings through the API server's pod proxy,
+    /// and show each finding with the nodes that have it. Exit 1 when a warning or
+    /// critical finding is on some node, or an agent did not answer.
+    Fleet(FleetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// Reach the API server with this kubeconfig (default: KUBECONFIG, ~/.kube/config,
+    /// then the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The agents' namespace.
+    #[arg(long, short = 'n', value_name = "NS", default_value = "portdrift")]
+    pub namespace: String,
+
+    /// The agents' pods: a label selector.
+    #[arg(
+        long,
+        short = 'l',
+        value_name = "LABELS",
+        default_value = "app.kubernetes.io/name=portdrift"
+    )]
+    pub selector: String,
+
+    /// The agents' HTTP port (their --listen).
+    #[arg(long, value_name = "PORT", default_value_t = 9741)]
+    pub port: u16,
+
+    /// How long one agent may take to answer (and the pod list).
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+
+    /// How many agents are asked at once.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// Where a cluster-wide view reads the cluster's Services.
+#[derive(Debug, Args)]
+pub struct ClusterSourceArgs {
+    /// Read the Services from the API server with this kubeconfig (default: KUBECONFIG,
+    /// ~/.kube/config, then the in-cluster service account).
+    #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Read the Services from a file, as `kubectl get services -A -o json` prints it
+    /// (a bundle's cluster.json does too).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_state: Option<PathBuf>,
+
+    /// How long listing the Services from the API may take.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_timeout)]
+    pub api_timeout: Duration,
+}
+
+impl ClusterSourceArgs {
+    /// The source named on the command line: a file, else the API server.
+    pub fn source(&self) -> crate::views::cluster_services::ServiceSource {
+        use crate::views::cluster_services::ServiceSource;
+        match &self.cluster_state {
+            Some(path) => ServiceSource::File(path.clone()),
+            None => ServiceSource::Api {
+                kubeconfig: self.kubeconfig.clone(),
+                timeout: self.api_timeout,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Manifest files, directories (their .yaml, .yml and .json files, recursively), or
+    /// `-` for standard input (`helm template ... | portdrift lint -`).
+    #[arg(value_name = "FILE|DIR|-", required = true)]
+    pub inputs: Vec<PathBuf>,
+
+    /// With --kubeconfig or --cluster-state: also check against the cluster's allocation.
+    #[command(flatten)]
+    pub cluster: ClusterSourceArgs,
+
+    /// The namespace of manifests that name none (as `kubectl apply -n NS`).
+    #[arg(long, short = 'n', value_name = "NS", default_value = "default")]
+    pub namespace: String,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct PortsArgs {
+    #[command(flatten)]
+    pub cluster: ClusterSourceArgs,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    /// How many free ports to suggest: the lowest free ones of the API server's static
+    /// band first (see the README).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub next: usize,
 }
 
 /// How the agent logs.
@@ -359,6 +482,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Scan(args) => scan(args),
         Command::Snapshot(args) => snapshot(args),
+        Command::Ports(args) => ports(args),
+        Command::Lint(args) => lint(args),
+        Command::Fleet(args) => fleet(args),
         Command::Run(args) => {
             let live = args.live.config(None);
             let live_limits = live.limits;
@@ -549,6 +675,77 @@ fn name_pods(owners: &mut HashMap<u64, ProcessInfo>, pods: &HashMap<String, Stri
             process.pod = Some(name.clone());
         }
     }
+}
+
+fn ports(args: PortsArgs) -> anyhow::Result<u8> {
+    use crate::views::{cluster_services, ports};
+    let services = cluster_services::load_services(&args.cluster.source())
+        .context("cannot read the cluster's Services")?;
+    let (claims, problems) = services.claims();
+    let table = ports::allocation_table(claims, args.nodeport_range, args.next, problems);
+    print_view(args.format, &table, ports::render_table)?;
+    Ok(table.exit_code())
+}
+
+fn lint(args: LintArgs) -> anyhow::Result<u8> {
+    use crate::views::cluster_services::load_services;
+    use crate::views::{lint, manifest_files};
+    let (services, problems) = manifest_files::read_manifests(&args.inputs)?;
+    // The cluster is consulted only when asked: a CI job without credentials still
+    // gets the checks that need none.
+    let source = (args.cluster.kubeconfig.is_some() || args.cluster.cluster_state.is_some())
+        .then(|| args.cluster.source());
+    let live = match &source {
+        Some(source) => {
+            let cluster = load_services(source).context("cannot read the cluster's Services")?;
+            Some(cluster.claims().0)
+        }
+        None => None,
+    };
+    let config = lint::LintConfig {
+        nodeport_range: args.nodeport_range,
+        default_namespace: args.namespace,
+    };
+    let report = lint::lint(&services, &problems, live.as_deref(), &config);
+    print_view(args.format, &report, lint::render_lint)?;
+    Ok(report.exit_code())
+}
+
+fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
+    use crate::views::{fleet, fleet_client};
+    let query = fleet_client::FleetQuery {
+        kubeconfig: args.kubeconfig,
+        namespace: args.namespace,
+        selector: args.selector,
+        port: args.port,
+        timeout: args.timeout,
+        concurrency: usize::from(args.concurrency),
+    };
+    let answers = fleet_client::ask_fleet(&query)?;
+    if answers.is_empty() {
+        anyhow::bail!(
+            "no agent pods in namespace {} match {}",
+            query.namespace,
+            query.selector
+        );
+    }
+    let view = fleet::fleet_view(&answers);
+    print_view(args.format, &view, fleet::render_fleet)?;
+    Ok(view.exit_code())
+}
+
+/// Prints a view on stdout: rendered for a terminal, or as pretty JSON.
+fn print_view<T: serde::Serialize>(format: Format, view: &T, render: fn(&T) -> String) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match format {
+        Format::Text => stdout.write_all(render(view).as_bytes())?,
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut stdout, view)?;
+            stdout.write_all(b"\n")?;
+        }
+    }
+    stdout.flush()?;
+    Ok(())
 }
 
 fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {

@@ -24,3 +24,4 @@ pub mod report;
 pub mod scan;
 pub mod snapshot;
 pub mod synth;
+pub mod views;

@@ -19,6 +19,9 @@ fn main() -> ExitCode {
     // commands only warn.
     let (default_filter, json) = match &cli.command {
         Command::Run(args) => ("info", args.log_format == LogFormat::Json),
+        // kube logs every non-2xx answer as an error; an agent the pod proxy cannot
+        // reach (503) is already in the fleet view, and the line would only be noise.
+        Command::Fleet(_) => ("warn,kube_client::client::builder=off", false),
         _ => ("warn", false),
     };
     let filter =

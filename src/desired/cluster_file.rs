@@ -14,7 +14,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::build::{DesiredBuilder, object_name};
 use super::list_stream::{ListEvent, Position, message_without_position, syntax_error, walk_list};
-use super::model::DesiredState;
+use super::model::{DesiredState, ObjectProblem};
 use super::probe::{ItemProbe, LabelProbe, LabelValue, probe_item};
 use super::slices::parse_api_protocol;
 use crate::model::Protocol;
@@ -185,4 +185,94 @@ fn lenient_node_ports(raw: &[u8]) -> Option<Vec<(Protocol, u16)>> {
         out.push((protocol, node_port));
     }
     Some(out)
+}
+
+/// The Services of a cluster state file, every one of them: those kube-proxy skips
+/// hold nodePorts in the API server's allocation all the same.
+#[derive(Debug, Default)]
+pub struct ServiceList {
+    /// Trimmed as the API watch trims them ([`trim_service`](super::watch::trim_service)).
+    pub services: Vec<Service>,
+    /// Items that could not be read in full. A Service whose nodePorts could still be
+    /// made out is in `services` with just those ports.
+    pub problems: Vec<ObjectProblem>,
+}
+
+/// Reads every Service of a `cluster.json` List from `reader` (other kinds are
+/// skipped), with the same streaming walk and the same leniency as
+/// [`read_cluster_state`].
+pub fn read_services<R: Read>(reader: R) -> Result<ServiceList, ClusterFileError> {
+    let mut out = ServiceList::default();
+    let mut list_kind: Option<String> = None;
+    let kind = walk_list(reader, |event| match event {
+        ListEvent::Kind(kind) => {
+            list_kind = kind;
+            Ok(())
+        }
+        ListEvent::Item(raw, at) => {
+            let probe = probe_item(raw).map_err(|e| syntax_error(&e, at))?;
+            let item_kind = probe.kind.clone().or_else(|| {
+                let list = list_kind.as_deref()?;
+                list.strip_suffix("List").map(str::to_string)
+            });
+            if item_kind.as_deref() == Some("Service") {
+                take_any_service(raw, &probe, &mut out);
+            }
+            Ok(())
+        }
+    })?;
+    if !is_list_kind(kind.as_deref()) {
+        let found = kind.map_or_else(|| "it has no kind".to_string(), |k| format!("its kind is {k:?}"));
+        return Err(ClusterFileError::NotAList { found });
+    }
+    Ok(out)
+}
+
+/// One Service item into `out`: whole, or as much of its nodePorts as can be read.
+fn take_any_service(raw: &[u8], probe: &ItemProbe, out: &mut ServiceList) {
+    match serde_json::from_slice::<Service>(raw) {
+        Ok(mut service) => {
+            super::watch::trim_service(&mut service);
+            out.services.push(service);
+        }
+        Err(e) => {
+            let object = object_name("Service", &probe.namespace, &probe.name);
+            let ports = lenient_node_ports(raw);
+            let problem = match &ports {
+                Some(_) => format!("{}; its nodePorts are counted", cannot_read(&e)),
+                None => format!("{}; its nodePorts cannot be made out", cannot_read(&e)),
+            };
+            out.problems.push(ObjectProblem { object, problem });
+            if let Some(ports) = ports {
+                out.services.push(service_with_node_ports(probe, &ports));
+            }
+        }
+    }
+}
+
+/// A stand-in for an unreadable Service: its name and the nodePorts read leniently.
+fn service_with_node_ports(probe: &ItemProbe, ports: &[(Protocol, u16)]) -> Service {
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    Service {
+        metadata: ObjectMeta {
+            name: probe.name.clone(),
+            namespace: probe.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(protocol, node_port)| ServicePort {
+                        protocol: Some(protocol.as_str().to_ascii_uppercase()),
+                        node_port: Some(i32::from(*node_port)),
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
 }

@@ -16,7 +16,7 @@ mod topology;
 pub mod watch;
 
 pub use build::{DesiredBuilder, desired_state};
-pub use cluster_file::{ClusterFileError, read_cluster_state};
+pub use cluster_file::{ClusterFileError, ServiceList, read_cluster_state, read_services};
 pub use model::*;
 
 #[cfg(test)]

@@ -248,6 +248,27 @@ pub async fn list_once(
         .map_err(|_| WatchError::Timeout(timeout))?
 }
 
+/// Lists every Service of the cluster once, in pages, trimmed and sorted by namespace
+/// and name: for the NodePort allocation table (`portdrift ports`, `lint`).
+///
+/// Without kube-proxy's label selector, unlike [`list_once`]: the API server allocates
+/// nodePorts to Services that opt out of kube-proxy (`service-proxy-name`, `headless`)
+/// all the same, and a new Service collides with them just as well.
+pub async fn list_every_service(client: Client, timeout: Duration) -> Result<Vec<Service>, WatchError> {
+    let params = ListParams::default().limit(DEFAULT_PAGE_SIZE);
+    let listed = list_all(
+        Api::<Service>::all(client),
+        &params,
+        trim_service,
+        WatchedResource::Services,
+    );
+    let mut services = tokio::time::timeout(timeout, listed)
+        .await
+        .map_err(|_| WatchError::Timeout(timeout))??;
+    sort_by_name(&mut services);
+    Ok(services)
+}
+
 async fn load(client: Client, node: Option<&str>) -> Result<DesiredState, WatchError> {
     let objects = list_objects(client, node).await?;
     let node = node.filter(|n| !n.is_empty());

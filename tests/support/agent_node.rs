@@ -9,23 +9,14 @@ use std::time::Duration;
 
 /// What every scenario starts with, inside the namespace. Its arguments: portdrift, the
 /// fake API server, the scratch directory, the node's name, then the scenario's own.
-/// A step that fails ends the script with its reason on stderr.
+/// A step that fails ends the script with its reason on stderr; `fail`, `now_ms` and
+/// `wait_for` come from [`super::SHELL_HELPERS`], added after it.
 pub const PRELUDE: &str = r#"
 set -u
 pd=$1; fake=$2; dir=$3; node=$4; shift 4
 url=http://127.0.0.1:9741
 # A fixed address, so that a stopped API server can come back where the kubeconfig points.
 api=127.0.0.1:6443
-fail() { echo "FAILED: $*" >&2; exit 1; }
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-# wait_for SECONDS CMD...: runs CMD every 0.1 s until it succeeds; false after SECONDS.
-wait_for() {
-  local deadline=$(( $(now_ms) + $1 * 1000 )); shift
-  until "$@"; do
-    (( $(now_ms) < deadline )) || return 1
-    sleep 0.1
-  done
-}
 status() { curl -s -m 2 -o /dev/null -w '%{http_code}' "$url$1"; }
 # The body of a 200 answer (nothing, and false, for any other).
 get() { curl -s -f -m 2 "$url$1"; }
@@ -80,7 +71,7 @@ pub fn in_node(bundle: &str, script: &str, args: &[&str], dir: &Path, limit: Dur
         .args(["--kill-after=5", &limit.as_secs().to_string(), "bash"])
         .arg(super::root().join("scripts/capture-testdata.sh"))
         .args(["--exec", bundle, "--", "bash", "-c"])
-        .arg(format!("{PRELUDE}\n{script}"))
+        .arg(format!("{PRELUDE}{}\n{script}", super::SHELL_HELPERS))
         .arg("bash")
         .arg(env!("CARGO_BIN_EXE_portdrift"))
         .arg(super::fake_apiserver_bin())

@@ -45,6 +45,13 @@
 //!   other patch types are a `415`. Only `status` is changed, as the status
 //!   subresource does; watches see the Node `MODIFIED`.
 //!
+//! - **Pod proxy:** `GET /api/v1/namespaces/<ns>/pods/<name>[:<port>]/proxy/<path>`
+//!   forwards to the pod's `status.podIP` and the port (default: its first container
+//!   port) as the API server does, and answers with the pod's status and body; `503`
+//!   with a `Status` when the pod cannot be reached, `404` for a pod that does not
+//!   exist. A pod that accepts and never answers makes the request hang, as it does on
+//!   a real server.
+//!
 //! Every write is recorded ([`FakeApiServer::writes`]); [`FakeApiServer::stored`]
 //! reads back what is stored, as `GET` does over HTTP. [`FakeApiServer::set_write_failure`]
 //! fails writes alone, so a watch can stay up while Events and patches fail.
@@ -804,6 +811,11 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
     let path = request.uri().path().to_string();
     let query = parse_query(request.uri().query().unwrap_or(""));
     let route = Route::parse(&path);
+    if request.method() == Method::GET
+        && let Some(target) = ProxyTarget::parse(&target)
+    {
+        return Ok(proxy_to_pod(&shared, &target).await);
+    }
     if request.method() == Method::GET {
         return match route {
             Some(route) if route.name.is_none() => read_collection(&shared, &route, &query).await,
@@ -839,6 +851,94 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
         status: answer.as_ref().map(|r| r.status().as_u16()).unwrap_or(0),
     });
     answer
+}
+
+/// A pod-proxy request: `/api/v1/namespaces/NS/pods/NAME[:PORT]/proxy/PATH`.
+struct ProxyTarget {
+    namespace: String,
+    name: String,
+    port: Option<u16>,
+    /// `/PATH[?QUERY]`, as the pod gets it.
+    path: String,
+}
+
+impl ProxyTarget {
+    fn parse(target: &str) -> Option<ProxyTarget> {
+        let rest = target.strip_prefix("/api/v1/namespaces/")?;
+        let (namespace, rest) = rest.split_once("/pods/")?;
+        let (pod, path) = rest.split_once("/proxy")?;
+        let (name, port) = match pod.split_once(':') {
+            Some((name, port)) => (name, Some(port.parse().ok()?)),
+            None => (pod, None),
+        };
+        let path = if path.starts_with('/') {
+            path.to_string()
+        } else {
+            format!("/{path}")
+        };
+        Some(ProxyTarget {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            port,
+            path,
+        })
+    }
+}
+
+/// Forwards a pod-proxy request to the pod over plain HTTP/1.0 and relays the answer.
+async fn proxy_to_pod(shared: &Shared, target: &ProxyTarget) -> Response<Body> {
+    let pod: Option<Value> = {
+        let state = lock(&shared.state);
+        let key = (target.namespace.clone(), target.name.clone());
+        let stored = state.objects.get(&Kind::Pod).and_then(|pods| pods.get(&key));
+        stored.and_then(|p| serde_json::from_str(&p.json).ok())
+    };
+    let Some(pod) = pod else {
+        return not_found(Kind::Pod, &target.name);
+    };
+    let ip = pod["status"]["podIP"].as_str().unwrap_or_default().to_string();
+    let port = target.port.or_else(|| {
+        let port = &pod["spec"]["containers"][0]["ports"][0]["containerPort"];
+        port.as_u64().and_then(|p| u16::try_from(p).ok())
+    });
+    let unreachable = |why: String| {
+        let body = status(
+            503,
+            "ServiceUnavailable",
+            &format!("error trying to reach service: {why}"),
+        );
+        json_response(StatusCode::SERVICE_UNAVAILABLE, body.to_string())
+    };
+    let Some(addr) = port.and_then(|port| format!("{ip}:{port}").parse::<SocketAddr>().ok()) else {
+        return unreachable(format!("pod {} has no address to dial", target.name));
+    };
+    match http10_get(addr, &target.path).await {
+        Ok((code, body)) => Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)).boxed())
+            .expect("a valid response"),
+        Err(e) => unreachable(format!("dial tcp {addr}: {e}")),
+    }
+}
+
+/// One HTTP/1.0 GET: the status code and the body.
+async fn http10_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer");
+    let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(bad)?;
+    let head = String::from_utf8_lossy(&answer[..head_end]);
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    Ok((code, answer[head_end + 4..].to_vec()))
 }
 
 /// The answer the failure mode `mode` calls for, if not a normal one (waiting while it

@@ -143,6 +143,22 @@ class Healthz(BaseHTTPRequestHandler):
 "#;
 
 pub mod agent_node;
+
+/// Bash helpers for the scenarios run inside a node's namespace: `fail MESSAGE`,
+/// `now_ms`, and `wait_for SECONDS CMD...` (runs CMD every 0.1 s until it succeeds;
+/// false after SECONDS).
+pub const SHELL_HELPERS: &str = r#"
+fail() { echo "FAILED: $*" >&2; exit 1; }
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+wait_for() {
+  local deadline=$(( $(now_ms) + $1 * 1000 )); shift
+  until "$@"; do
+    (( $(now_ms) < deadline )) || return 1
+    sleep 0.1
+  done
+}
+"#;
+
 pub mod fake_apiserver;
 pub mod netns;
 pub mod promtool;

@@ -295,3 +295,44 @@ fn odd_documents_do_not_panic() {
         let _ = read(doc);
     }
 }
+
+#[test]
+fn read_services_keeps_every_service_and_what_a_broken_one_holds() {
+    let opted_out = {
+        let mut s = web_service();
+        s["metadata"]["name"] = json!("mesh");
+        s["metadata"]["labels"] = json!({"service.kubernetes.io/service-proxy-name": "other"});
+        s
+    };
+    // `port` must be a number: the item does not deserialize, its nodePort still reads.
+    let broken = service_json(
+        "team",
+        "broken",
+        json!({"type": "NodePort", "ports": [{"port": "eighty", "protocol": "UDP", "nodePort": "30999"}]}),
+    );
+    let slice = json!({"kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1",
+                       "metadata": {"namespace": "shop", "name": "web-1"}, "addressType": "IPv4", "endpoints": []});
+    let text = list(vec![web_service(), opted_out, broken, slice]);
+    let read = crate::desired::read_services(text.as_bytes()).unwrap();
+    let names: Vec<_> = read
+        .services
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["web", "mesh", "broken"]);
+    let broken = &read.services[2].spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
+    assert_eq!(
+        (broken.node_port, broken.protocol.as_deref()),
+        (Some(30999), Some("UDP"))
+    );
+    assert_eq!(read.problems.len(), 1);
+    assert!(
+        read.problems[0].problem.contains("nodePorts are counted"),
+        "{:?}",
+        read.problems
+    );
+    assert!(matches!(
+        crate::desired::read_services(&b"{\"kind\": \"Pod\", \"items\": []}"[..]),
+        Err(ClusterFileError::NotAList { .. })
+    ));
+}

@@ -1,0 +1,366 @@
+//! Kubernetes manifests → the Services they declare, each value with its line: what
+//! `portdrift lint` checks. Reads multi-document YAML (`helm template`, `kustomize
+//! build`), `List`s, and JSON (a subset of YAML 1.2).
+//!
+//! The YAML parser is `saphyr`: the maintained successor of yaml-rust/yaml-rust2 (same
+//! authors), pure Rust, YAML 1.2, and its `MarkedYaml` tree keeps the span of every
+//! node, which is what pointing at `file:line` needs. serde_yaml and serde_yml are
+//! unmaintained, and serde-based readers lose positions once a value is deserialized.
+
+use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, ScanError, YamlData};
+
+/// A value and the line it is on (1-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located<T> {
+    pub value: T,
+    pub line: usize,
+}
+
+/// One port of a Service manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestPort {
+    pub line: usize,
+    pub name: Option<String>,
+    /// As written, upper case (`TCP` when unset, as the API defaults it).
+    pub protocol: String,
+    pub node_port: Option<Located<i64>>,
+}
+
+/// A Service as a manifest declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestService {
+    pub file: String,
+    /// The line of the Service's `kind`.
+    pub line: usize,
+    /// None when the manifest leaves it to `kubectl apply -n` (or the default).
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// `ClusterIP` when unset, as the API defaults it.
+    pub service_type: String,
+    pub ports: Vec<ManifestPort>,
+    pub health_check_node_port: Option<Located<i64>>,
+    pub external_traffic_policy: Option<Located<String>>,
+    pub allocate_load_balancer_node_ports: Option<Located<bool>>,
+}
+
+/// Something in a file that could not be read as intended: YAML that does not parse,
+/// or a field of the wrong type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestProblem {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+
+/// Every Service in `text` (from `file`, for messages), and what could not be read.
+/// A document that does not parse stops the file there: YAML offers no safe place to
+/// resume, and the error says where.
+pub fn services_in(file: &str, text: &str) -> (Vec<ManifestService>, Vec<ManifestProblem>) {
+    let mut reader = Reader {
+        file,
+        services: Vec::new(),
+        problems: Vec::new(),
+    };
+    match MarkedYaml::load_from_str(text) {
+        Ok(documents) => {
+            for document in &documents {
+                reader.object(document);
+            }
+        }
+        Err(e) => reader.problems.push(syntax_problem(file, &e)),
+    }
+    (reader.services, reader.problems)
+}
+
+fn syntax_problem(file: &str, e: &ScanError) -> ManifestProblem {
+    let mark = e.marker();
+    ManifestProblem {
+        file: file.to_string(),
+        line: mark.line(),
+        message: format!("not valid YAML: {} (column {})", e.info(), mark.col() + 1),
+    }
+}
+
+struct Reader<'f> {
+    file: &'f str,
+    services: Vec<ManifestService>,
+    problems: Vec<ManifestProblem>,
+}
+
+impl Reader<'_> {
+    /// A document or a List item: a Service, a List (its items), or anything else.
+    fn object(&mut self, node: &MarkedYaml) {
+        let Some(kind) = get(node, "kind") else { return };
+        match as_str(kind) {
+            Some("Service") => {
+                let service = self.service(node, line_of(kind));
+                self.services.push(service);
+            }
+            Some(k) if k.ends_with("List") => {
+                if let Some(YamlData::Sequence(items)) = get(node, "items").map(|i| &i.data) {
+                    for item in items {
+                        self.object(item);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn service(&mut self, node: &MarkedYaml, line: usize) -> ManifestService {
+        let meta = get(node, "metadata");
+        let spec = get(node, "spec");
+        let ports = match spec.and_then(|s| get(s, "ports")).map(|p| &p.data) {
+            Some(YamlData::Sequence(ports)) => ports.iter().map(|p| self.port(p)).collect(),
+            _ => Vec::new(),
+        };
+        ManifestService {
+            file: self.file.to_string(),
+            line,
+            namespace: text_at(meta, "namespace").map(str::to_string),
+            name: text_at(meta, "name").map(str::to_string),
+            service_type: text_at(spec, "type").unwrap_or("ClusterIP").to_string(),
+            ports,
+            health_check_node_port: spec.and_then(|s| self.integer(s, "healthCheckNodePort")),
+            external_traffic_policy: spec
+                .and_then(|s| get(s, "externalTrafficPolicy"))
+                .and_then(|v| located_str(v)),
+            allocate_load_balancer_node_ports: spec
+                .and_then(|s| get(s, "allocateLoadBalancerNodePorts"))
+                .and_then(|v| self.boolean(v, "allocateLoadBalancerNodePorts")),
+        }
+    }
+
+    fn port(&mut self, node: &MarkedYaml) -> ManifestPort {
+        ManifestPort {
+            line: line_of(node),
+            name: get(node, "name").and_then(as_str).map(str::to_string),
+            protocol: get(node, "protocol")
+                .and_then(as_str)
+                .unwrap_or("TCP")
+                .to_string(),
+            node_port: self.integer(node, "nodePort"),
+        }
+    }
+
+    /// An integer field; a value of another type is a problem (the API server would
+    /// refuse the manifest), `null` is no value.
+    fn integer(&mut self, parent: &MarkedYaml, key: &str) -> Option<Located<i64>> {
+        let value = get(parent, key)?;
+        match &value.data {
+            YamlData::Value(Scalar::Integer(n)) => Some(Located {
+                value: *n,
+                line: line_of(value),
+            }),
+            YamlData::Value(Scalar::Null) => None,
+            _ => {
+                self.wrong_type(value, key, "an integer");
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, value: &MarkedYaml, key: &str) -> Option<Located<bool>> {
+        match &value.data {
+            YamlData::Value(Scalar::Boolean(b)) => Some(Located {
+                value: *b,
+                line: line_of(value),
+            }),
+            YamlData::Value(Scalar::Null) => None,
+            _ => {
+                self.wrong_type(value, key, "true or false");
+                None
+            }
+        }
+    }
+
+    fn wrong_type(&mut self, value: &MarkedYaml, key: &str, expected: &str) {
+        let shown = match &value.data {
+            YamlData::Value(Scalar::String(s)) => format!("the string {s:?}"),
+            YamlData::Value(Scalar::FloatingPoint(f)) => format!("{f}"),
+            YamlData::Value(Scalar::Boolean(b)) => format!("{b}"),
+            YamlData::Value(Scalar::Integer(n)) => format!("{n}"),
+            _ => "not a scalar".to_string(),
+        };
+        self.problems.push(ManifestProblem {
+            file: self.file.to_string(),
+            line: line_of(value),
+            message: format!("{key} must be {expected}, not {shown} (the API server refuses it)"),
+        });
+    }
+}
+
+/// The string at `key` of `parent`, if both are there.
+fn text_at<'a>(parent: Option<&'a MarkedYaml<'_>>, key: &str) -> Option<&'a str> {
+    parent.and_then(|p| get(p, key)).and_then(as_str)
+}
+
+fn line_of(node: &MarkedYaml) -> usize {
+    node.span.start.line()
+}
+
+/// The value of `key` in a mapping.
+fn get<'a, 'i>(node: &'a MarkedYaml<'i>, key: &str) -> Option<&'a MarkedYaml<'i>> {
+    let YamlData::Mapping(map) = &node.data else {
+        return None;
+    };
+    map.iter().find(|(k, _)| as_str(k) == Some(key)).map(|(_, v)| v)
+}
+
+fn as_str<'a>(node: &'a MarkedYaml<'_>) -> Option<&'a str> {
+    match &node.data {
+        YamlData::Value(Scalar::String(s)) => Some(s.as_ref()),
+        _ => None,
+    }
+}
+
+fn located_str(node: &MarkedYaml) -> Option<Located<String>> {
+    as_str(node).map(|s| Located {
+        value: s.to_string(),
+        line: line_of(node),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &str = "\
+---
+# Source: shop/templates/cm.yaml
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+---
+# Source: shop/templates/svc.yaml
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: shop
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Local
+  allocateLoadBalancerNodePorts: false
+  healthCheckNodePort: 32100
+  ports:
+    - name: http
+      port: 80
+      nodePort: 30080
+    - name: dns
+      port: 53
+      protocol: UDP
+---
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: api}
+  spec: {type: NodePort, ports: [{port: 80, nodePort: 30081}]}
+";
+
+    #[test]
+    fn services_come_with_their_lines_from_streams_and_lists() {
+        let (services, problems) = services_in("all.yaml", STREAM);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(services.len(), 2);
+        let web = &services[0];
+        assert_eq!(
+            (web.name.as_deref(), web.namespace.as_deref()),
+            (Some("web"), Some("shop"))
+        );
+        assert_eq!(web.line, 9);
+        assert_eq!(web.service_type, "LoadBalancer");
+        assert_eq!(
+            web.ports[0].node_port,
+            Some(Located {
+                value: 30080,
+                line: 21
+            })
+        );
+        assert_eq!(web.ports[1].protocol, "UDP");
+        assert_eq!(web.ports[1].node_port, None);
+        assert_eq!(
+            web.health_check_node_port,
+            Some(Located {
+                value: 32100,
+                line: 17
+            })
+        );
+        assert_eq!(
+            web.allocate_load_balancer_node_ports.as_ref().map(|a| a.value),
+            Some(false)
+        );
+        assert_eq!(
+            web.external_traffic_policy.as_ref().map(|p| p.value.as_str()),
+            Some("Local")
+        );
+        let api = &services[1];
+        assert_eq!(
+            (api.name.as_deref(), api.namespace.as_deref()),
+            (Some("api"), None)
+        );
+        assert_eq!(
+            api.ports[0].node_port,
+            Some(Located {
+                value: 30081,
+                line: 33
+            })
+        );
+    }
+
+    #[test]
+    fn json_lists_read_too() {
+        let json = r#"{"kind": "List", "items": [
+  {"kind": "Service", "metadata": {"name": "a", "namespace": "n"},
+   "spec": {"type": "NodePort", "ports": [{"port": 1, "nodePort": 30001}]}}]}"#;
+        let (services, problems) = services_in("list.json", json);
+        assert!(problems.is_empty());
+        assert_eq!(
+            services[0].ports[0].node_port,
+            Some(Located {
+                value: 30001,
+                line: 3
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_yaml_and_wrong_types_are_problems_with_lines() {
+        let (_, problems) = services_in(
+            "bad.yaml",
+            "kind: Service\nspec:\n  ports:\n  - port: 80\n   nodePort: [\n",
+        );
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.starts_with("not valid YAML"), "{problems:?}");
+        assert!(problems[0].line >= 4, "{problems:?}");
+
+        let text =
+            "kind: Service\nmetadata: {name: x}\nspec:\n  ports:\n  - port: 80\n    nodePort: \"30080\"\n";
+        let (services, problems) = services_in("typed.yaml", text);
+        assert_eq!(services[0].ports[0].node_port, None);
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].line, 6);
+        assert!(
+            problems[0].message.contains("nodePort must be an integer"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn nothing_odd_panics() {
+        for text in [
+            "",
+            "---\n---\n",
+            "- 1\n- 2\n",
+            "kind: [Service]\n",
+            "kind: List\nitems: 3\n",
+            "\u{0}\u{1}",
+            "a: &x\n  b: *x\n",
+        ] {
+            let _ = services_in("odd.yaml", text);
+        }
+    }
+}
