@@ -46,7 +46,10 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     std::fs::write(args.out.join("iptables-nft-save.txt"), &node.iptables_save)?;
     std::fs::write(args.out.join("cluster.json"), &node.cluster_json)?;
-    std::fs::write(args.out.join("kube-proxy.nft"), portdrift::synth::nft_script(&config))?;
+    std::fs::write(
+        args.out.join("kube-proxy.nft"),
+        portdrift::synth::nft_script(&config),
+    )?;
     std::fs::write(args.out.join("node"), format!("{}\n", config.node))?;
     eprintln!(
         "wrote {}: {} iptables-save lines, cluster.json {} bytes",

@@ -394,13 +394,25 @@ const NFT_TABLE: &str = "ip kube-proxy";
 fn nft_base(out: &mut String) {
     let t = NFT_TABLE;
     let _ = writeln!(out, "add table {t} {{ comment \"rules for kube-proxy\" ; }}");
-    let _ = writeln!(out, "add set {t} cluster-ips {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}");
-    let _ = writeln!(out, "add set {t} nodeport-ips {{ type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }}");
+    let _ = writeln!(
+        out,
+        "add set {t} cluster-ips {{ type ipv4_addr ; comment \"Active ClusterIPs\" ; }}"
+    );
+    let _ = writeln!(
+        out,
+        "add set {t} nodeport-ips {{ type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }}"
+    );
     for map in ["service-ips", "no-endpoint-services"] {
-        let _ = writeln!(out, "add map {t} {map} {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}");
+        let _ = writeln!(
+            out,
+            "add map {t} {map} {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}"
+        );
     }
     for map in ["service-nodeports", "no-endpoint-nodeports"] {
-        let _ = writeln!(out, "add map {t} {map} {{ type inet_proto . inet_service : verdict ; }}");
+        let _ = writeln!(
+            out,
+            "add map {t} {map} {{ type inet_proto . inet_service : verdict ; }}"
+        );
     }
     for (chain, hook) in [
         ("filter-input", "type filter hook input priority -110"),
@@ -411,15 +423,28 @@ fn nft_base(out: &mut String) {
     ] {
         let _ = writeln!(out, "add chain {t} {chain} {{ {hook} ; }}");
     }
-    for chain in ["nodeport-endpoints-check", "service-endpoints-check", "reject-chain", "mark-for-masquerade", "masquerading", "services"] {
+    for chain in [
+        "nodeport-endpoints-check",
+        "service-endpoints-check",
+        "reject-chain",
+        "mark-for-masquerade",
+        "masquerading",
+        "services",
+    ] {
         let _ = writeln!(out, "add chain {t} {chain}");
     }
     for (chain, rule) in [
         ("filter-input", "ct state new jump nodeport-endpoints-check"),
         ("filter-input", "ct state new jump service-endpoints-check"),
         ("filter-output", "ct state new jump service-endpoints-check"),
-        ("nodeport-endpoints-check", "ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports"),
-        ("service-endpoints-check", "ip daddr . meta l4proto . th dport vmap @no-endpoint-services"),
+        (
+            "nodeport-endpoints-check",
+            "ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",
+        ),
+        (
+            "service-endpoints-check",
+            "ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
+        ),
         ("reject-chain", "reject"),
         ("mark-for-masquerade", "mark set mark or 0x4000"),
         ("masquerading", "mark and 0x4000 == 0 return"),
@@ -429,7 +454,10 @@ fn nft_base(out: &mut String) {
         ("nat-output", "jump services"),
         ("nat-postrouting", "jump masquerading"),
         ("services", "ip daddr . meta l4proto . th dport vmap @service-ips"),
-        ("services", "ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"),
+        (
+            "services",
+            "ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
+        ),
     ] {
         let _ = writeln!(out, "add rule {t} {chain} {rule}");
     }
@@ -466,13 +494,23 @@ impl NftElements {
 /// `endpoint-HASH-ns/svc/tcp/port__ip/port`.
 fn nft_endpoint_chain(port: &ServicePortRef, addr: &SocketAddr) -> String {
     let service = crate::kube_proxy::nft_service_chain("endpoint", port, Protocol::Tcp);
-    let name = format!("{}__{}/{}", service.splitn(3, '-').nth(2).unwrap_or_default(), addr.ip(), addr.port());
+    let name = format!(
+        "{}__{}/{}",
+        service.splitn(3, '-').nth(2).unwrap_or_default(),
+        addr.ip(),
+        addr.port()
+    );
     let hash = crate::kube_proxy::nft_chain_hash(&name);
     format!("endpoint-{hash}-{name}")
 }
 
 /// `numgen random mod N vmap { 0 : goto a, 1 : goto b }`, endpoints in kube-proxy's order.
-fn nft_endpoint_dispatch(out: &mut String, chain: &str, endpoints: &[&(SocketAddr, String)], port: &ServicePortRef) {
+fn nft_endpoint_dispatch(
+    out: &mut String,
+    chain: &str,
+    endpoints: &[&(SocketAddr, String)],
+    port: &ServicePortRef,
+) {
     let arms: Vec<String> = endpoints
         .iter()
         .enumerate()
@@ -505,19 +543,35 @@ fn nft_service(config: &SynthConfig, s: &Svc, out: &mut String, elements: &mut N
     let local = crate::kube_proxy::nft_service_chain("local", &s.port, Protocol::Tcp);
     let mut sorted: Vec<&(SocketAddr, String)> = s.endpoints.iter().collect();
     sorted.sort_by_key(|(a, _)| a.to_string());
-    let on_node: Vec<&(SocketAddr, String)> = sorted.iter().copied().filter(|(_, n)| *n == config.node).collect();
+    let on_node: Vec<&(SocketAddr, String)> = sorted
+        .iter()
+        .copied()
+        .filter(|(_, n)| *n == config.node)
+        .collect();
     // Chains before the rules that jump to them: nft checks every jump as it loads.
     for (addr, _) in &sorted {
         let _ = writeln!(out, "add chain {t} {}", nft_endpoint_chain(&s.port, addr));
     }
     let _ = writeln!(out, "add chain {t} {service}");
     let _ = writeln!(out, "add chain {t} {external}");
-    let _ = writeln!(out, "add rule {t} {service} ip daddr {ip} tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade");
+    let _ = writeln!(
+        out,
+        "add rule {t} {service} ip daddr {ip} tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade"
+    );
     nft_endpoint_dispatch(out, &service, &sorted, &s.port);
     if s.shape == Shape::Local {
-        let _ = writeln!(out, "add rule {t} {external} ip saddr 10.244.0.0/16 goto {service} comment \"short-circuit pod traffic\"");
-        let _ = writeln!(out, "add rule {t} {external} fib saddr type local jump mark-for-masquerade comment \"masquerade local traffic\"");
-        let _ = writeln!(out, "add rule {t} {external} fib saddr type local goto {service} comment \"short-circuit local traffic\"");
+        let _ = writeln!(
+            out,
+            "add rule {t} {external} ip saddr 10.244.0.0/16 goto {service} comment \"short-circuit pod traffic\""
+        );
+        let _ = writeln!(
+            out,
+            "add rule {t} {external} fib saddr type local jump mark-for-masquerade comment \"masquerade local traffic\""
+        );
+        let _ = writeln!(
+            out,
+            "add rule {t} {external} fib saddr type local goto {service} comment \"short-circuit local traffic\""
+        );
         if on_node.is_empty() {
             elements
                 .no_endpoint_nodeports
@@ -534,14 +588,25 @@ fn nft_service(config: &SynthConfig, s: &Svc, out: &mut String, elements: &mut N
     for (addr, _) in &sorted {
         nft_endpoint(out, &s.port, addr);
     }
-    elements.service_ips.push(format!("{ip} . tcp . 80 : goto {service}"));
-    elements.service_nodeports.push(format!("tcp . {np} : goto {external}"));
+    elements
+        .service_ips
+        .push(format!("{ip} . tcp . 80 : goto {service}"));
+    elements
+        .service_nodeports
+        .push(format!("tcp . {np} : goto {external}"));
 }
 
 fn nft_endpoint(out: &mut String, port: &ServicePortRef, addr: &SocketAddr) {
     let chain = nft_endpoint_chain(port, addr);
-    let _ = writeln!(out, "add rule {NFT_TABLE} {chain} ip saddr {} jump mark-for-masquerade", addr.ip());
-    let _ = writeln!(out, "add rule {NFT_TABLE} {chain} meta l4proto tcp dnat to {addr}");
+    let _ = writeln!(
+        out,
+        "add rule {NFT_TABLE} {chain} ip saddr {} jump mark-for-masquerade",
+        addr.ip()
+    );
+    let _ = writeln!(
+        out,
+        "add rule {NFT_TABLE} {chain} meta l4proto tcp dnat to {addr}"
+    );
 }
 
 /// Drift: a NodePort left behind by a deleted Service, still DNATing to its old pod.
@@ -559,7 +624,9 @@ fn nft_stale(config: &SynthConfig, k: usize, out: &mut String, elements: &mut Nf
     let _ = writeln!(out, "add chain {NFT_TABLE} {external}");
     let _ = writeln!(out, "add rule {NFT_TABLE} {external} goto {endpoint}");
     nft_endpoint(out, &port, &addr);
-    elements.service_nodeports.push(format!("tcp . {} : goto {external}", np.min(65535)));
+    elements
+        .service_nodeports
+        .push(format!("tcp . {} : goto {external}", np.min(65535)));
 }
 
 fn cluster_json(config: &SynthConfig, svcs: &[Svc]) -> String {

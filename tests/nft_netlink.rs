@@ -59,9 +59,8 @@ fn read_both_ways(script: &Path, cluster: Option<&Path>) -> BothWays {
         String::from_utf8_lossy(&run.stderr)
     );
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
-    let scan = |via: &str| {
-        cluster.map(|_| serde_json::from_str::<Value>(&read(&format!("scan-{via}"))).unwrap())
-    };
+    let scan =
+        |via: &str| cluster.map(|_| serde_json::from_str::<Value>(&read(&format!("scan-{via}"))).unwrap());
     BothWays {
         netlink: read("netlink"),
         nft: read("nft"),
@@ -81,7 +80,8 @@ fn model(printed: &str) -> String {
 
 fn assert_same(name: &str, both: &BothWays) {
     assert!(
-        both.netlink.contains("# nft.json Ok [\"read from the kernel over netlink\"]")
+        both.netlink
+            .contains("# nft.json Ok [\"read from the kernel over netlink\"]")
             || both.netlink.contains("# nft.json Empty"),
         "{name}: not read over netlink:\n{}",
         both.netlink.lines().next().unwrap_or_default()

@@ -78,7 +78,10 @@ pub use netlink::{NetlinkError, NetlinkLimits};
 /// thread's network namespace) into the [`RuleSource`]s [`parse_ruleset_json`] gives
 /// for the same tables' `nft -j` dump; with the bytes of netlink messages read. Needs
 /// CAP_NET_ADMIN.
-pub fn read_tables_netlink(origin: &str, limits: NetlinkLimits) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
+pub fn read_tables_netlink(
+    origin: &str,
+    limits: NetlinkLimits,
+) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
     let read = netlink::read_tables(limits)?;
     Ok((build_rule_sources(read.parsed, origin), read.bytes))
 }

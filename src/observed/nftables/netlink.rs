@@ -162,13 +162,19 @@ pub(super) fn read_tables(limits: NetlinkLimits) -> Result<NetlinkRead<'static>,
 }
 
 /// One table's chains, maps and rules, in that order: rules refer to the inline maps.
-fn read_family(conn: &mut Conn, family: Family, parsed: &mut ParsedRuleset<'static>) -> Result<(), NetlinkError> {
+fn read_family(
+    conn: &mut Conn,
+    family: Family,
+    parsed: &mut ParsedRuleset<'static>,
+) -> Result<(), NetlinkError> {
     let nfproto = match family {
         Family::Ipv4 => NFPROTO_IPV4,
         Family::Ipv6 => NFPROTO_IPV6,
     };
     let table_attr = [(NFTA_TABLE_NAME, &b"kube-proxy\0"[..])];
-    match conn.exchange("the table", NFT_MSG_GETTABLE, false, nfproto, &table_attr, |_| Ok(())) {
+    match conn.exchange("the table", NFT_MSG_GETTABLE, false, nfproto, &table_attr, |_| {
+        Ok(())
+    }) {
         // The table does not exist: kube-proxy does not run in nftables mode here.
         Err(NetlinkError::Refused { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {
             return Ok(());
@@ -215,12 +221,19 @@ fn read_family(conn: &mut Conn, family: Family, parsed: &mut ParsedRuleset<'stat
         inline_maps: &inline_maps,
     };
     let rule_filter = [(NFTA_RULE_TABLE, &b"kube-proxy\0"[..])];
-    conn.exchange("the rules", NFT_MSG_GETRULE, true, nfproto, &rule_filter, |attrs| {
-        if let Err(reason) = read_rule(table, &context, attrs) {
-            table.unparsed.push(unparsed(0, "(a rule)", reason));
-        }
-        Ok(())
-    })
+    conn.exchange(
+        "the rules",
+        NFT_MSG_GETRULE,
+        true,
+        nfproto,
+        &rule_filter,
+        |attrs| {
+            if let Err(reason) = read_rule(table, &context, attrs) {
+                table.unparsed.push(unparsed(0, "(a rule)", reason));
+            }
+            Ok(())
+        },
+    )
 }
 
 // ------------------------------------------------------------------ the socket
@@ -424,7 +437,9 @@ impl<'b> Iterator for Attrs<'b> {
         }
         let data = std::mem::take(&mut self.data);
         let Some(head) = data.get(..4) else {
-            return Some(Err(NetlinkError::Malformed("an attribute header cut short".into())));
+            return Some(Err(NetlinkError::Malformed(
+                "an attribute header cut short".into(),
+            )));
         };
         let len = usize::from(u16::from_ne_bytes([head[0], head[1]]));
         if len < 4 || len > data.len() {
@@ -551,27 +566,34 @@ fn read_elements(
         (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
     ];
     let mut elements = Vec::new();
-    conn.exchange("the elements", NFT_MSG_GETSETELEM, true, nfproto, &filter, |attrs| {
-        for attr in Attrs::new(attrs) {
-            let (kind, list) = attr?;
-            if kind != NFTA_SET_ELEM_LIST_ELEMENTS {
-                continue;
-            }
-            for item in Attrs::new(list) {
-                let (_, element) = item?;
-                match read_element(element) {
-                    Ok(Some(e)) => elements.push(e),
-                    Ok(None) => {}
-                    Err(e) => unparsed_out.push(unparsed(
-                        0,
-                        "(an element)",
-                        format!("element of map {}: {e}", set.name),
-                    )),
+    conn.exchange(
+        "the elements",
+        NFT_MSG_GETSETELEM,
+        true,
+        nfproto,
+        &filter,
+        |attrs| {
+            for attr in Attrs::new(attrs) {
+                let (kind, list) = attr?;
+                if kind != NFTA_SET_ELEM_LIST_ELEMENTS {
+                    continue;
+                }
+                for item in Attrs::new(list) {
+                    let (_, element) = item?;
+                    match read_element(element) {
+                        Ok(Some(e)) => elements.push(e),
+                        Ok(None) => {}
+                        Err(e) => unparsed_out.push(unparsed(
+                            0,
+                            "(an element)",
+                            format!("element of map {}: {e}", set.name),
+                        )),
+                    }
                 }
             }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
     Ok(elements)
 }
 
@@ -794,8 +816,14 @@ fn verdict_statement(code: i32, chain: Option<&str>) -> Expr<'static> {
 
 fn element_ir(set: &SetInfo, element: RawElement) -> ElementIr<'static> {
     let verdict = match &element.data {
-        ElementData::Verdict { code: -4, chain: Some(c) } => ElementVerdict::Goto(Cow::Owned(c.clone())),
-        ElementData::Verdict { code: -3, chain: Some(c) } => ElementVerdict::Jump(Cow::Owned(c.clone())),
+        ElementData::Verdict {
+            code: -4,
+            chain: Some(c),
+        } => ElementVerdict::Goto(Cow::Owned(c.clone())),
+        ElementData::Verdict {
+            code: -3,
+            chain: Some(c),
+        } => ElementVerdict::Jump(Cow::Owned(c.clone())),
         ElementData::Verdict { code: 0, .. } => ElementVerdict::Drop,
         ElementData::Verdict { code: 1, .. } => ElementVerdict::Accept,
         other => ElementVerdict::Other(render_expr_string(&verdict_expr(other))),
@@ -1031,7 +1059,10 @@ impl<'c> Delinearizer<'c> {
                             "packets",
                             Expr::Uint(number(NFTA_COUNTER_PACKETS)?.unwrap_or_default()),
                         ),
-                        ("bytes", Expr::Uint(number(NFTA_COUNTER_BYTES)?.unwrap_or_default())),
+                        (
+                            "bytes",
+                            Expr::Uint(number(NFTA_COUNTER_BYTES)?.unwrap_or_default()),
+                        ),
                     ]),
                 ));
             }
@@ -1350,7 +1381,9 @@ fn l4proto_match(statement: &Expr<'static>) -> Option<&'static str> {
         return None;
     }
     match get("right") {
-        Some(Expr::Str(Cow::Borrowed(p))) if matches!(*p, "tcp" | "udp" | "sctp" | "dccp" | "udplite") => Some(p),
+        Some(Expr::Str(Cow::Borrowed(p))) if matches!(*p, "tcp" | "udp" | "sctp" | "dccp" | "udplite") => {
+            Some(p)
+        }
         _ => None,
     }
 }
@@ -1359,7 +1392,10 @@ fn l4proto_match(statement: &Expr<'static>) -> Option<&'static str> {
 fn prefix_len(mask: &[u8]) -> Option<u32> {
     let mut ones = 0;
     let mut seen_zero = false;
-    for bit in mask.iter().flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1 == 1)) {
+    for bit in mask
+        .iter()
+        .flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1 == 1))
+    {
         match (bit, seen_zero) {
             (true, true) => return None,
             (true, false) => ones += 1,
@@ -1399,7 +1435,13 @@ mod tests {
 
     #[test]
     fn messages_are_split_with_bounds_checks() {
-        let request = encode_request(NFT_MSG_GETRULE, NLM_F_REQUEST, NFPROTO_IPV4, 7, &[(1, b"kube-proxy\0")]);
+        let request = encode_request(
+            NFT_MSG_GETRULE,
+            NLM_F_REQUEST,
+            NFPROTO_IPV4,
+            7,
+            &[(1, b"kube-proxy\0")],
+        );
         assert_eq!(request.len() % 4, 0);
         let (header, payload, rest) = split_message(&request).unwrap();
         assert_eq!((header.kind, header.seq), ((10 << 8) | 7, 7));
@@ -1438,7 +1480,10 @@ mod tests {
 
     #[test]
     fn element_comments_come_from_user_data() {
-        assert_eq!(udata_comment(&[0, 4, b'a', b'/', b'b', 0]).as_deref(), Some("a/b"));
+        assert_eq!(
+            udata_comment(&[0, 4, b'a', b'/', b'b', 0]).as_deref(),
+            Some("a/b")
+        );
         assert_eq!(udata_comment(&[1, 1, 9, 0, 2, b'x', 0]).as_deref(), Some("x"));
         assert_eq!(udata_comment(&[0, 9, b'a']), None);
     }
