@@ -17,7 +17,8 @@ runs=${RUNS:-3}
 measure() {
   local out=() i
   for ((i = 0; i < runs; i++)); do
-    out+=("$(/usr/bin/time -f '%e %U %S %M' "$@" 2>&1 >/dev/null | tail -1)")
+    # A scan with findings exits 1: still a measurement.
+    out+=("$({ /usr/bin/time -f '%e %U %S %M' "$@" 2>&1 >/dev/null || true; } | tail -1)")
   done
   printf '%s\n' "${out[@]}" | awk '
     { wall[NR] = $1; cpu[NR] = $2 + $3; rss[NR] = $4 / 1024 }
