@@ -1228,7 +1228,10 @@ impl<'c> Delinearizer<'c> {
     fn lookup(&mut self, attrs: &HashMap<u16, &[u8]>) -> Result<(), NetlinkError> {
         let set_name = match attrs.get(&NFTA_LOOKUP_SET) {
             Some(v) => name(v)?.to_string(),
-            None => return Ok(self.other("lookup")),
+            None => {
+                self.other("lookup");
+                return Ok(());
+            }
         };
         let get = |kind| attrs.get(&kind).map(|v| be32(v)).transpose();
         let sreg = get(NFTA_LOOKUP_SREG)?.unwrap_or_default();
