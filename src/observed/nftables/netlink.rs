@@ -1468,8 +1468,9 @@ mod tests {
         let key = [6, 0, 0, 0, 0x75, 0x30, 0, 0];
         assert_eq!(render_expr_string(&key_expr(&set, &key)), "tcp . 30000");
         let other = [17, 0, 0, 0, 0x00, 0x35, 0, 0];
-        // 30000 is 0x7530, 53 is 0x0035: the low byte decides.
-        assert_eq!(compare_keys(&key, &other), Ordering::Greater);
+        // 30000 is 0x7530, 53 is 0x0035: the port's low byte decides (0x30 < 0x35),
+        // before the protocol.
+        assert_eq!(compare_keys(&key, &other), Ordering::Less);
         assert_eq!(render_expr_string(&key_expr(&set, &key[..3])), "0x060000");
     }
 
