@@ -1,6 +1,7 @@
-//! Writes a synthetic, clean node bundle of any size (kube-proxy-shaped
-//! `iptables-nft-save.txt`, the matching `cluster.json`, and `node`), for benchmarks
-//! and scale tests:
+//! Writes a synthetic node bundle of any size (kube-proxy-shaped
+//! `iptables-nft-save.txt`, the same Services in nftables mode as `kube-proxy.nft`, an
+//! `nft -f` script to load into a namespace, the matching `cluster.json`, and `node`),
+//! for benchmarks and scale tests:
 //!
 //! ```text
 //! cargo run --release --example synth_node -- --services 10000 --out /tmp/node-10k
@@ -24,6 +25,9 @@ struct Args {
     /// --nodeport-range).
     #[arg(long, default_value_t = 20000)]
     first_node_port: u16,
+    /// Drift to inject into the nftables script: stale NodePorts.
+    #[arg(long, default_value_t = 0)]
+    stale: usize,
     /// The bundle directory to write.
     #[arg(long)]
     out: PathBuf,
@@ -35,12 +39,17 @@ fn main() -> anyhow::Result<()> {
         services: args.services,
         endpoints_per_service: args.endpoints,
         first_node_port: args.first_node_port,
+        stale: args.stale,
         ..SynthConfig::default()
     };
     let node = generate(&config);
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     std::fs::write(args.out.join("iptables-nft-save.txt"), &node.iptables_save)?;
     std::fs::write(args.out.join("cluster.json"), &node.cluster_json)?;
+    std::fs::write(
+        args.out.join("kube-proxy.nft"),
+        portdrift::synth::nft_script(&config),
+    )?;
     std::fs::write(args.out.join("node"), format!("{}\n", config.node))?;
     eprintln!(
         "wrote {}: {} iptables-save lines, cluster.json {} bytes",

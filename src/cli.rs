@@ -47,6 +47,20 @@ pub enum Command {
     /// and show each finding with the nodes that have it. Exit 1 when a warning or
     /// critical finding is on some node, or an agent did not answer.
     Fleet(FleetArgs),
+    /// Developer tools (undocumented; for tests and benchmarks).
+    #[command(hide = true, subcommand)]
+    Dev(DevCommand),
+}
+
+/// `portdrift dev ...`: not a contract.
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// Prints the rule model of this node's kube-proxy nftables tables as read one way,
+    /// with the origin left out, so that two ways can be compared.
+    NftSources {
+        #[arg(long, value_enum, default_value = "netlink")]
+        via: NftablesViaArg,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -354,6 +368,18 @@ pub struct LiveArgs {
     /// kube-proxy's health endpoint (its --healthz-bind-address), or `off`.
     #[arg(long, value_name = "ADDR", default_value = live::DEFAULT_KUBE_PROXY_HEALTHZ, value_parser = parse_healthz_addr)]
     pub kube_proxy_healthz: HealthzAddr,
+
+    /// How kube-proxy's nftables tables are read: `netlink` (from the kernel, falling
+    /// back to `nft -j` when that fails) or `nft` (`nft -j list table` only).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "netlink")]
+    pub nftables_via: NftablesViaArg,
+}
+
+/// `--nftables-via`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NftablesViaArg {
+    Netlink,
+    Nft,
 }
 
 /// `--kube-proxy-healthz`: an address, or off.
@@ -371,6 +397,10 @@ impl LiveArgs {
             kube_proxy_healthz: self.kube_proxy_healthz.0,
             healthz_timeout: live::HEALTHZ_TIMEOUT,
             cluster_state,
+            nftables_via: match self.nftables_via {
+                NftablesViaArg::Netlink => live::NftablesVia::Netlink,
+                NftablesViaArg::Nft => live::NftablesVia::Nft,
+            },
         }
     }
 }
@@ -485,6 +515,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ports(args) => ports(args),
         Command::Lint(args) => lint(args),
         Command::Fleet(args) => fleet(args),
+        Command::Dev(DevCommand::NftSources { via }) => print_nft_sources(via),
         Command::Run(args) => {
             let live = args.live.config(None);
             let live_limits = live.limits;
@@ -514,6 +545,26 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
     }
+}
+
+fn print_nft_sources(via: NftablesViaArg) -> anyhow::Result<u8> {
+    let mut node = live::LiveNode::new(LiveConfig {
+        nftables_via: match via {
+            NftablesViaArg::Netlink => live::NftablesVia::Netlink,
+            NftablesViaArg::Nft => live::NftablesVia::Nft,
+        },
+        ..LiveConfig::default()
+    });
+    let input = crate::snapshot::read_nftables_only(&mut node);
+    let mut out = std::io::stdout().lock();
+    for status in &input.sources {
+        writeln!(out, "# {} {:?} {:?}", status.source, status.status, status.notes)?;
+    }
+    for mut source in input.observed.sources {
+        source.origin.clear();
+        writeln!(out, "{source:#?}")?;
+    }
+    Ok(0)
 }
 
 fn scan(args: ScanArgs) -> anyhow::Result<u8> {

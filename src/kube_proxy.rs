@@ -78,6 +78,12 @@ pub fn nft_service_chain(prefix: &str, svc: &ServicePortRef, protocol: Protocol)
     format!("{prefix}-{}-{name}", base32_sha256_prefix(name.as_bytes(), 8))
 }
 
+/// The hash kube-proxy puts in an nftables chain name, over the part after the prefix
+/// (`ns1/svc1/tcp/p80__10.180.0.1/80` → `5OJB2KTY`).
+pub fn nft_chain_hash(name: &str) -> String {
+    base32_sha256_prefix(name.as_bytes(), 8)
+}
+
 /// Parses an nftables-mode per-service chain name (`external-HASH-ns/svc/tcp/port`, and
 /// the `service-`, `local-`, `firewall-`, `endpoint-` forms) into its Service port and
 /// protocol. Endpoint chains carry `__ip/port` after the port, which is ignored here.

@@ -26,6 +26,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::model::RuleSource;
+use crate::observed::nftables::{NetlinkLimits, read_tables_netlink};
 use crate::scan::SourceState;
 use crate::snapshot::{Fetched, HEALTHZ_FILE, Source, fetch_file, fetch_required};
 
@@ -620,7 +622,24 @@ pub struct LiveConfig {
     pub healthz_timeout: Duration,
     /// The cluster state (`cluster.json` form), when given.
     pub cluster_state: Option<PathBuf>,
+    /// How kube-proxy's nftables tables are read.
+    pub nftables_via: NftablesVia,
 }
+
+/// How the live node's kube-proxy nftables tables are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NftablesVia {
+    /// From the kernel over netlink, with `nft -j` as the fallback when that fails: on
+    /// a 10,000-Service node `nft -j` costs seconds and most of a gigabyte (README,
+    /// Performance).
+    #[default]
+    Netlink,
+    /// With `nft -j list table` only.
+    Nft,
+}
+
+/// How the netlink read is named in reports.
+pub const NFT_NETLINK_LABEL: &str = "netlink: nf_tables ip|ip6 kube-proxy";
 
 impl Default for LiveConfig {
     fn default() -> Self {
@@ -630,6 +649,7 @@ impl Default for LiveConfig {
             kube_proxy_healthz: DEFAULT_KUBE_PROXY_HEALTHZ.parse().ok(),
             healthz_timeout: HEALTHZ_TIMEOUT,
             cluster_state: None,
+            nftables_via: NftablesVia::default(),
         }
     }
 }
@@ -847,6 +867,31 @@ impl Source for LiveNode {
                 None => name.to_string(),
             },
         }
+    }
+
+    fn nftables_direct(&mut self) -> Option<Result<Fetched<Vec<RuleSource>>, String>> {
+        if self.config.nftables_via != NftablesVia::Netlink {
+            return None;
+        }
+        let start = Instant::now();
+        let limits = NetlinkLimits {
+            timeout: self.config.limits.timeout,
+            max_bytes: self.config.limits.max_output,
+        };
+        Some(match read_tables_netlink(NFT_NETLINK_LABEL, limits) {
+            Ok((sources, bytes)) => Ok(Fetched {
+                state: Some(if sources.is_empty() {
+                    SourceState::Empty
+                } else {
+                    SourceState::Ok
+                }),
+                value: Some(Ok(sources)),
+                notes: vec!["read from the kernel over netlink".to_string()],
+                bytes: Some(bytes),
+                elapsed: Some(start.elapsed()),
+            }),
+            Err(e) => Err(e.to_string()),
+        })
     }
 
     fn owners(&self, inodes: &std::collections::HashSet<u64>) -> Option<crate::observed::owners::Owners> {

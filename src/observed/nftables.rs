@@ -18,6 +18,7 @@
 //! iptables parser reads iptables-nft's tables from `iptables-nft-save`.
 
 mod json;
+mod netlink;
 mod text;
 
 use std::borrow::Cow;
@@ -69,6 +70,20 @@ pub fn parse_ruleset_json(input: &[u8], origin: &str) -> Result<Vec<RuleSource>,
 pub fn parse_ruleset_text(input: &str, origin: &str) -> Result<Vec<RuleSource>, NftError> {
     let parsed = text::parse(input, origin)?;
     Ok(build_rule_sources(parsed, origin))
+}
+
+pub use netlink::{NetlinkError, NetlinkLimits};
+
+/// Reads `ip kube-proxy` and `ip6 kube-proxy` from the kernel over netlink (the current
+/// thread's network namespace) into the [`RuleSource`]s [`parse_ruleset_json`] gives
+/// for the same tables' `nft -j` dump; with the bytes of netlink messages read. Needs
+/// CAP_NET_ADMIN.
+pub fn read_tables_netlink(
+    origin: &str,
+    limits: NetlinkLimits,
+) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
+    let read = netlink::read_tables(limits)?;
+    Ok((build_rule_sources(read.parsed, origin), read.bytes))
 }
 
 /// The names kube-proxy gives the things this parser reads (pkg/proxy/nftables).

@@ -396,8 +396,52 @@ fn nft_json_has_table(bytes: &[u8]) -> bool {
     memchr::memmem::find(bytes, br#"{"table":"#).is_some()
 }
 
-/// Reads `nft.json`, or `nft.txt` when there is no JSON.
+/// Reads kube-proxy's nftables tables alone (for comparing the ways of reading them).
+pub fn read_nftables_only<S: Source>(src: &mut S) -> ScanInput {
+    let mut input = ScanInput::default();
+    read_nftables(src, &mut input);
+    input
+}
+
+/// Reads kube-proxy's nftables tables the source's own way when it has one (the live
+/// node: netlink), else from `nft.json`, or `nft.txt` when there is no JSON.
 fn read_nftables<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+    let fallback = match src.nftables_direct() {
+        None => None,
+        Some(Ok(direct)) => return read_nftables_direct(direct, input),
+        Some(Err(why)) => Some(format!(
+            "reading over netlink failed ({why}); read with nft -j instead"
+        )),
+    };
+    let before = input.sources.len();
+    let present = read_nftables_dump(src, input);
+    if let Some(note) = fallback {
+        for status in &mut input.sources[before..] {
+            status.notes.insert(0, note.clone());
+        }
+    }
+    present
+}
+
+/// The tables as a source read them itself.
+fn read_nftables_direct(direct: Fetched<Vec<RuleSource>>, input: &mut ScanInput) -> bool {
+    let mut status = SourceStatus::new("nft.json", direct.state.unwrap_or(SourceState::Ok));
+    status.origin = Some(crate::observed::live::NFT_NETLINK_LABEL.to_string());
+    status.backend = Some(Backend::Nftables);
+    status.notes = direct.notes;
+    match direct.value {
+        Some(Ok(sources)) if !sources.is_empty() => {
+            for source in sources {
+                push_rule_source(input, source, status.clone());
+            }
+        }
+        _ => input.sources.push(status),
+    }
+    true
+}
+
+/// Reads `nft.json`, or `nft.txt` when there is no JSON.
+fn read_nftables_dump<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
     let mut name = "nft.json";
     let mut fetched = src.fetch(name, read_all);
     let json = fetched.state.is_some();

@@ -71,6 +71,13 @@ pub trait Source {
         Vec::new()
     }
 
+    /// kube-proxy's nftables tables read another way than as `nft.json` bytes (the
+    /// live node reads them from the kernel over netlink). None: read `nft.json`;
+    /// Some(Err(why)): that way failed, and `nft.json` is read instead.
+    fn nftables_direct(&mut self) -> Option<Result<Fetched<Vec<crate::model::RuleSource>>, String>> {
+        None
+    }
+
     /// The processes that own these socket inodes, where the source can tell (the
     /// live node can; a bundle records no processes).
     fn owners(&self, _inodes: &std::collections::HashSet<u64>) -> Option<crate::observed::owners::Owners> {

@@ -229,15 +229,28 @@ fn read_rule<'a>(table: &mut TableIr<'a>, body: ObjectBody<'a>, odd: &dyn Fn(Str
         }
     };
     let comment = body.comment.map(|BStr(c)| c);
-    let (mut rule, problem) = lower_rule(&statements);
-    rule.handle = body.handle;
+    add_rule(table, chain, body.handle, comment.as_deref(), &statements);
+}
+
+/// Adds one rule, given as nft's JSON statements, to its chain: the netlink reader
+/// builds the same statements from the kernel's expressions and comes here too, so both
+/// paths reduce a rule the same way.
+pub(super) fn add_rule<'a>(
+    table: &mut TableIr<'a>,
+    chain: Cow<'a, str>,
+    handle: Option<u64>,
+    comment: Option<&str>,
+    statements: &[Expr<'a>],
+) {
+    let (mut rule, problem) = lower_rule(statements);
+    rule.handle = handle;
     if let Some(dnat) = rule.dnat.as_mut() {
-        dnat.text = render_rule(&statements, comment.as_deref());
+        dnat.text = render_rule(statements, comment);
     }
     if let Some(reason) = problem {
         table
             .unparsed
-            .push(unparsed(0, &render_rule(&statements, comment.as_deref()), reason));
+            .push(unparsed(0, &render_rule(statements, comment), reason));
     }
     table.chain_mut(chain, 0).rules.push(rule);
 }
@@ -367,7 +380,7 @@ fn map_element<'a>(element: &Expr<'a>) -> Option<ElementIr<'a>> {
 /// so the rule payloads of kube-proxy's tables are read into this rather than into one
 /// struct per expression kind. Objects keep their key order.
 #[derive(Debug, Clone, PartialEq)]
-enum Expr<'a> {
+pub(super) enum Expr<'a> {
     Null,
     Bool(bool),
     Int(i64),
@@ -623,7 +636,7 @@ fn render_field(value: &Expr<'_>, name: &str, out: &mut String) {
     }
 }
 
-fn render_expr_string(expr: &Expr<'_>) -> String {
+pub(super) fn render_expr_string(expr: &Expr<'_>) -> String {
     let mut out = String::new();
     render_expr(expr, &mut out);
     out
