@@ -37,11 +37,27 @@ fn main() -> ExitCode {
     } else {
         builder.init();
     }
+    if matches!(cli.command, Command::Run(_)) {
+        keep_idle_memory_returned();
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("portdrift: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// jemalloc hands freed pages back to the kernel only as it allocates, after a decay
+/// delay; an idle agent allocates little, so what a full read of the rules freed stayed
+/// resident (measured at 10,000 Services: 87 to 109 MiB idle from one run to the next).
+/// One background thread does the returning on time instead. Best effort: the agent
+/// works the same without it.
+fn keep_idle_memory_returned() {
+    let enabled = tikv_jemalloc_ctl::max_background_threads::write(1)
+        .and_then(|()| tikv_jemalloc_ctl::background_thread::write(true));
+    if let Err(e) = enabled {
+        eprintln!("portdrift: jemalloc's background thread is off ({e}); idle memory is returned later");
     }
 }
