@@ -22,7 +22,7 @@ use crate::metrics::{Metrics, ResultLabel, ScanTimes};
 use crate::observed::live::{LiveConfig, LiveNode};
 use crate::observed::rule_changes::RuleChanges;
 use crate::repair::{ApiState, CycleInput, CycleOutcome, RepairConfig, Repairer};
-use crate::scan::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan};
+use crate::scan::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan_returning_rules};
 use crate::snapshot::{NF_TABLES_DUMPS, RuleCache, read_input_cached};
 
 /// How the agent runs.
@@ -195,7 +195,7 @@ impl NodeReader {
     fn new(config: &AgentConfig) -> NodeReader {
         NodeReader {
             live: LiveNode::new(config.live.clone()),
-            cache: RuleCache::default(),
+            cache: RuleCache::keeping(&NF_TABLES_DUMPS),
             repairer: config.repair.clone().map(Repairer::new),
             last_full_read: None,
         }
@@ -391,7 +391,8 @@ async fn scan_once(
                 cluster_state_stale: stale,
                 nodeport_range: range,
             };
-            let report = run_scan(input, &detect);
+            let (report, rules) = run_scan_returning_rules(input, &detect);
+            node.cache.keep(rules);
             let times = ScanTimes {
                 total: started.elapsed(),
                 build_desired: desired_built - started,

@@ -157,7 +157,17 @@ pub struct ScanInput {
 
 /// Runs the detector over what was read.
 pub fn run_scan(input: ScanInput, config: &DetectConfig) -> ScanReport {
+    run_scan_returning_rules(input, config).0
+}
+
+/// [`run_scan`], handing back the rule sources it read, for a caller that keeps them
+/// for the next scan (the agent's [`crate::snapshot::RuleCache`]) rather than copying.
+pub fn run_scan_returning_rules(
+    mut input: ScanInput,
+    config: &DetectConfig,
+) -> (ScanReport, Vec<crate::model::RuleSource>) {
     let findings = detect(input.desired.as_ref(), &input.observed, config);
+    let rules = std::mem::take(&mut input.observed.sources);
     let mut summary = Summary::default();
     for f in &findings {
         match f.severity {
@@ -166,13 +176,14 @@ pub fn run_scan(input: ScanInput, config: &DetectConfig) -> ScanReport {
             Severity::Info => summary.info += 1,
         }
     }
-    ScanReport {
+    let report = ScanReport {
         node: input.node,
         summary,
         findings,
         sources: input.sources,
         kube_proxy: input.observed.kube_proxy_health,
-    }
+    };
+    (report, rules)
 }
 
 impl ScanReport {

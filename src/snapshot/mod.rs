@@ -127,18 +127,26 @@ pub fn read_input<S: Source>(src: &mut S, node: Option<&str>) -> Result<ScanInpu
 /// costs over a second of CPU, the rest of a scan a small fraction of that.
 ///
 /// The caller decides what may be reused (see [`RuleCache::allow_reuse`]): only what
-/// a change notification covers, and only while none has arrived since the read.
+/// a change notification covers, and only while none has arrived since the read. The
+/// rules themselves are lent, not copied: a read moves them into the scan's input, and
+/// [`RuleCache::keep`] takes them back from the finished scan (the agent holds one copy
+/// of a large node's rules, not two).
 #[derive(Debug, Default)]
 pub struct RuleCache {
+    /// The dumps whose reads are kept at all.
+    keepable: Vec<&'static str>,
     reuse: Vec<&'static str>,
     entries: Vec<(&'static str, CachedRead)>,
+    /// Where the last read put each kept dump's sources in `observed.sources`.
+    lent: Vec<(&'static str, std::ops::Range<usize>)>,
 }
 
 #[derive(Debug, Clone)]
 struct CachedRead {
     present: bool,
     statuses: Vec<SourceStatus>,
-    sources: Vec<RuleSource>,
+    /// None while lent to a scan, or when the scan never gave them back.
+    sources: Option<Vec<RuleSource>>,
 }
 
 /// The rule dumps whose every change the kernel announces on the nf_tables netlink
@@ -147,6 +155,14 @@ struct CachedRead {
 pub const NF_TABLES_DUMPS: [&str; 3] = ["iptables-nft-save.txt", "ip6tables-nft-save.txt", "nft.json"];
 
 impl RuleCache {
+    /// A cache that keeps the reads of these dumps (and no others).
+    pub fn keeping(names: &[&'static str]) -> RuleCache {
+        RuleCache {
+            keepable: names.to_vec(),
+            ..RuleCache::default()
+        }
+    }
+
     /// The next read may reuse these dumps' last results instead of reading them.
     pub fn allow_reuse(&mut self, names: &[&'static str]) {
         self.reuse.clear();
@@ -157,15 +173,36 @@ impl RuleCache {
     pub fn clear(&mut self) {
         self.reuse.clear();
         self.entries.clear();
+        self.lent.clear();
     }
 
-    fn reusable(&self, name: &str) -> Option<&CachedRead> {
+    /// Takes back the rule sources of the read that last used this cache, from the
+    /// finished scan (in the order the read produced them).
+    pub fn keep(&mut self, mut sources: Vec<RuleSource>) {
+        for (name, range) in std::mem::take(&mut self.lent) {
+            if range.end > sources.len() {
+                continue;
+            }
+            let taken: Vec<RuleSource> = sources
+                .splice(
+                    range.clone(),
+                    std::iter::repeat_with(|| RuleSource::empty("", Backend::IptablesNft, Family::Ipv4))
+                        .take(range.len()),
+                )
+                .collect();
+            if let Some((_, read)) = self.entries.iter_mut().find(|(n, _)| *n == name) {
+                read.sources = Some(taken);
+            }
+        }
+    }
+
+    fn reusable(&mut self, name: &str) -> Option<&mut CachedRead> {
         if !self.reuse.contains(&name) {
             return None;
         }
         self.entries
-            .iter()
-            .find(|(n, _)| *n == name)
+            .iter_mut()
+            .find(|(n, read)| *n == name && read.sources.is_some())
             .map(|(_, read)| read)
     }
 
@@ -183,7 +220,7 @@ impl RuleCache {
                 SourceState::Ok | SourceState::Empty | SourceState::Absent
             )
         });
-        if whole {
+        if whole && self.keepable.contains(&name) {
             self.entries.push((name, read));
         }
     }
@@ -197,30 +234,39 @@ fn read_rules_cached(
     input: &mut ScanInput,
     read: impl FnOnce(&mut ScanInput) -> bool,
 ) -> bool {
+    let start = input.observed.sources.len();
     if let Some(last) = cache.reusable(name) {
-        let last = last.clone();
-        for mut status in last.statuses {
+        let present = last.present;
+        for mut status in last.statuses.clone() {
             status
                 .notes
                 .push("not read again: the kernel announced no rule change since the last read".into());
             input.sources.push(status);
         }
-        input.observed.sources.extend(last.sources);
-        return last.present;
+        input
+            .observed
+            .sources
+            .extend(last.sources.take().unwrap_or_default());
+        let end = input.observed.sources.len();
+        cache.lent.push((name, start..end));
+        return present;
     }
     // The last read goes before this one starts: on a large node it is tens of MiB,
     // and holding both would add it to the read's peak.
     cache.forget(name);
-    let (statuses_before, sources_before) = (input.sources.len(), input.observed.sources.len());
+    let statuses_before = input.sources.len();
     let present = read(input);
     cache.store(
         name,
         CachedRead {
             present,
             statuses: input.sources[statuses_before..].to_vec(),
-            sources: input.observed.sources[sources_before..].to_vec(),
+            sources: None,
         },
     );
+    if cache.entries.iter().any(|(n, _)| *n == name) {
+        cache.lent.push((name, start..input.observed.sources.len()));
+    }
     present
 }
 
@@ -235,6 +281,8 @@ pub fn read_input_cached<S: Source>(
         node: node.map(str::to_string).or_else(|| read_node_name(src)),
         ..Default::default()
     };
+    // What an earlier read lent and never got back is gone (that scan failed).
+    cache.lent.clear();
     let mut present = 0;
     for (name, backend, family) in IPTABLES_FILES {
         present += usize::from(read_rules_cached(cache, name, &mut input, |input| {

@@ -424,11 +424,22 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
             .map(|s| s.nodeports.len())
             .sum::<usize>()
     };
-    let mut cache = RuleCache::default();
+    let mut cache = RuleCache::keeping(&NF_TABLES_DUMPS);
     let first = read_input_cached(&mut node(), None, &mut cache).unwrap();
     let nft = nodeports(&first, Backend::IptablesNft);
     let legacy = nodeports(&first, Backend::IptablesLegacy);
     assert!(nft > 0 && legacy > 0);
+    // A read that was never given back (a scan that failed) is not replayed.
+    cache.allow_reuse(&NF_TABLES_DUMPS);
+    let mut lost = read_input_cached(&mut node(), None, &mut cache).unwrap();
+    assert!(
+        !status(&lost, "iptables-nft-save.txt")
+            .notes
+            .iter()
+            .any(|n| n.contains("not read again"))
+    );
+    // The scan hands the rules back: they are kept, not copied.
+    cache.keep(std::mem::take(&mut lost.observed.sources));
 
     // Both dumps are now empty on the node; only the nf_tables one may be reused.
     let emptied = || {
@@ -456,6 +467,8 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
         "a replay says so: {:#?}",
         second.sources
     );
+    let mut second = second;
+    cache.keep(std::mem::take(&mut second.observed.sources));
 
     // Without permission the dump is read, and what it says now is what counts.
     cache.allow_reuse(&[]);
@@ -466,13 +479,15 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
 #[test]
 fn a_dump_not_read_whole_is_never_replayed() {
     let b = "duplicate-dnat-30080";
-    let mut cache = RuleCache::default();
+    let mut cache = RuleCache::keeping(&NF_TABLES_DUMPS);
     let mut timed_out = Scripted::default().with(
         "iptables-nft-save.txt",
         SourceState::TimedOut,
         &testdata(b, "iptables-nft-save.txt"),
     );
-    let _ = read_input_cached(&mut timed_out, None, &mut cache);
+    if let Ok(mut read) = read_input_cached(&mut timed_out, None, &mut cache) {
+        cache.keep(std::mem::take(&mut read.observed.sources));
+    }
     cache.allow_reuse(&NF_TABLES_DUMPS);
     let mut now_fine = Scripted::default().with(
         "iptables-nft-save.txt",
