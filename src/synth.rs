@@ -26,6 +26,9 @@ pub struct SynthConfig {
     pub node: String,
     /// Nodes the endpoints are spread over (endpoint i lives on `worker-(i % nodes + 1)`).
     pub nodes: usize,
+    /// The Service ports' names, first Service first; Services beyond the list are
+    /// `team-<i % 40>/svc-<i>:http`.
+    pub names: Vec<ServicePortRef>,
 }
 
 impl Default for SynthConfig {
@@ -36,6 +39,7 @@ impl Default for SynthConfig {
             first_node_port: 20000,
             node: "worker-1".into(),
             nodes: 50,
+            names: Vec::new(),
         }
     }
 }
@@ -85,11 +89,11 @@ fn services(config: &SynthConfig) -> Vec<Svc> {
     (0..config.services)
         .map(|i| {
             let shape = shape(i);
-            let port = ServicePortRef {
+            let port = config.names.get(i).cloned().unwrap_or_else(|| ServicePortRef {
                 namespace: format!("team-{}", i % 40),
                 name: format!("svc-{i}"),
                 port_name: "http".into(),
-            };
+            });
             let endpoints = if shape == Shape::NoEndpoints {
                 Vec::new()
             } else {
@@ -391,7 +395,7 @@ fn service_object(i: usize, s: &Svc) -> Value {
         "internalTrafficPolicy": "Cluster",
         "ipFamilies": ["IPv4"],
         "ipFamilyPolicy": "SingleStack",
-        "ports": [{"name": "http", "nodePort": s.node_port, "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        "ports": [{"name": s.port.port_name, "nodePort": s.node_port, "port": 80, "protocol": "TCP", "targetPort": 8080}],
         "selector": {"app": s.port.name},
         "sessionAffinity": "None",
         "type": "NodePort"
@@ -445,7 +449,7 @@ fn slice_object(i: usize, s: &Svc, config: &SynthConfig) -> Value {
             "namespace": s.port.namespace,
             "resourceVersion": (200000 + i).to_string()
         },
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
+        "ports": [{"name": s.port.port_name, "port": 8080, "protocol": "TCP"}]
     })
 }
 
