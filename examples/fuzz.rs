@@ -47,6 +47,10 @@ struct Args {
     /// One execution longer than this is reported as slow.
     #[arg(long, default_value_t = 2000)]
     slow_ms: u64,
+    /// Write the seeds from testdata to `<dir>/<target>/` (a corpus for `cargo fuzz`)
+    /// and stop.
+    #[arg(long, value_name = "DIR")]
+    export_seeds: Option<PathBuf>,
     /// Internal: this process is the worker.
     #[arg(long, hide = true)]
     worker: bool,
@@ -57,6 +61,17 @@ fn main() -> anyhow::Result<()> {
     if portdrift::fuzzing::target(&args.target).is_none() {
         let names: Vec<_> = portdrift::fuzzing::TARGETS.iter().map(|(n, _)| *n).collect();
         bail!("no target {:?}; targets: {}", args.target, names.join(", "));
+    }
+    if let Some(out) = &args.export_seeds {
+        let dir = out.join(&args.target);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        for input in load_inputs(&Args {
+            corpus: Vec::new(),
+            ..args
+        })? {
+            std::fs::write(dir.join(format!("seed-{:016x}", fnv(&input))), input)?;
+        }
+        return Ok(());
     }
     let dir = args.artifacts.join(&args.target);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
