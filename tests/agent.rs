@@ -214,23 +214,34 @@ wait_for 5 recorded
 stop_agent
 "#;
 
-#[test]
-fn run_repair_removes_a_stale_rule_and_nothing_else() {
+/// Adds a stale DNAT for shop/web's NodePort to a pod that is gone.
+const STALE_DNAT_30080: &str = "iptables-nft -w -t nat -A KUBE-NODEPORTS -p tcp -m comment --comment shop/web:http \
+                                -m tcp --dport 30080 -j DNAT --to-destination 10.244.2.17:8080";
+
+/// Runs `script` in clean-iptables' node with [`STALE_DNAT_30080`] and its port as
+/// arguments, within `limit` seconds; its scratch directory, or None without root.
+fn with_stale_dnat(script: &str, limit: u64) -> Option<TempDir> {
     if !support::require_root("the agent in a bundle's node") {
-        return;
+        return None;
     }
     let scratch = TempDir::new().unwrap();
-    let dir = scratch.path();
-    let add = "iptables-nft -w -t nat -A KUBE-NODEPORTS -p tcp -m comment --comment shop/web:http \
-               -m tcp --dport 30080 -j DNAT --to-destination 10.244.2.17:8080";
     let out = in_node(
         "clean-iptables",
-        REPAIR,
-        &[add, "30080"],
-        dir,
-        Duration::from_secs(90),
+        script,
+        &[STALE_DNAT_30080, "30080"],
+        scratch.path(),
+        Duration::from_secs(limit),
     );
-    assert_ran(&out, dir);
+    assert_ran(&out, scratch.path());
+    Some(scratch)
+}
+
+#[test]
+fn run_repair_removes_a_stale_rule_and_nothing_else() {
+    let Some(scratch) = with_stale_dnat(REPAIR, 90) else {
+        return;
+    };
+    let dir = scratch.path();
     let log = read_raw(dir, "agent.log");
     assert_eq!(
         read_raw(dir, "rules-before.txt"),
@@ -569,21 +580,10 @@ stop_agent
 
 #[test]
 fn a_hung_flooding_garbled_or_failing_dump_tool_is_reported_and_repair_waits() {
-    if !support::require_root("the agent in a bundle's node") {
+    let Some(scratch) = with_stale_dnat(BROKEN_TOOL, 240) else {
         return;
-    }
-    let scratch = TempDir::new().unwrap();
+    };
     let dir = scratch.path();
-    let add = "iptables-nft -w -t nat -A KUBE-NODEPORTS -p tcp -m comment --comment shop/web:http \
-               -m tcp --dport 30080 -j DNAT --to-destination 10.244.2.17:8080";
-    let out = in_node(
-        "clean-iptables",
-        BROKEN_TOOL,
-        &[add, "30080"],
-        dir,
-        Duration::from_secs(240),
-    );
-    assert_ran(&out, dir);
     let up = "portdrift_source_up{source=\"iptables-nft-save.txt\"}";
     for mode in ["hang", "flood", "garbage", "fail"] {
         let metrics = read_raw(dir, &format!("metrics-{mode}.txt"));

@@ -113,21 +113,18 @@ fn services(cluster_json: &str) -> Vec<Svc> {
     out
 }
 
-/// Drift an operator or an old kube-proxy leaves: rules in nat's KUBE-NODEPORTS.
+/// Drift an operator or an old kube-proxy leaves in nat's KUBE-NODEPORTS: a DNAT for
+/// `port` to an address no Service lists, before or after kube-proxy's rules.
 #[derive(Debug, Clone)]
-enum Noise {
-    /// A DNAT for `port` to an address no Service lists, before kube-proxy's rules.
-    DnatBefore { port: u16, to: SocketAddr },
-    /// The same, after them.
-    DnatAfter { port: u16, to: SocketAddr },
+struct Noise {
+    port: u16,
+    to: SocketAddr,
+    before: bool,
 }
 
 fn noise() -> impl Strategy<Value = Noise> {
     let to = (1u8..250, 1u16..65535).prop_map(|(x, p)| SocketAddr::from(([10, 99, 7, x], p)));
-    prop_oneof![
-        (30000u16..32767, to.clone()).prop_map(|(port, to)| Noise::DnatBefore { port, to }),
-        (30000u16..32767, to).prop_map(|(port, to)| Noise::DnatAfter { port, to }),
-    ]
+    (30000u16..32767, to, any::<bool>()).prop_map(|(port, to, before)| Noise { port, to, before })
 }
 
 /// Inserts `noise` into nat's KUBE-NODEPORTS of `dump`.
@@ -143,22 +140,15 @@ fn with_noise(dump: &str, noise: &[Noise]) -> String {
             "-A KUBE-NODEPORTS -p tcp -m comment --comment \"hotfix {n}\" -m tcp --dport {port} -j DNAT --to-destination {to}"
         )
     };
-    let before: Vec<String> = noise
-        .iter()
-        .enumerate()
-        .filter_map(|(n, x)| match x {
-            Noise::DnatBefore { port, to } => Some(rule(*port, to, n)),
-            Noise::DnatAfter { .. } => None,
-        })
-        .collect();
-    let after: Vec<String> = noise
-        .iter()
-        .enumerate()
-        .filter_map(|(n, x)| match x {
-            Noise::DnatAfter { port, to } => Some(rule(*port, to, n)),
-            Noise::DnatBefore { .. } => None,
-        })
-        .collect();
+    let placed = |before: bool| -> Vec<String> {
+        noise
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.before == before)
+            .map(|(n, x)| rule(x.port, &x.to, n))
+            .collect()
+    };
+    let (before, after) = (placed(true), placed(false));
     let mut out = Vec::new();
     for (i, l) in lines.iter().enumerate() {
         if i == first {
