@@ -151,7 +151,7 @@ fn supervise(args: &Args, dir: &Path) -> anyhow::Result<()> {
         slow += last.2;
         if hung || !status.success() {
             deaths += 1;
-            let current = dir.join(".current");
+            let current = current_path(dir);
             let kind = if hung { "timeout" } else { "death" };
             if let Ok(input) = std::fs::read(&current) {
                 let name = dir.join(format!("{kind}-{:016x}", fnv(&input)));
@@ -202,7 +202,7 @@ fn worker(args: &Args, dir: &Path) -> anyhow::Result<()> {
     }));
     let mut rng = Rng(args.seed.unwrap_or_else(clock_seed) | 1);
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
-    let current = dir.join(".current");
+    let current = current_path(dir);
     let (mut execs, mut crashes, mut slow) = (0u64, 0u64, 0u64);
     let mut seen: HashSet<String> = HashSet::new();
     let mut reported = Instant::now();
@@ -253,6 +253,23 @@ fn worker(args: &Args, dir: &Path) -> anyhow::Result<()> {
     writeln!(out, "{execs} {crashes} {slow}")?;
     out.flush()?;
     Ok(())
+}
+
+/// Where the worker writes each input before running it, for the parent to save if
+/// the worker dies or hangs. It is written once per execution: on a tmpfs where there
+/// is one, as a disk busy with other writers can stall a write for seconds (and the
+/// parent would take the stall for a hang).
+fn current_path(dir: &Path) -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        let full = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        shm.join(format!(
+            "portdrift-fuzz{}",
+            full.to_string_lossy().replace('/', "_")
+        ))
+    } else {
+        dir.join(".current")
+    }
 }
 
 fn load_inputs(args: &Args) -> anyhow::Result<Vec<Vec<u8>>> {
