@@ -51,6 +51,8 @@ echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
+echo "== dependency policy (deps-policy.toml)"
+python3 scripts/check-deps.py
 echo "== shellcheck"
 shellcheck -S warning scripts/*.sh .ci/run
 echo "== cargo test"

@@ -332,6 +332,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn oversized_requests_are_refused_and_the_server_goes_on() {
+        let (addr, _shared, stop) = start(Duration::from_secs(30)).await;
+        // Headers past the 8 KiB read buffer: 431, without reading them all.
+        let big = format!("X-Filler: {}\r\n", "a".repeat(64 << 10));
+        let r = request(addr, "GET", "/healthz", &big).await;
+        assert_eq!(r.status, 431);
+        // A body is never read: a huge POST is refused by method, and the connection
+        // closed rather than drained.
+        let post = format!("Content-Length: {}\r\n", 1u64 << 30);
+        let r = request(addr, "POST", "/metrics", &post).await;
+        assert_eq!(r.status, 405);
+        assert_eq!(request(addr, "GET", "/healthz", "").await.status, 200);
+        let _ = stop.send(());
+    }
+
+    #[tokio::test]
     async fn endpoints_over_real_http() {
         let (addr, shared, stop) = start(Duration::from_secs(30)).await;
 

@@ -10,6 +10,8 @@ pub mod cli;
 pub mod desired;
 pub mod detect;
 pub mod finding;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod kube_proxy;
 pub mod kube_report;

@@ -31,6 +31,9 @@ pub struct SynthConfig {
     /// Injected drift (nftables script only): this many NodePort elements for ports no
     /// Service owns, each DNATing to an address no EndpointSlice lists.
     pub stale: usize,
+    /// The Service ports' names, first Service first; Services beyond the list are
+    /// `team-<i % 40>/svc-<i>:http`.
+    pub names: Vec<ServicePortRef>,
 }
 
 impl Default for SynthConfig {
@@ -42,6 +45,7 @@ impl Default for SynthConfig {
             node: "worker-1".into(),
             nodes: 50,
             stale: 0,
+            names: Vec::new(),
         }
     }
 }
@@ -91,11 +95,11 @@ fn services(config: &SynthConfig) -> Vec<Svc> {
     (0..config.services)
         .map(|i| {
             let shape = shape(i);
-            let port = ServicePortRef {
+            let port = config.names.get(i).cloned().unwrap_or_else(|| ServicePortRef {
                 namespace: format!("team-{}", i % 40),
                 name: format!("svc-{i}"),
                 port_name: "http".into(),
-            };
+            });
             let endpoints = if shape == Shape::NoEndpoints {
                 Vec::new()
             } else {
@@ -655,7 +659,7 @@ fn service_object(i: usize, s: &Svc) -> Value {
         "internalTrafficPolicy": "Cluster",
         "ipFamilies": ["IPv4"],
         "ipFamilyPolicy": "SingleStack",
-        "ports": [{"name": "http", "nodePort": s.node_port, "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        "ports": [{"name": s.port.port_name, "nodePort": s.node_port, "port": 80, "protocol": "TCP", "targetPort": 8080}],
         "selector": {"app": s.port.name},
         "sessionAffinity": "None",
         "type": "NodePort"
@@ -709,7 +713,7 @@ fn slice_object(i: usize, s: &Svc, config: &SynthConfig) -> Value {
             "namespace": s.port.namespace,
             "resourceVersion": (200000 + i).to_string()
         },
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
+        "ports": [{"name": s.port.port_name, "port": 8080, "protocol": "TCP"}]
     })
 }
 

@@ -214,23 +214,34 @@ wait_for 5 recorded
 stop_agent
 "#;
 
-#[test]
-fn run_repair_removes_a_stale_rule_and_nothing_else() {
+/// Adds a stale DNAT for shop/web's NodePort to a pod that is gone.
+const STALE_DNAT_30080: &str = "iptables-nft -w -t nat -A KUBE-NODEPORTS -p tcp -m comment --comment shop/web:http \
+                                -m tcp --dport 30080 -j DNAT --to-destination 10.244.2.17:8080";
+
+/// Runs `script` in clean-iptables' node with [`STALE_DNAT_30080`] and its port as
+/// arguments, within `limit` seconds; its scratch directory, or None without root.
+fn with_stale_dnat(script: &str, limit: u64) -> Option<TempDir> {
     if !support::require_root("the agent in a bundle's node") {
-        return;
+        return None;
     }
     let scratch = TempDir::new().unwrap();
-    let dir = scratch.path();
-    let add = "iptables-nft -w -t nat -A KUBE-NODEPORTS -p tcp -m comment --comment shop/web:http \
-               -m tcp --dport 30080 -j DNAT --to-destination 10.244.2.17:8080";
     let out = in_node(
         "clean-iptables",
-        REPAIR,
-        &[add, "30080"],
-        dir,
-        Duration::from_secs(90),
+        script,
+        &[STALE_DNAT_30080, "30080"],
+        scratch.path(),
+        Duration::from_secs(limit),
     );
-    assert_ran(&out, dir);
+    assert_ran(&out, scratch.path());
+    Some(scratch)
+}
+
+#[test]
+fn run_repair_removes_a_stale_rule_and_nothing_else() {
+    let Some(scratch) = with_stale_dnat(REPAIR, 90) else {
+        return;
+    };
+    let dir = scratch.path();
     let log = read_raw(dir, "agent.log");
     assert_eq!(
         read_raw(dir, "rules-before.txt"),
@@ -519,4 +530,101 @@ fn readiness_follows_the_api_server() {
         "the test took {:?}",
         started.elapsed()
     );
+}
+
+/// Inside the namespace: `iptables-nft-save` on the agent's PATH is a stand-in that
+/// runs the real tool, or hangs, floods (an endless dump, far past 1 GB if let run),
+/// prints binary garbage, or fails, as `$dir/mode` says. A stale rule is added while it
+/// misbehaves. Each fault in turn: the agent keeps serving, /metrics shows the source
+/// down, and repair does nothing; once the tool is sound again, repair removes the
+/// rule.
+const BROKEN_TOOL: &str = r#"
+add=$1; port=$2
+real=$(command -v iptables-nft-save) || fail "no iptables-nft-save"
+mkdir -p "$dir/bin"
+cat >"$dir/bin/iptables-nft-save" <<STUB
+#!/bin/bash
+case "\$(cat "$dir/mode")" in
+  hang) exec sleep 600 ;;
+  flood) yes -- '-A KUBE-NODEPORTS -p tcp -m tcp --dport 30080 -j DNAT --to-destination 10.9.9.9:80'; exit 0 ;;
+  garbage) head -c 300000 /dev/urandom; exit 0 ;;
+  fail) echo "iptables-nft-save: cannot open socket: Permission denied" >&2; exit 4 ;;
+  *) exec "$real" "\$@" ;;
+esac
+STUB
+chmod +x "$dir/bin/iptables-nft-save"
+echo ok >"$dir/mode"
+start_api
+PATH="$dir/bin:$PATH" agent_flags="--repair --repair-min-age 1s --tool-timeout 2s --tool-max-output 4M" start_agent
+wait_for 20 ready || fail "the agent never became ready"
+scans() { get /metrics | sed -n 's/^portdrift_scans_total //p'; }
+more_scans() { awk -v now="$(scans)" -v then="$1" -v n="$2" 'BEGIN { exit !(now >= then + n) }'; }
+with_rule() { iptables-nft-save -t nat | grep -q -- "--dport $port "; }
+for mode in hang flood garbage fail; do
+  echo "$mode" >"$dir/mode"
+  n=$(scans)
+  # The first fault comes with the drift, whose rule change makes the agent read again.
+  if [ "$mode" = hang ]; then eval "$add" || fail "cannot add the drift: $add"; fi
+  wait_for 40 more_scans "$n" 3 || fail "$mode: the agent stopped scanning"
+  [ "$(status /healthz)" = 200 ] || fail "$mode: /healthz is not 200"
+  get /metrics >"$dir/metrics-$mode.txt" || fail "$mode: /metrics is not served"
+  get /findings >"$dir/findings-$mode.json" || fail "$mode: /findings is not served"
+  with_rule || fail "$mode: repair removed the rule while the tool was $mode"
+done
+echo ok >"$dir/mode"
+without_rule() { ! with_rule; }
+wait_for 30 without_rule || fail "the stale rule was never removed once the tool was sound"
+get /metrics >"$dir/metrics-ok.txt"
+stop_agent
+"#;
+
+#[test]
+fn a_hung_flooding_garbled_or_failing_dump_tool_is_reported_and_repair_waits() {
+    let Some(scratch) = with_stale_dnat(BROKEN_TOOL, 240) else {
+        return;
+    };
+    let dir = scratch.path();
+    let up = "portdrift_source_up{source=\"iptables-nft-save.txt\"}";
+    for mode in ["hang", "flood", "garbage", "fail"] {
+        let metrics = read_raw(dir, &format!("metrics-{mode}.txt"));
+        if mode == "garbage" {
+            // Read, but not understood: up, with every bad line an unparsed-rule finding.
+            assert_eq!(sample(&metrics, up), Some(1.0), "{mode}: {metrics}");
+            let unparsed = sample(&metrics, "portdrift_findings{kind=\"unparsed-rule\"}");
+            assert!(unparsed.is_some_and(|n| n > 0.0), "{mode}: {metrics}");
+        } else {
+            assert_eq!(sample(&metrics, up), Some(0.0), "{mode}: {metrics}");
+        }
+        assert_eq!(
+            sample(&metrics, "portdrift_repairs_total{result=\"applied\"}").unwrap_or(0.0),
+            0.0,
+            "{mode}: {metrics}"
+        );
+        let findings = read_json(dir, &format!("findings-{mode}.json"));
+        let source = findings["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| {
+                s["source"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("iptables-nft-save"))
+            })
+            .unwrap_or_else(|| panic!("{mode}: no iptables-nft-save status: {findings:#}"));
+        let want = match mode {
+            "hang" => "timed-out",
+            "flood" => "too-large",
+            "garbage" => "partial",
+            _ => "failed",
+        };
+        assert_eq!(source["status"], want, "{mode}: {source:#}");
+    }
+    let metrics = read_raw(dir, "metrics-ok.txt");
+    assert_eq!(sample(&metrics, up), Some(1.0), "{metrics}");
+    assert_eq!(
+        sample(&metrics, "portdrift_repairs_total{result=\"applied\"}"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_stopped_cleanly(dir);
 }

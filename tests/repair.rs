@@ -710,3 +710,148 @@ fn nudge(resync_fixes: bool) {
     assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
     assert_eq!(report["summary"]["critical"], 0, "{:#}", report["findings"]);
 }
+
+/// Stale rules whose comments a hostile root process chose: quotes, backslashes, shell
+/// syntax, a `-j ACCEPT`, a comment naming another Service, the longest comment the
+/// kernel keeps (255 bytes). Each goes to a pod that is gone, on a port no Service
+/// owns.
+fn hostile_rules() -> String {
+    let comments = [
+        r#""a \"b\" \\c $(id) `id` ; -j ACCEPT""#.to_string(),
+        "\"-j ACCEPT\"".to_string(),
+        "\"shop/web:http\"".to_string(),
+        "y".repeat(255),
+        "\"' -A INPUT -j DROP '\"".to_string(),
+    ];
+    comments
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            format!(
+                "-A KUBE-NODEPORTS -p tcp -m comment --comment {c} -m tcp --dport {} -j DNAT --to-destination 10.77.2.99:8080\n",
+                30091 + i
+            )
+        })
+        .collect()
+}
+
+/// The cluster state with Services whose names no API server would accept (quotes,
+/// spaces, a newline and a rule, 10,000 bytes): portdrift must not trust validation it
+/// does not do itself. They own ports that carry no rules.
+fn hostile_cluster_state(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = cluster_state(dir, LONG_AGO);
+    let mut list: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let names = [
+        "web\" -j ACCEPT".to_string(),
+        "a b\n-A KUBE-NODEPORTS -j ACCEPT\nCOMMIT".to_string(),
+        "n".repeat(10_000),
+    ];
+    for (i, name) in names.iter().enumerate() {
+        list["items"].as_array_mut().unwrap().push(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "evil ns\"", "creationTimestamp": LONG_AGO, "uid": format!("u-evil-{i}")},
+            "spec": {
+                "type": "NodePort", "clusterIP": format!("10.96.0.{}", 90 + i),
+                "ipFamilies": ["IPv4"], "externalTrafficPolicy": "Cluster",
+                "ports": [{"name": "p\" -j ACCEPT", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30190 + i}]
+            }
+        }));
+    }
+    std::fs::write(&path, list.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn hostile_names_and_comments_cannot_change_a_repair_command() {
+    let Some((lab, dir, _)) = setup("hostile_names_and_comments_cannot_change_a_repair_command") else {
+        return;
+    };
+    let cluster = hostile_cluster_state(dir.path());
+    lab.restore(
+        "iptables-nft-restore",
+        &node_rules(&[service_rules(WEB, 30080, &pod())], "", &hostile_rules()),
+    );
+    let before = lab.ruleset("iptables-nft-save");
+    let hostile: BTreeSet<String> = before
+        .iter()
+        .filter(|l| l.contains("10.77.2.99"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        hostile.len(),
+        5,
+        "the kernel holds every hostile rule: {before:#?}"
+    );
+
+    // The plan: one command per hostile rule, each the rule's own spec as the dump
+    // printed it, on one line, to iptables-nft-restore --noflush -w; nothing else.
+    let (_, dry) = repair(&lab, &cluster, &["--dry-run", "--repair-max", "10"]);
+    let planned = actions(&dry);
+    let mut specs = BTreeSet::new();
+    for a in &planned {
+        assert_eq!(a["program"], "iptables-nft-restore", "{a:#}");
+        assert_eq!(a["args"], json!(["--noflush", "-w"]), "{a:#}");
+        let script = a["script"].as_str().unwrap();
+        let lines: Vec<&str> = script.lines().collect();
+        assert_eq!(lines.len(), 3, "{script:?}");
+        assert_eq!((lines[0], lines[2]), ("*nat", "COMMIT"), "{script:?}");
+        let spec = lines[1]
+            .strip_prefix("-D KUBE-NODEPORTS ")
+            .expect("a delete in KUBE-NODEPORTS");
+        specs.insert(format!("-A KUBE-NODEPORTS {spec}"));
+    }
+    assert_eq!(specs, hostile, "{:#}", dry["repair"]);
+
+    // Applied by the real iptables-nft-restore: exactly the hostile rules go.
+    let (_, report) = repair(&lab, &cluster, &["--repair-max", "10"]);
+    assert!(
+        results(&report).iter().all(|r| r == "applied") && results(&report).len() == 5,
+        "{:#}",
+        report["repair"]
+    );
+    let (gone, added) = diff(&before, &lab.ruleset("iptables-nft-save"));
+    assert_eq!(gone, hostile);
+    assert!(added.is_empty(), "{added:?}");
+    assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
+    // The hostile names were read as data (an unreadable cluster state would have
+    // blocked repair altogether).
+    let cluster_source = report["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "cluster.json")
+        .expect("a cluster.json status");
+    assert_eq!(cluster_source["status"], "ok", "{cluster_source:#}");
+
+    // A comment with a line break: iptables-save prints it across two lines, and the
+    // second looks like a rule of its own. The dump is no longer trusted: repair acts
+    // on nothing, and the ruleset stays exactly as it was.
+    let out = lab.exec(&[
+        "iptables-nft",
+        "-t",
+        "nat",
+        "-I",
+        "KUBE-NODEPORTS",
+        "-p",
+        "tcp",
+        "--dport",
+        "30099",
+        "-m",
+        "comment",
+        "--comment",
+        "x\n-A KUBE-NODEPORTS -j ACCEPT",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        "10.77.2.98:8080",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let before = lab.ruleset("iptables-nft-save");
+    let (_, report) = repair(&lab, &cluster, &["--repair-max", "10"]);
+    assert!(
+        actions(&report).is_empty(),
+        "repair acted on a dump it cannot read: {:#}",
+        report["repair"]
+    );
+    assert_eq!(lab.ruleset("iptables-nft-save"), before);
+}

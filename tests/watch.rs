@@ -402,6 +402,31 @@ async fn an_api_outage_keeps_the_last_good_state_and_recovers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_json_from_the_api_keeps_the_last_good_state_and_recovers() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        let view = synced_view(&server).await;
+        eventually("fresh after sync", Duration::from_secs(5), || view.fresh()).await;
+
+        // Every answer is a 200 whose body is not JSON; open watches are cut, so the
+        // relists and new watches get it.
+        server.set_failure(Failure::Malformed);
+        server.drop_connections();
+        eventually("no longer fresh", Duration::from_secs(10), || !view.fresh()).await;
+        assert!(view.synced(), "the last good state stays synced");
+        assert_same(&view.desired_state().expect("the last good state"), &expected);
+        let status = view.status();
+        assert!(status.services.failing, "{status:#?}");
+        assert!(status.services.last_error.is_some(), "{status:#?}");
+
+        server.set_failure(Failure::None);
+        eventually("fresh again", Duration::from_secs(40), || view.fresh()).await;
+        assert_same(&view.desired_state().unwrap(), &expected);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_api_goes_stale_and_recovers() {
     scenario(async {
         let (server, expected) = serve_cluster().await;

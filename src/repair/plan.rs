@@ -335,6 +335,27 @@ impl Planner<'_> {
         let (Some(protocol), Some(port)) = (f.protocol, f.port) else {
             return Ok(());
         };
+        // kube-proxy's filter-table verdicts: a REJECT (no endpoints) or DROP (no local
+        // endpoints) for a port a Service owns, an ACCEPT on a Service's health-check
+        // port. The detector never calls these stale; repair does not trust that alone.
+        if matches!(target, "REJECT" | "DROP")
+            && let Some(owner) = owners(self.ctx.desired, protocol, port, family).next()
+        {
+            return Err(format!(
+                "a {target} for a port {} owns: the desired state explains it",
+                owner.service.service()
+            ));
+        }
+        if target == "ACCEPT"
+            && let Some(owner) = self.ctx.desired.ports.iter().find(|p| {
+                p.health_check_node_port == Some(port) && protocol == Protocol::Tcp && p.in_family(family)
+            })
+        {
+            return Err(format!(
+                "the health-check port of {}: the desired state explains it",
+                owner.service.service()
+            ));
+        }
         for owner in owners(self.ctx.desired, protocol, port, family) {
             let hash = kube_proxy::service_chain_hash(&owner.service, protocol);
             if kube_proxy::chain_hash(target) == Some(hash.as_str()) {

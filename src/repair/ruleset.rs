@@ -106,6 +106,13 @@ impl IptablesRuleset {
                     out.problems.push(format!("table {} has no COMMIT", t.name));
                     out.tables.push(t);
                 }
+                // iptables-save prints each table once; a second one means a damaged
+                // or spliced dump, and a delete planned from one copy could hit a rule
+                // the kernel holds only as the other shows it.
+                if out.tables.iter().any(|t| t.name == name) {
+                    out.problems
+                        .push(format!("line {number}: table {name} appears twice"));
+                }
                 open = Some(IptTable {
                     name: name.to_string(),
                     ..IptTable::default()
@@ -285,6 +292,8 @@ COMMIT
         assert!(!IptablesRuleset::parse(&bad).complete());
         let quote = DUMP.replace("\"shop/web:http\"", "\"shop/web:http");
         assert!(!IptablesRuleset::parse(&quote).complete());
+        let twice = format!("{DUMP}*nat\n:KUBE-NODEPORTS - [0:0]\nCOMMIT\n");
+        assert!(!IptablesRuleset::parse(&twice).complete());
         let foreign = format!("{DUMP}# Table `filter' is incompatible, use 'nft' tool.\n");
         assert!(!IptablesRuleset::parse(&foreign).complete());
     }

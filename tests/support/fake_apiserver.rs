@@ -171,6 +171,8 @@ pub enum Failure {
     Hang,
     /// By closing the connection without an answer.
     Drop,
+    /// With 200 and a body that is not JSON (a proxy's error page, a cut stream).
+    Malformed,
 }
 
 /// An object as stored: what selectors look at, and its JSON.
@@ -959,6 +961,13 @@ async fn failure_answer(mode: &watch::Sender<Failure>) -> Option<Result<Response
             }
             // An error from the service makes hyper close the connection unanswered.
             Failure::Drop => return Some(Err("connection dropped on purpose".into())),
+            Failure::Malformed => {
+                return Some(Ok(json_response(
+                    StatusCode::OK,
+                    "{\"kind\": \"ServiceList\", \"items\": [{\"metadata\": <html>502 Bad Gateway"
+                        .to_string(),
+                )));
+            }
             Failure::Hang => {
                 if failure.changed().await.is_err() {
                     return Some(Err("server stopped".into()));
