@@ -54,6 +54,7 @@ if [[ ${1:-} == --inside ]]; then
   done
   t1=$(ticks)
   peak=$(awk '/^VmHWM/ {print $2}' "/proc/$agent/status")
+  resting=$(awk '/^VmRSS/ {print $2}' "/proc/$agent/status")
   curl -s 127.0.0.1:9741/metrics >"$work/metrics.txt"
   kill -TERM "$agent"
   wait "$timer" || true
@@ -61,7 +62,7 @@ if [[ ${1:-} == --inside ]]; then
   hz=$(getconf CLK_TCK)
   echo "start-up: ${startup} s to the first scan; whole run: CPU $(echo "$user + $sys" | bc) s (user $user, sys $sys), largest process of the tree $tree KiB"
   echo "idle, over ${window} s: CPU $(echo "scale=3; ($t1 - $t0) / $hz" | bc) s = $(echo "scale=3; ($t1 - $t0) * 100 / $hz / $window" | bc)% of one core;" \
-    "agent RSS at most $idle_max KiB ($(echo "scale=1; $idle_max / 1024" | bc) MiB); its peak with start-up $peak KiB ($(echo "scale=1; $peak / 1024" | bc) MiB)"
+    "agent RSS at most $idle_max KiB ($(echo "scale=1; $idle_max / 1024" | bc) MiB), $resting KiB at the end; its peak with start-up $peak KiB ($(echo "scale=1; $peak / 1024" | bc) MiB)"
   grep -E '^portdrift_scan(_phase)?_duration_seconds_(sum|count)|^portdrift_scans_total' "$work/metrics.txt" | sed 's/^/    /'
   grep -h 'summary' "$work/agent.log" | tail -1 || true
   exit 0
