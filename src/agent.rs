@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::sync::watch as signal_watch;
 
+use crate::desired::DesiredState;
 use crate::desired::watch::{self, ClusterView, WatchOptions};
 use crate::detect::{DetectConfig, Grace};
 use crate::finding::{Finding, Severity};
@@ -185,6 +186,10 @@ impl PendingChange {
 struct NodeReader {
     live: LiveNode,
     cache: RuleCache,
+    /// The last desired state and the API view's change count it was built at: while
+    /// nothing that can move this node's NodePorts has changed, it is still the truth,
+    /// and building it again would cost a large node tens of milliseconds and MiB.
+    desired: Option<(u64, DesiredState)>,
     /// With `--repair`: its history of findings lives as long as the agent.
     repairer: Option<Repairer>,
     /// When the nf_tables dumps were last read rather than reused.
@@ -196,6 +201,7 @@ impl NodeReader {
         NodeReader {
             live: LiveNode::new(config.live.clone()),
             cache: RuleCache::keeping(&NF_TABLES_DUMPS),
+            desired: None,
             repairer: config.repair.clone().map(Repairer::new),
             last_full_read: None,
         }
@@ -366,7 +372,12 @@ async fn scan_once(
             // Staleness is judged before the read: a view that goes stale during the
             // scan is caught by the next one.
             let stale = !view.fresh();
-            let desired = view.desired_state().map_err(|e| ("cluster", e.to_string()))?;
+            // The count first: a change during the build makes the next scan build again.
+            let changes = *view.changes().borrow();
+            let desired = match node.desired.take() {
+                Some((built_at, desired)) if built_at == changes => desired,
+                _ => view.desired_state().map_err(|e| ("cluster", e.to_string()))?,
+            };
             let desired_built = Instant::now();
             let NodeReader { live, cache, .. } = &mut node;
             let mut input =
@@ -391,8 +402,9 @@ async fn scan_once(
                 cluster_state_stale: stale,
                 nodeport_range: range,
             };
-            let (report, rules) = run_scan_returning_rules(input, &detect);
+            let (report, rules, desired) = run_scan_returning_rules(input, &detect);
             node.cache.keep(rules);
+            node.desired = desired.map(|d| (changes, d));
             let times = ScanTimes {
                 total: started.elapsed(),
                 build_desired: desired_built - started,

@@ -160,12 +160,13 @@ pub fn run_scan(input: ScanInput, config: &DetectConfig) -> ScanReport {
     run_scan_returning_rules(input, config).0
 }
 
-/// [`run_scan`], handing back the rule sources it read, for a caller that keeps them
-/// for the next scan (the agent's [`crate::snapshot::RuleCache`]) rather than copying.
+/// [`run_scan`], handing back the rule sources and the desired state it read, for a
+/// caller that keeps them for the next scan (the agent's
+/// [`crate::snapshot::RuleCache`]) rather than copying or rebuilding them.
 pub fn run_scan_returning_rules(
     mut input: ScanInput,
     config: &DetectConfig,
-) -> (ScanReport, Vec<crate::model::RuleSource>) {
+) -> (ScanReport, Vec<crate::model::RuleSource>, Option<DesiredState>) {
     let findings = detect(input.desired.as_ref(), &input.observed, config);
     let rules = std::mem::take(&mut input.observed.sources);
     let mut summary = Summary::default();
@@ -183,7 +184,7 @@ pub fn run_scan_returning_rules(
         sources: input.sources,
         kube_proxy: input.observed.kube_proxy_health,
     };
-    (report, rules)
+    (report, rules, input.desired)
 }
 
 impl ScanReport {
