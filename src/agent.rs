@@ -23,7 +23,7 @@ use crate::metrics::{Metrics, ResultLabel, ScanTimes};
 use crate::observed::live::{LiveConfig, LiveNode};
 use crate::observed::rule_changes::RuleChanges;
 use crate::repair::{ApiState, CycleInput, CycleOutcome, RepairConfig, Repairer};
-use crate::scan::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan_returning_rules};
+use crate::scan::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan_keeping_inputs};
 use crate::snapshot::{NF_TABLES_DUMPS, RuleCache, read_input_cached};
 
 /// How the agent runs.
@@ -402,7 +402,7 @@ async fn scan_once(
                 cluster_state_stale: stale,
                 nodeport_range: range,
             };
-            let (report, rules, desired) = run_scan_returning_rules(input, &detect);
+            let (report, rules, desired) = run_scan_keeping_inputs(input, &detect);
             node.cache.keep(rules);
             node.desired = desired.map(|d| (changes, d));
             let times = ScanTimes {
@@ -484,9 +484,9 @@ fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanReport) {
                 port = f.port,
                 backend = f.backend.map(|b| b.as_str()),
                 service = f.service.as_deref(),
-                "finding cleared: {} {}",
-                f.kind,
-                describe_where(f)
+                // The same words repair's audit trail names a finding with.
+                "finding cleared: {}",
+                crate::repair::plan::describe_finding(f)
             );
         }
     }
@@ -520,23 +520,6 @@ fn log_finding(f: &Finding, what: &str) {
         Severity::Critical | Severity::Warning => emit!(warn),
         Severity::Info => emit!(info),
     }
-}
-
-/// `tcp/30080 (default/web)`, for the cleared line's message.
-fn describe_where(f: &Finding) -> String {
-    let mut out = String::new();
-    if let (Some(protocol), Some(port)) = (f.protocol, f.port) {
-        out.push_str(&format!("{protocol}/{port}"));
-    } else if let Some(port) = f.port {
-        out.push_str(&port.to_string());
-    }
-    if let Some(service) = &f.service {
-        out.push_str(&format!(" ({service})"));
-    }
-    if let Some(target) = &f.target {
-        out.push_str(&format!(" -> {target}"));
-    }
-    out.trim().to_string()
 }
 
 /// How often the one-line summary is logged while the agent runs.

@@ -157,13 +157,13 @@ pub struct ScanInput {
 
 /// Runs the detector over what was read.
 pub fn run_scan(input: ScanInput, config: &DetectConfig) -> ScanReport {
-    run_scan_returning_rules(input, config).0
+    run_scan_keeping_inputs(input, config).0
 }
 
 /// [`run_scan`], handing back the rule sources and the desired state it read, for a
 /// caller that keeps them for the next scan (the agent's
 /// [`crate::snapshot::RuleCache`]) rather than copying or rebuilding them.
-pub fn run_scan_returning_rules(
+pub fn run_scan_keeping_inputs(
     mut input: ScanInput,
     config: &DetectConfig,
 ) -> (ScanReport, Vec<crate::model::RuleSource>, Option<DesiredState>) {

@@ -169,13 +169,6 @@ impl RuleCache {
         self.reuse.extend_from_slice(names);
     }
 
-    /// Forgets everything: the next read reads every dump.
-    pub fn clear(&mut self) {
-        self.reuse.clear();
-        self.entries.clear();
-        self.lent.clear();
-    }
-
     /// Takes back the rule sources of the read that last used this cache, from the
     /// finished scan (in the order the read produced them).
     pub fn keep(&mut self, mut sources: Vec<RuleSource>) {
@@ -210,7 +203,8 @@ impl RuleCache {
         self.entries.retain(|(n, _)| *n != name);
     }
 
-    fn store(&mut self, name: &'static str, read: CachedRead) {
+    /// Keeps `read` for the next scan; false when it is not kept.
+    fn store(&mut self, name: &'static str, read: CachedRead) -> bool {
         self.forget(name);
         // A dump that could not be read whole is read again next time, whatever the
         // kernel says: its failure may have been passing.
@@ -220,9 +214,11 @@ impl RuleCache {
                 SourceState::Ok | SourceState::Empty | SourceState::Absent
             )
         });
-        if whole && self.keepable.contains(&name) {
+        let keep = whole && self.keepable.contains(&name);
+        if keep {
             self.entries.push((name, read));
         }
+        keep
     }
 }
 
@@ -256,7 +252,7 @@ fn read_rules_cached(
     cache.forget(name);
     let statuses_before = input.sources.len();
     let present = read(input);
-    cache.store(
+    let kept = cache.store(
         name,
         CachedRead {
             present,
@@ -264,7 +260,7 @@ fn read_rules_cached(
             sources: None,
         },
     );
-    if cache.entries.iter().any(|(n, _)| *n == name) {
+    if kept {
         cache.lent.push((name, start..input.observed.sources.len()));
     }
     present
