@@ -61,6 +61,12 @@ pub enum DevCommand {
         #[arg(long, value_enum, default_value = "netlink")]
         via: NftablesViaArg,
     },
+    /// Prints one family's iptables-nft tables as the netlink reader renders them, as
+    /// `iptables-nft-save` prints them less its timestamped comments.
+    IptablesSave {
+        #[arg(long, default_value = "ipv4", value_parser = ["ipv4", "ipv6"])]
+        family: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -373,6 +379,19 @@ pub struct LiveArgs {
     /// back to `nft -j` when that fails) or `nft` (`nft -j list table` only).
     #[arg(long, value_enum, value_name = "HOW", default_value = "netlink")]
     pub nftables_via: NftablesViaArg,
+
+    /// How iptables-nft's tables are read: `netlink` (from the kernel, falling back to
+    /// `iptables-nft-save` for a family whose rules it cannot print exactly) or `save`
+    /// (`iptables-nft-save` and `ip6tables-nft-save` only).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "netlink")]
+    pub iptables_via: IptablesViaArg,
+}
+
+/// `--iptables-via`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IptablesViaArg {
+    Netlink,
+    Save,
 }
 
 /// `--nftables-via`.
@@ -400,6 +419,10 @@ impl LiveArgs {
             nftables_via: match self.nftables_via {
                 NftablesViaArg::Netlink => live::NftablesVia::Netlink,
                 NftablesViaArg::Nft => live::NftablesVia::Nft,
+            },
+            iptables_via: match self.iptables_via {
+                IptablesViaArg::Netlink => live::IptablesVia::Netlink,
+                IptablesViaArg::Save => live::IptablesVia::Save,
             },
         }
     }
@@ -516,6 +539,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Lint(args) => lint(args),
         Command::Fleet(args) => fleet(args),
         Command::Dev(DevCommand::NftSources { via }) => print_nft_sources(via),
+        Command::Dev(DevCommand::IptablesSave { family }) => print_iptables_save(&family),
         Command::Run(args) => {
             let live = args.live.config(None);
             let live_limits = live.limits;
@@ -544,6 +568,31 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             })?;
             Ok(0)
         }
+    }
+}
+
+fn print_iptables_save(family: &str) -> anyhow::Result<u8> {
+    use crate::model::Family;
+    let family = if family == "ipv6" {
+        Family::Ipv6
+    } else {
+        Family::Ipv4
+    };
+    let limits = crate::observed::nfnetlink::NetlinkLimits {
+        timeout: live::DEFAULT_TOOL_TIMEOUT,
+        max_bytes: live::DEFAULT_MAX_OUTPUT,
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut failed = None;
+    crate::observed::iptables::netlink::render_save(family, limits, &mut |line| {
+        if let Err(e) = writeln!(out, "{line}") {
+            failed.get_or_insert(e);
+        }
+    })?;
+    out.flush()?;
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(0),
     }
 }
 

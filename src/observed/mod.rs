@@ -3,6 +3,7 @@
 pub mod iptables;
 pub mod lines;
 pub mod live;
+pub mod nfnetlink;
 pub mod nftables;
 pub mod node;
 pub mod owners;

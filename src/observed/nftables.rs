@@ -72,7 +72,7 @@ pub fn parse_ruleset_text(input: &str, origin: &str) -> Result<Vec<RuleSource>, 
     Ok(build_rule_sources(parsed, origin))
 }
 
-pub use netlink::{NetlinkError, NetlinkLimits};
+pub use crate::observed::nfnetlink::{NetlinkError, NetlinkLimits};
 
 /// Reads `ip kube-proxy` and `ip6 kube-proxy` from the kernel over netlink (the current
 /// thread's network namespace) into the [`RuleSource`]s [`parse_ruleset_json`] gives

@@ -388,6 +388,52 @@ fn read_iptables<S: Source>(
     family: Family,
     input: &mut ScanInput,
 ) -> bool {
+    let fallback = match src.iptables_direct(name) {
+        None => None,
+        Some(Ok(direct)) => return read_iptables_direct(name, backend, family, direct, input),
+        Some(Err(why)) => Some(format!(
+            "reading over netlink failed ({why}); read with {} instead",
+            src.label(name)
+        )),
+    };
+    let before = input.sources.len();
+    let present = read_iptables_dump(src, name, backend, family, input);
+    if let Some(note) = fallback {
+        for status in &mut input.sources[before..] {
+            status.notes.insert(0, note.clone());
+        }
+    }
+    present
+}
+
+/// An iptables dump as a source read it itself.
+fn read_iptables_direct(
+    name: &str,
+    backend: Option<Backend>,
+    family: Family,
+    direct: Fetched<Option<RuleSource>>,
+    input: &mut ScanInput,
+) -> bool {
+    let mut status = SourceStatus::new(name, direct.state.unwrap_or(SourceState::Ok));
+    status.origin = Some(crate::observed::live::iptables_netlink_label(family).to_string());
+    status.backend = backend;
+    status.family = Some(family);
+    status.notes = direct.notes;
+    match direct.value {
+        Some(Ok(Some(parsed))) => push_rule_source(input, parsed, status),
+        _ => input.sources.push(status),
+    }
+    true
+}
+
+/// Reads one iptables dump's text.
+fn read_iptables_dump<S: Source>(
+    src: &mut S,
+    name: &str,
+    backend: Option<Backend>,
+    family: Family,
+    input: &mut ScanInput,
+) -> bool {
     let origin = src.label(name);
     let hint = SourceHint {
         backend,

@@ -78,6 +78,17 @@ pub trait Source {
         None
     }
 
+    /// An iptables-nft dump (`iptables-nft-save.txt`, `ip6tables-nft-save.txt`) read
+    /// and parsed another way than as the tool's text (the live node reads the tables
+    /// over netlink). None: read the dump; Some(Err(why)): that way failed, and the
+    /// dump is read instead. An Ok(None) value: the family has no iptables-nft table.
+    fn iptables_direct(
+        &mut self,
+        _name: &str,
+    ) -> Option<Result<Fetched<Option<crate::model::RuleSource>>, String>> {
+        None
+    }
+
     /// The processes that own these socket inodes, where the source can tell (the
     /// live node can; a bundle records no processes).
     fn owners(&self, _inodes: &std::collections::HashSet<u64>) -> Option<crate::observed::owners::Owners> {

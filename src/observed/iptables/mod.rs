@@ -9,6 +9,7 @@
 //! Rules are compared by meaning, not text: arguments are read by flag wherever the
 //! kernel round-trip put them, addresses are parsed, and quoting is undone.
 
+pub(crate) mod netlink;
 pub(crate) mod tokens;
 
 use std::borrow::Cow;
@@ -49,6 +50,36 @@ pub fn parse_save<R: BufRead>(reader: R, origin: &str, hint: SourceHint) -> io::
         parser.line(line.number, line.bytes, line.truncated);
     }
     Ok(parser.finish())
+}
+
+/// Parses an iptables-save dump handed over one line at a time (without its newline),
+/// as a reader of the kernel renders it.
+pub(crate) struct LineParser {
+    parser: Parser,
+    line: u32,
+}
+
+impl LineParser {
+    pub(crate) fn new(origin: &str, hint: SourceHint) -> LineParser {
+        LineParser {
+            parser: Parser::new(origin, hint),
+            line: 0,
+        }
+    }
+
+    pub(crate) fn line(&mut self, text: &str) {
+        self.line += 1;
+        self.parser.line(self.line, text.as_bytes(), false);
+    }
+
+    /// Lines handed over so far.
+    pub(crate) fn lines(&self) -> u32 {
+        self.line
+    }
+
+    pub(crate) fn finish(self) -> RuleSource {
+        self.parser.finish()
+    }
 }
 
 /// Parses an iptables-save dump held in memory.
