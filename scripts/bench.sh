@@ -2,13 +2,14 @@
 # What a live scan costs next to the dump tools it replaces, side by side in one run, on
 # generated kube-proxy-exact nodes (5 endpoints per Service) loaded into private network
 # namespaces (never the host's rules). For each size: in iptables mode (iptables-nft
-# backend) `iptables-nft-save` alone and `portdrift scan`; in nftables mode
+# backend) `iptables-nft-save` alone, `portdrift scan` reading over netlink (the
+# default) and `portdrift scan --iptables-via save`; in nftables mode
 # `nft -j list table ip kube-proxy` alone, `portdrift scan` reading over netlink (the
 # default), and `portdrift scan --nftables-via nft`. Wall time, CPU time (user + system,
 # children included) and peak RSS come from /usr/bin/time; each is the median of RUNS.
 #
 #   scripts/bench.sh [SERVICES...]     (default: 1000 10000 30000; needs root)
-#   RUNS=3 (default)
+#   RUNS=3 (default); MODES="iptables-nft nftables" (default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
@@ -47,7 +48,8 @@ if [[ ${1:-} == --inside ]]; then
       while read -r name; do nfacct add "$name" >/dev/null; done
     iptables-nft-restore <"$node/iptables-nft-save.txt"
     row "$services" "$mode" "iptables-nft-save" iptables-nft-save
-    row "$services" "$mode" "portdrift scan" "${scan[@]}"
+    row "$services" "$mode" "portdrift scan (netlink)" "${scan[@]}"
+    row "$services" "$mode" "portdrift scan --iptables-via save" "${scan[@]}" --iptables-via save
   else
     nft -f "$node/kube-proxy.nft"
     row "$services" "$mode" "nft -j list table ip kube-proxy" nft -j list table ip kube-proxy
@@ -74,7 +76,7 @@ echo "|---:|---|---|---:|---:|---:|"
 for services in "${sizes[@]}"; do
   node="$work/$services"
   target/release/examples/synth_node --services "$services" --endpoints 5 --out "$node" 2>/dev/null
-  for mode in iptables-nft nftables; do
+  for mode in ${MODES:-iptables-nft nftables}; do
     unshare -n bash "$0" --inside "$mode" "$node" "$services"
   done
   rm -rf "$node"

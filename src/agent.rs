@@ -139,6 +139,10 @@ fn key(f: &Finding) -> Key {
 /// within about a second (its default minimum sync period), and a burst of EndpointSlice
 /// updates during a rollout is coalesced into one scan.
 const SETTLE: Duration = Duration::from_secs(2);
+/// Quiet time after the kernel announces a rule change: the change is already applied
+/// (kube-proxy writes a whole sync in one transaction), so the scan follows within a
+/// second; a burst of commits in this window is still one scan.
+const RULE_SETTLE: Duration = Duration::from_millis(500);
 /// A stream of changes that never goes quiet still gets a scan this long after its first.
 const MAX_DEFER: Duration = Duration::from_secs(10);
 /// Change-driven scans start at least this long after the previous scan ended, so a
@@ -161,20 +165,23 @@ enum Trigger {
 #[derive(Debug, Default)]
 struct PendingChange {
     first: Option<Instant>,
-    last: Option<Instant>,
+    /// The end of the latest change's quiet time.
+    settled: Option<Instant>,
 }
 
 impl PendingChange {
-    fn note(&mut self, now: Instant) {
+    /// A change at `now` that wants `settle` of quiet before its scan.
+    fn note(&mut self, now: Instant, settle: Duration) {
         self.first.get_or_insert(now);
-        self.last = Some(now);
+        self.settled = self.settled.max(Some(now + settle));
     }
 
-    /// When the scan for these changes is due: after `SETTLE` of quiet, but no later
-    /// than `MAX_DEFER` after the first, and never within `MIN_GAP` of the last scan.
+    /// When the scan for these changes is due: after each change's quiet time, but no
+    /// later than `MAX_DEFER` after the first, and never within `MIN_GAP` of the last
+    /// scan.
     fn due(&self, last_scan_end: Option<Instant>) -> Option<Instant> {
-        let (first, last) = (self.first?, self.last?);
-        let due = (last + SETTLE).min(first + MAX_DEFER);
+        let (first, settled) = (self.first?, self.settled?);
+        let due = settled.min(first + MAX_DEFER);
         Some(match last_scan_end {
             Some(end) => due.max(end + MIN_GAP),
             None => due,
@@ -259,11 +266,11 @@ async fn scan_loop(
                 if pending.first.is_some_and(|_| due < next_tick) { Trigger::Change } else { Trigger::Interval }
             }
             Ok(()) = api_changes.changed() => {
-                pending.note(Instant::now());
+                pending.note(Instant::now(), SETTLE);
                 continue;
             }
             () = changed(rule_wake.as_mut()) => {
-                pending.note(Instant::now());
+                pending.note(Instant::now(), RULE_SETTLE);
                 continue;
             }
         };
@@ -579,9 +586,21 @@ mod tests {
         let t0 = Instant::now();
         let mut pending = PendingChange::default();
         assert_eq!(pending.due(None), None, "no change, no change-driven scan");
-        pending.note(t0);
-        pending.note(t0 + Duration::from_millis(500));
+        pending.note(t0, SETTLE);
+        pending.note(t0 + Duration::from_millis(500), SETTLE);
         assert_eq!(pending.due(None), Some(t0 + Duration::from_millis(500) + SETTLE));
+        // A rule change after an API change does not cut the API change's quiet time.
+        pending.note(t0 + Duration::from_millis(600), RULE_SETTLE);
+        assert_eq!(pending.due(None), Some(t0 + Duration::from_millis(500) + SETTLE));
+    }
+
+    #[test]
+    fn a_rule_change_is_scanned_for_within_a_second() {
+        let t0 = Instant::now();
+        let mut pending = PendingChange::default();
+        pending.note(t0, RULE_SETTLE);
+        let due = pending.due(None).unwrap();
+        assert!(due - t0 < Duration::from_secs(1), "{:?}", due - t0);
     }
 
     #[test]
@@ -589,7 +608,7 @@ mod tests {
         let t0 = Instant::now();
         let mut pending = PendingChange::default();
         for i in 0..100 {
-            pending.note(t0 + Duration::from_millis(500 * i));
+            pending.note(t0 + Duration::from_millis(500 * i), SETTLE);
         }
         assert_eq!(pending.due(None), Some(t0 + MAX_DEFER));
     }
@@ -598,7 +617,7 @@ mod tests {
     fn change_driven_scans_keep_a_minimum_gap() {
         let t0 = Instant::now();
         let mut pending = PendingChange::default();
-        pending.note(t0);
+        pending.note(t0, RULE_SETTLE);
         let last_scan_end = t0;
         assert_eq!(pending.due(Some(last_scan_end)), Some(t0 + MIN_GAP));
     }

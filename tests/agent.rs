@@ -532,7 +532,8 @@ fn readiness_follows_the_api_server() {
     );
 }
 
-/// Inside the namespace: `iptables-nft-save` on the agent's PATH is a stand-in that
+/// Inside the namespace, with the agent reading iptables-nft through the tool
+/// (`--iptables-via save`): `iptables-nft-save` on the agent's PATH is a stand-in that
 /// runs the real tool, or hangs, floods (an endless dump, far past 1 GB if let run),
 /// prints binary garbage, or fails, as `$dir/mode` says. A stale rule is added while it
 /// misbehaves. Each fault in turn: the agent keeps serving, /metrics shows the source
@@ -555,7 +556,8 @@ STUB
 chmod +x "$dir/bin/iptables-nft-save"
 echo ok >"$dir/mode"
 start_api
-PATH="$dir/bin:$PATH" agent_flags="--repair --repair-min-age 1s --tool-timeout 2s --tool-max-output 4M" start_agent
+# The tool, not the netlink reader: the faults are the tool's.
+PATH="$dir/bin:$PATH" agent_flags="--repair --repair-min-age 1s --tool-timeout 2s --tool-max-output 4M --iptables-via save" start_agent
 wait_for 20 ready || fail "the agent never became ready"
 scans() { get /metrics | sed -n 's/^portdrift_scans_total //p'; }
 more_scans() { awk -v now="$(scans)" -v then="$1" -v n="$2" 'BEGIN { exit !(now >= then + n) }'; }

@@ -37,27 +37,11 @@ fn read_both_ways(script: &Path, cluster: Option<&Path>) -> BothWays {
         js = out("nft"),
     );
     if let Some(cluster) = cluster {
-        for via in ["netlink", "nft"] {
-            // Exit 1 (findings) is a fine answer.
-            shell.push_str(&format!(
-                " {PORTDRIFT} scan --format json --kube-proxy-healthz off --node worker-1 \
-                 --cluster-state {} --nftables-via {via} > {} || [ $? -eq 1 ];",
-                cluster.display(),
-                out(&format!("scan-{via}"))
-            ));
-        }
+        support::push_scans(&mut shell, cluster, "nftables-via", &["netlink", "nft"], |via| {
+            out(&format!("scan-{via}"))
+        });
     }
-    let run = Command::new("unshare")
-        .args(["-n", "sh", "-c", &shell])
-        .output()
-        .expect("unshare runs");
-    assert!(
-        run.status.success(),
-        "{}: {}{}",
-        script.display(),
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    support::run_in_fresh_netns(&script.display().to_string(), &shell);
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
     let scan =
         |via: &str| cluster.map(|_| serde_json::from_str::<Value>(&read(&format!("scan-{via}"))).unwrap());

@@ -189,3 +189,39 @@ pub fn require_tool(tool: &str, test: &str) -> bool {
     }
     found
 }
+
+/// Appends to a shell script a live JSON scan against `cluster` for each way of reading
+/// the rules (`--FLAG VIA`), each report written to `out(via)`. Exit 1 (findings) is a
+/// fine answer.
+pub fn push_scans(
+    shell: &mut String,
+    cluster: &Path,
+    flag: &str,
+    vias: &[&str],
+    out: impl Fn(&str) -> String,
+) {
+    for via in vias {
+        shell.push_str(&format!(
+            " {} scan --format json --kube-proxy-healthz off --node worker-1 \
+             --cluster-state {} --{flag} {via} > {} || [ $? -eq 1 ];",
+            env!("CARGO_BIN_EXE_portdrift"),
+            cluster.display(),
+            out(via)
+        ));
+    }
+}
+
+/// Runs a shell script in a fresh network namespace of its own; panics with what it
+/// printed when it fails.
+pub fn run_in_fresh_netns(what: &str, shell: &str) {
+    let run = Command::new("unshare")
+        .args(["-n", "sh", "-c", shell])
+        .output()
+        .expect("unshare runs");
+    assert!(
+        run.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
