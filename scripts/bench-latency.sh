@@ -9,6 +9,7 @@
 # notification, not on its interval.
 #
 #   scripts/bench-latency.sh [SERVICES] [TRIES]   (default 10000 3; needs root, curl, python3)
+#   MODES="iptables-nft nftables" (default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 services=${1:-10000}
@@ -83,6 +84,6 @@ trap 'rm -rf "$work"' EXIT
 cargo build --release --quiet --bin portdrift --example synth_node --example fake_apiserver
 target/release/examples/synth_node --services "$services" --endpoints 5 --out "$work/node" 2>/dev/null
 echo "node: $services Services x 5 endpoints; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-for mode in iptables-nft nftables; do
+for mode in ${MODES:-iptables-nft nftables}; do
   unshare -n bash "$0" --inside "$mode" "$work" "$tries"
 done

@@ -150,8 +150,9 @@ const MAX_DEFER: Duration = Duration::from_secs(10);
 const MIN_GAP: Duration = Duration::from_secs(5);
 /// Even without any announced change the nf_tables dumps are read again this often: the
 /// notifications are trusted, not blindly. Not more often: on a 10,000-Service node one
-/// full read costs from one to twenty CPU-seconds (the dump tool's), which every ten
-/// minutes would be most of the idle agent's cost.
+/// full read costs seconds of CPU (about 2.5 over netlink, twenty and more when a
+/// family falls back to `iptables-nft-save`), which every ten minutes would be most of
+/// the idle agent's cost.
 const FULL_READ_EVERY: Duration = Duration::from_secs(1800);
 
 /// Why a scan ran (for the debug log).
