@@ -84,9 +84,17 @@ def self_test():
 def main():
     self_test()
     policy = tomllib.loads((ROOT / "deps-policy.toml").read_text())
+    # The build host's platform only: offline, cargo has just the crates this platform
+    # builds with (a fresh machine never downloaded the Windows-only ones), and those
+    # are what ships.
+    host = next(
+        line.split(": ", 1)[1]
+        for line in subprocess.run(["rustc", "-vV"], check=True, capture_output=True, text=True).stdout.splitlines()
+        if line.startswith("host: ")
+    )
     meta = json.loads(
         subprocess.run(
-            ["cargo", "metadata", "--offline", "--locked", "--format-version", "1"],
+            ["cargo", "metadata", "--offline", "--locked", "--format-version", "1", "--filter-platform", host],
             cwd=ROOT,
             check=True,
             capture_output=True,
