@@ -698,6 +698,12 @@ impl Parser {
         let has_canary = self.nat.index.contains_key("KUBE-PROXY-CANARY")
             || self.filter.index.contains_key("KUBE-PROXY-CANARY")
             || self.other_chains.iter().any(|c| &**c == "KUBE-PROXY-CANARY");
+        // Growth by doubling leaves up to half of each list unused, and the resolution
+        // below builds its output next to them, at the read's peak.
+        self.dispatch.shrink_to_fit();
+        self.dnats.shrink_to_fit();
+        self.nat.jumps.shrink_to_fit();
+        self.nat.chains.shrink_to_fit();
         let nodeports = resolve_dispatch(&mut self, backend, family);
         let hostports = resolve_hostports(&self);
         let mut orphans: Vec<OrphanChain> = Vec::new();
@@ -873,7 +879,9 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
     let dispatch = std::mem::take(&mut p.dispatch);
     let p = &*p;
     let chains = p.nat.chains.len();
-    let mut memo: Vec<Option<Reach>> = vec![None; chains];
+    // Keyed by the chains dispatch rules start at (one per Service port), not a slot for
+    // each of a large node's 66,000 chains.
+    let mut memo: FxHashMap<u32, Reach> = FxHashMap::default();
     let mut walker = Walker {
         path: Vec::new(),
         targets: Vec::new(),
@@ -886,7 +894,7 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
             p.dnats.iter().enumerate().map(|(i, d)| (d.chain, i as u32)),
         ),
     };
-    let mut out = Vec::with_capacity(p.dispatch.len());
+    let mut out = Vec::with_capacity(dispatch.len());
     for d in dispatch {
         let table = if d.table == TableKind::Nat {
             nat.clone()
@@ -923,8 +931,9 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
                 rule.targets = Arc::new([dnat_target(p, &nat, &p.dnats[id as usize], d.port)])
             }
             DispatchTarget::Chain(start) => {
-                let reach = memo[start as usize]
-                    .get_or_insert_with(|| walker.reach(p, &nat, start, d.port))
+                let reach = memo
+                    .entry(start)
+                    .or_insert_with(|| walker.reach(p, &nat, start, d.port))
                     .clone();
                 rule.path = reach.path;
                 rule.targets = reach.targets;
