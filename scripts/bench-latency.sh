@@ -53,7 +53,8 @@ if [[ ${1:-} == --inside ]]; then
   for ((try = 0; try < tries; try++)); do
     port=$((31900 + try))
     sleep 5 # quiet: nothing changes
-    start=$(date +%s%N)
+    # Timed from when the rule exists: the injecting command returns after its commit
+    # (iptables-nft itself takes about 0.4 s on a 10,000-Service node).
     if [[ $mode == iptables-nft ]]; then
       iptables-nft -w -t nat -A KUBE-NODEPORTS -p tcp -m comment --comment "gone/stale-$try:http" \
         -m tcp --dport "$port" -j DNAT --to-destination "10.250.0.$((try + 1)):8080"
@@ -65,6 +66,7 @@ add rule ip kube-proxy $chain meta l4proto tcp dnat to 10.250.0.$((try + 1)):808
 add element ip kube-proxy service-nodeports { tcp . $port : goto $chain }
 EOF
     fi
+    start=$(date +%s%N)
     seen=""
     for _ in $(seq 600); do
       if [[ $(count_findings stale-nodeport "$port") -ge 1 ]]; then
