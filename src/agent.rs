@@ -142,7 +142,7 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// Quiet time after the kernel announces a rule change: the change is already applied
 /// (kube-proxy writes a whole sync in one transaction), so the scan follows within a
 /// second; a burst of commits in this window is still one scan.
-const RULE_SETTLE: Duration = Duration::from_millis(500);
+const RULE_SETTLE: Duration = Duration::from_millis(250);
 /// A stream of changes that never goes quiet still gets a scan this long after its first.
 const MAX_DEFER: Duration = Duration::from_secs(10);
 /// Change-driven scans start at least this long after the previous scan ended, so a
