@@ -707,6 +707,32 @@ impl LiveNode {
         Some(self.config.proc_root.join(rel))
     }
 
+    /// One read over netlink, within the tool limits, as a fetch (`present`: whether
+    /// it found anything); Err(why) when it failed and the caller falls back.
+    fn read_netlink<T>(
+        &self,
+        read: impl FnOnce(NetlinkLimits) -> Result<(T, u64), crate::observed::nfnetlink::NetlinkError>,
+        present: impl FnOnce(&T) -> bool,
+    ) -> Result<Fetched<T>, String> {
+        let start = Instant::now();
+        let limits = NetlinkLimits {
+            timeout: self.config.limits.timeout,
+            max_bytes: self.config.limits.max_output,
+        };
+        let (value, bytes) = read(limits).map_err(|e| e.to_string())?;
+        Ok(Fetched {
+            state: Some(if present(&value) {
+                SourceState::Ok
+            } else {
+                SourceState::Empty
+            }),
+            value: Some(Ok(value)),
+            notes: vec!["read from the kernel over netlink".to_string()],
+            bytes: Some(bytes),
+            elapsed: Some(start.elapsed()),
+        })
+    }
+
     fn run<T, F>(&self, program: &str, args: &[&str], consume: F) -> Fetched<T>
     where
         T: Send + 'static,
@@ -897,25 +923,10 @@ impl Source for LiveNode {
         if self.config.nftables_via != NftablesVia::Netlink {
             return None;
         }
-        let start = Instant::now();
-        let limits = NetlinkLimits {
-            timeout: self.config.limits.timeout,
-            max_bytes: self.config.limits.max_output,
-        };
-        Some(match read_tables_netlink(NFT_NETLINK_LABEL, limits) {
-            Ok((sources, bytes)) => Ok(Fetched {
-                state: Some(if sources.is_empty() {
-                    SourceState::Empty
-                } else {
-                    SourceState::Ok
-                }),
-                value: Some(Ok(sources)),
-                notes: vec!["read from the kernel over netlink".to_string()],
-                bytes: Some(bytes),
-                elapsed: Some(start.elapsed()),
-            }),
-            Err(e) => Err(e.to_string()),
-        })
+        Some(self.read_netlink(
+            |limits| read_tables_netlink(NFT_NETLINK_LABEL, limits),
+            |sources| !sources.is_empty(),
+        ))
     }
 
     fn iptables_direct(&mut self, name: &str) -> Option<Result<Fetched<Option<RuleSource>>, String>> {
@@ -927,28 +938,11 @@ impl Source for LiveNode {
         if self.config.iptables_via != IptablesVia::Netlink {
             return None;
         }
-        let start = Instant::now();
-        let limits = NetlinkLimits {
-            timeout: self.config.limits.timeout,
-            max_bytes: self.config.limits.max_output,
-        };
         let label = iptables_netlink_label(family);
-        Some(
-            match crate::observed::iptables::netlink::read_rules_netlink(family, label, limits) {
-                Ok((source, bytes)) => Ok(Fetched {
-                    state: Some(if source.is_some() {
-                        SourceState::Ok
-                    } else {
-                        SourceState::Empty
-                    }),
-                    value: Some(Ok(source)),
-                    notes: vec!["read from the kernel over netlink".to_string()],
-                    bytes: Some(bytes),
-                    elapsed: Some(start.elapsed()),
-                }),
-                Err(e) => Err(e.to_string()),
-            },
-        )
+        Some(self.read_netlink(
+            |limits| crate::observed::iptables::netlink::read_rules_netlink(family, label, limits),
+            Option::is_some,
+        ))
     }
 
     fn owners(&self, inodes: &std::collections::HashSet<u64>) -> Option<crate::observed::owners::Owners> {

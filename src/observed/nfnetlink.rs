@@ -70,6 +70,9 @@ pub(crate) const NFTA_DATA_VALUE: u16 = 1;
 pub(crate) const NFTA_DATA_VERDICT: u16 = 2;
 pub(crate) const NFTA_VERDICT_CODE: u16 = 1;
 pub(crate) const NFTA_VERDICT_CHAIN: u16 = 2;
+const NFTA_LIST_ELEM: u16 = 1;
+const NFTA_EXPR_NAME: u16 = 1;
+const NFTA_EXPR_DATA: u16 = 2;
 
 /// Larger than any datagram the kernel sends for a dump (at most 32 KiB).
 pub(crate) const RECV_BUFFER: usize = 64 << 10;
@@ -344,6 +347,51 @@ pub(crate) fn read_verdict(nested: &[u8]) -> Result<(i32, Option<String>), Netli
 /// An expression's attributes by type (each appears once).
 pub(crate) fn attr_map(data: &[u8]) -> Result<HashMap<u16, &[u8]>, NetlinkError> {
     Attrs::new(data).collect()
+}
+
+/// A rule's expressions (`NFTA_RULE_EXPRESSIONS`), each as its name and its data.
+pub(crate) fn expressions(list: &[u8]) -> impl Iterator<Item = Result<(&str, &[u8]), NetlinkError>> {
+    Attrs::new(list).filter_map(|item| {
+        let (kind, element) = match item {
+            Ok(item) => item,
+            Err(e) => return Some(Err(e)),
+        };
+        if kind != NFTA_LIST_ELEM {
+            return None;
+        }
+        let mut expr_name = "";
+        let mut data: &[u8] = &[];
+        for attr in Attrs::new(element) {
+            match attr {
+                Ok((NFTA_EXPR_NAME, v)) => match name(v) {
+                    Ok(n) => expr_name = n,
+                    Err(e) => return Some(Err(e)),
+                },
+                Ok((NFTA_EXPR_DATA, v)) => data = v,
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok((expr_name, data)))
+    })
+}
+
+/// The length of the prefix a mask keeps (its leading one bits); None when its ones are
+/// not all leading.
+pub(crate) fn prefix_len(mask: &[u8]) -> Option<u32> {
+    let mut ones = 0;
+    let mut seen_zero = false;
+    for bit in mask
+        .iter()
+        .flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1 == 1))
+    {
+        match (bit, seen_zero) {
+            (true, true) => return None,
+            (true, false) => ones += 1,
+            (false, _) => seen_zero = true,
+        }
+    }
+    Some(ones)
 }
 
 #[cfg(test)]

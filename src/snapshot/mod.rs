@@ -396,8 +396,20 @@ fn read_iptables<S: Source>(
             src.label(name)
         )),
     };
+    noting_fallback(input, fallback, |input| {
+        read_iptables_dump(src, name, backend, family, input)
+    })
+}
+
+/// Runs `read`, putting `fallback` (why the direct way was not used) first in the
+/// notes of every status it adds.
+fn noting_fallback(
+    input: &mut ScanInput,
+    fallback: Option<String>,
+    read: impl FnOnce(&mut ScanInput) -> bool,
+) -> bool {
     let before = input.sources.len();
-    let present = read_iptables_dump(src, name, backend, family, input);
+    let present = read(input);
     if let Some(note) = fallback {
         for status in &mut input.sources[before..] {
             status.notes.insert(0, note.clone());
@@ -503,14 +515,7 @@ fn read_nftables<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
             "reading over netlink failed ({why}); read with nft -j instead"
         )),
     };
-    let before = input.sources.len();
-    let present = read_nftables_dump(src, input);
-    if let Some(note) = fallback {
-        for status in &mut input.sources[before..] {
-            status.notes.insert(0, note.clone());
-        }
-    }
-    present
+    noting_fallback(input, fallback, |input| read_nftables_dump(src, input))
 }
 
 /// The tables as a source read them itself.

@@ -29,8 +29,8 @@ use std::time::Instant;
 use super::{LineParser, SourceHint};
 use crate::model::{Backend, Family, RuleSource};
 use crate::observed::nfnetlink::{
-    Attrs, Conn, NFPROTO_IPV4, NFPROTO_IPV6, NetlinkError, NetlinkLimits, attr_map, be32, be64, data_value,
-    name, read_verdict,
+    Attrs, Conn, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_DATA_VERDICT, NetlinkError, NetlinkLimits, attr_map, be32,
+    be64, data_value, expressions, name, prefix_len, read_verdict,
 };
 
 const NFT_MSG_GETTABLE: u8 = 1;
@@ -48,9 +48,6 @@ const NFTA_COUNTER_PACKETS: u16 = 2;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
 // Expression attributes (linux/netfilter/nf_tables.h).
 const NFTA_PAYLOAD_BASE: u16 = 2;
 const NFTA_PAYLOAD_OFFSET: u16 = 3;
@@ -522,20 +519,8 @@ fn render_rule(out: &mut String, family: Family, chain: &str, attrs: &[u8]) -> R
         if kind != NFTA_RULE_EXPRESSIONS {
             continue;
         }
-        for element in Attrs::new(value) {
-            let (kind, element) = element?;
-            if kind != NFTA_LIST_ELEM {
-                continue;
-            }
-            let mut expr_name = "";
-            let mut data: &[u8] = &[];
-            for a in Attrs::new(element) {
-                match a? {
-                    (NFTA_EXPR_NAME, v) => expr_name = name(v)?,
-                    (NFTA_EXPR_DATA, v) => data = v,
-                    _ => {}
-                }
-            }
+        for expression in expressions(value) {
+            let (expr_name, data) = expression?;
             let map = attr_map(data)?;
             let get = |k: u16| {
                 map.get(&k).copied().ok_or_else(|| {
@@ -610,7 +595,7 @@ fn render_rule(out: &mut String, family: Family, chain: &str, attrs: &[u8]) -> R
                         .ok_or_else(|| unsupported(chain, "an immediate without data"))?;
                     let mut code = None;
                     for a in Attrs::new(verdict) {
-                        if let (2, v) = a? {
+                        if let (NFTA_DATA_VERDICT, v) = a? {
                             code = Some(read_verdict(v)?);
                         }
                     }
@@ -816,21 +801,6 @@ fn port_match(
     }
     *slot = Some(port);
     Ok(())
-}
-
-fn prefix_len(mask: &[u8]) -> Option<u32> {
-    let mut ones = 0;
-    let mut seen_zero = false;
-    for byte in mask {
-        for bit in (0..8).rev() {
-            match (byte >> bit & 1 == 1, seen_zero) {
-                (true, true) => return None,
-                (true, false) => ones += 1,
-                (false, _) => seen_zero = true,
-            }
-        }
-    }
-    Some(ones)
 }
 
 /// The protocol names iptables prints (its `xtables_chain_protos`) for the protocols
@@ -1165,29 +1135,7 @@ fn xt_target(family: Family, chain: &str, ext: &str, rev: u32, data: &[u8]) -> R
             let (min, max) = (info.address(4, family)?, info.address(20, family)?);
             let ports = (info.be16(36)?, info.be16(38)?);
             let brackets = family == Family::Ipv6 && flags & NAT_PROTO_SPECIFIED != 0;
-            let mut range = String::new();
-            if flags & NAT_MAP_IPS != 0 {
-                if brackets {
-                    range.push('[');
-                }
-                let _ = write!(range, "{min}");
-                if min != max {
-                    let _ = write!(range, "-{max}");
-                }
-                if brackets {
-                    range.push(']');
-                }
-            }
-            if flags & NAT_PROTO_SPECIFIED != 0 {
-                let _ = write!(range, ":{}", ports.0);
-                if ports.1 != ports.0 {
-                    let _ = write!(range, "-{}", ports.1);
-                }
-            }
-            if !range.is_empty() {
-                let _ = write!(out, " --to-destination {range}");
-            }
-            nat_flags(&mut out, flags);
+            write_nat_range(&mut out, flags, (min, max), ports, brackets);
         }
         ("DNAT", 0) if family == Family::Ipv4 => {
             // struct nf_nat_ipv4_multi_range_compat with one range.
@@ -1195,25 +1143,12 @@ fn xt_target(family: Family, chain: &str, ext: &str, rev: u32, data: &[u8]) -> R
                 return Err(info.unsupported("with several ranges"));
             }
             let flags = info.u32(4)?;
-            let (min, max) = (info.bytes(8, 4)?, info.bytes(12, 4)?);
+            let ip = |at| -> Result<IpAddr, NetlinkError> {
+                let b = info.bytes(at, 4)?;
+                Ok(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])))
+            };
             let ports = (info.be16(16)?, info.be16(18)?);
-            let mut range = String::new();
-            if flags & NAT_MAP_IPS != 0 {
-                let _ = write!(range, "{}", Ipv4Addr::new(min[0], min[1], min[2], min[3]));
-                if min != max {
-                    let _ = write!(range, "-{}", Ipv4Addr::new(max[0], max[1], max[2], max[3]));
-                }
-            }
-            if flags & NAT_PROTO_SPECIFIED != 0 {
-                let _ = write!(range, ":{}", ports.0);
-                if ports.1 != ports.0 {
-                    let _ = write!(range, "-{}", ports.1);
-                }
-            }
-            if !range.is_empty() {
-                let _ = write!(out, " --to-destination {range}");
-            }
-            nat_flags(&mut out, flags);
+            write_nat_range(&mut out, flags, (ip(8)?, ip(12)?), ports, false);
         }
         ("MASQUERADE", 0) => {
             // IPv4: nf_nat_ipv4_multi_range_compat (flags after the range count, ports
@@ -1274,6 +1209,41 @@ fn xt_target(family: Family, chain: &str, ext: &str, rev: u32, data: &[u8]) -> R
         _ => return Err(info.unsupported(format!("revision {rev} (target)"))),
     }
     Ok(out)
+}
+
+/// `--to-destination` and the flags, as libxt_DNAT's `sprint_range` and `__NAT_print`
+/// print them (rev 2's port-offset flag is refused by its caller; the older forms
+/// cannot carry it).
+fn write_nat_range(
+    out: &mut String,
+    flags: u32,
+    (min, max): (IpAddr, IpAddr),
+    ports: (u16, u16),
+    brackets: bool,
+) {
+    let mut range = String::new();
+    if flags & NAT_MAP_IPS != 0 {
+        if brackets {
+            range.push('[');
+        }
+        let _ = write!(range, "{min}");
+        if min != max {
+            let _ = write!(range, "-{max}");
+        }
+        if brackets {
+            range.push(']');
+        }
+    }
+    if flags & NAT_PROTO_SPECIFIED != 0 {
+        let _ = write!(range, ":{}", ports.0);
+        if ports.1 != ports.0 {
+            let _ = write!(range, "-{}", ports.1);
+        }
+    }
+    if !range.is_empty() {
+        let _ = write!(out, " --to-destination {range}");
+    }
+    nat_flags(out, flags);
 }
 
 fn nat_flags(out: &mut String, flags: u32) {

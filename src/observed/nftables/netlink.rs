@@ -27,7 +27,8 @@ use super::{ElementIr, ElementVerdict, KUBE_PROXY_TABLE, MapIr, ParsedRuleset, T
 use crate::model::Family;
 use crate::observed::nfnetlink::{
     Attrs, Conn, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NetlinkError, NetlinkLimits,
-    align4, attr_map, be32, be64, data_value, name, read_verdict,
+    align4, attr_map, be32, be64, data_value, expressions as expressions_of, name,
+    prefix_len as shared_prefix_len, read_verdict,
 };
 
 /// What one read gave.
@@ -53,9 +54,6 @@ const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_HANDLE: u16 = 3;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 const NFTA_RULE_USERDATA: u16 = 7;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_SET_TABLE: u16 = 1;
 const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_FLAGS: u16 = 3;
@@ -650,20 +648,8 @@ impl<'c> Delinearizer<'c> {
     }
 
     fn run(mut self, expressions: &[u8]) -> Result<Vec<Expr<'static>>, NetlinkError> {
-        for item in Attrs::new(expressions) {
-            let (kind, element) = item?;
-            if kind != NFTA_LIST_ELEM {
-                continue;
-            }
-            let mut expr_name = "";
-            let mut data: &[u8] = &[];
-            for attr in Attrs::new(element) {
-                match attr? {
-                    (NFTA_EXPR_NAME, v) => expr_name = name(v)?,
-                    (NFTA_EXPR_DATA, v) => data = v,
-                    _ => {}
-                }
-            }
+        for expression in expressions_of(expressions) {
+            let (expr_name, data) = expression?;
             self.expression(expr_name, data)?;
         }
         Ok(self.statements)
@@ -1088,21 +1074,10 @@ fn l4proto_match(statement: &Expr<'static>) -> Option<&'static str> {
     }
 }
 
-/// The prefix length of a contiguous mask (`ff ff 00 00` → 16); None otherwise.
+/// The prefix length of a contiguous mask (`ff ff 00 00` → 16); None otherwise, and
+/// for a mask that keeps no bit.
 fn prefix_len(mask: &[u8]) -> Option<u32> {
-    let mut ones = 0;
-    let mut seen_zero = false;
-    for bit in mask
-        .iter()
-        .flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1 == 1))
-    {
-        match (bit, seen_zero) {
-            (true, true) => return None,
-            (true, false) => ones += 1,
-            (false, _) => seen_zero = true,
-        }
-    }
-    (ones > 0).then_some(ones)
+    shared_prefix_len(mask).filter(|&ones| ones > 0)
 }
 
 #[cfg(test)]
