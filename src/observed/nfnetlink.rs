@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use netlink_sys::Socket;
 use netlink_sys::protocols::NETLINK_NETFILTER;
 
+pub(crate) mod blocks;
+
 /// Why the tables could not be read over netlink (the caller falls back to the dump tool).
 #[derive(Debug, thiserror::Error)]
 pub enum NetlinkError {

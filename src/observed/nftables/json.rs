@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -245,13 +246,15 @@ pub(super) fn add_rule<'a>(
     let (mut rule, problem) = lower_rule(statements);
     rule.handle = handle;
     if let Some(dnat) = rule.dnat.as_mut() {
-        dnat.text = render_rule(statements, comment);
+        dnat.text = render_rule(statements, comment).into();
     }
     if let Some(reason) = problem {
         table
             .unparsed
             .push(unparsed(0, &render_rule(statements, comment), reason));
     }
+    // Most rules jump nowhere or to one chain: no spare capacity is kept.
+    rule.jumps.shrink_to_fit();
     table.chain_mut(chain, 0).rules.push(rule);
 }
 
@@ -281,10 +284,10 @@ fn lower_rule<'a>(statements: &[Expr<'a>]) -> (RuleIr<'a>, Option<String>) {
             }
             "dnat" => match dnat_address(value) {
                 Ok(addr) => {
-                    rule.dnat = Some(DnatIr {
+                    rule.dnat = Some(Box::new(DnatIr {
                         addr,
-                        text: String::new(),
-                    })
+                        text: Arc::from(""),
+                    }))
                 }
                 Err(reason) => problem = Some(reason),
             },

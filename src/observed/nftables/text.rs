@@ -169,7 +169,7 @@ fn read_table_line<'a>(table: &mut TableIr<'a>, family: Family, content: &'a str
         Some(("chain", name)) => {
             let name = unquote(name.trim());
             table.chain_mut(Cow::Borrowed(name), line);
-            Scope::Chain(family, table.chain_index[name])
+            Scope::Chain(family, table.last_chain.unwrap_or_default())
         }
         Some(("map", name)) => {
             table.maps.push(MapIr {
@@ -208,6 +208,7 @@ fn read_chain_line<'a>(
     if let Some(reason) = problem {
         table.unparsed.push(unparsed(line, content, reason));
     }
+    rule.jumps.shrink_to_fit();
     table.chains[chain].rules.push(rule);
     Scope::Chain(family, chain)
 }
@@ -369,10 +370,10 @@ fn lower_rule(content: &str) -> (RuleIr<'_>, Option<String>) {
             "dnat" if i > 0 && words[i - 1] == "status" => {}
             "dnat" => match dnat_address(&words[i + 1..]) {
                 Ok(addr) => {
-                    rule.dnat = Some(DnatIr {
+                    rule.dnat = Some(Box::new(DnatIr {
                         addr,
-                        text: content.to_string(),
-                    })
+                        text: content.into(),
+                    }))
                 }
                 Err(reason) => problem = Some(reason),
             },
