@@ -9,6 +9,8 @@ WORKDIR /src
 # Only what the release binary is built from: Cargo.toml names the benchmark, so cargo
 # wants its file to exist; tests, testdata and examples stay out (see .dockerignore).
 COPY Cargo.toml Cargo.lock ./
+# jemalloc's build-time settings (freed pages go back to the kernel at once).
+COPY .cargo ./.cargo
 COPY benches ./benches
 COPY src ./src
 # The release profile keeps line tables for profiling; the image does not need them.

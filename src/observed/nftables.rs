@@ -192,14 +192,7 @@ impl<'a> TableIr<'a> {
     /// The chain called `name`, created on first mention (a JSON rule may name its chain
     /// before, or without, the chain object).
     fn chain_mut(&mut self, name: Cow<'a, str>, line: u32) -> &mut ChainIr<'a> {
-        let last = self.last_chain.filter(|&i| self.chains[i].name == name);
-        if let (None, Some(previous)) = (last, self.last_chain) {
-            // Dumps list a chain's rules together and most chains hold one or two:
-            // the chain left keeps no spare capacity (a 10,000-Service table's rules
-            // took 28 MiB with it, 7 without).
-            self.chains[previous].rules.shrink_to_fit();
-        }
-        let index = match last.or_else(|| self.chain_index.find(&self.chains, &name)) {
+        let index = match self.find_chain(&name) {
             Some(i) => i,
             None => {
                 self.chain_index.insert(&self.chains, &name, self.chains.len());
@@ -208,11 +201,25 @@ impl<'a> TableIr<'a> {
                     line,
                     rules: Vec::new(),
                 });
+                self.last_chain = Some(self.chains.len() - 1);
                 self.chains.len() - 1
             }
         };
-        self.last_chain = Some(index);
         &mut self.chains[index]
+    }
+
+    /// The position of the chain called `name`, which rules are added to next.
+    fn find_chain(&mut self, name: &str) -> Option<usize> {
+        let last = self.last_chain.filter(|&i| self.chains[i].name == name);
+        if let (None, Some(previous)) = (last, self.last_chain) {
+            // Dumps list a chain's rules together and most chains hold one or two:
+            // the chain left keeps no spare capacity (a 10,000-Service table's rules
+            // took 28 MiB with it, 7 without).
+            self.chains[previous].rules.shrink_to_fit();
+        }
+        let index = last.or_else(|| self.chain_index.find(&self.chains, name))?;
+        self.last_chain = Some(index);
+        Some(index)
     }
 
     /// Room for `more` chains, made once rather than by doubling.

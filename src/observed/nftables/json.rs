@@ -243,19 +243,27 @@ pub(super) fn add_rule<'a>(
     comment: Option<&str>,
     statements: &[Expr<'a>],
 ) {
+    let (rule, problem) = reduce_rule(handle, comment, statements);
+    table.unparsed.extend(problem);
+    table.chain_mut(chain, 0).rules.push(rule);
+}
+
+/// One rule, given as nft's JSON statements, reduced to what its table keeps, with what
+/// of it could not be read.
+pub(super) fn reduce_rule<'a>(
+    handle: Option<u64>,
+    comment: Option<&str>,
+    statements: &[Expr<'a>],
+) -> (RuleIr<'a>, Option<crate::model::Unparsed>) {
     let (mut rule, problem) = lower_rule(statements);
     rule.handle = handle;
     if let Some(dnat) = rule.dnat.as_mut() {
         dnat.text = render_rule(statements, comment).into();
     }
-    if let Some(reason) = problem {
-        table
-            .unparsed
-            .push(unparsed(0, &render_rule(statements, comment), reason));
-    }
+    let problem = problem.map(|reason| unparsed(0, &render_rule(statements, comment), reason));
     // Most rules jump nowhere or to one chain: no spare capacity is kept.
     rule.jumps.shrink_to_fit();
-    table.chain_mut(chain, 0).rules.push(rule);
+    (rule, problem)
 }
 
 /// Reads where a rule can send a packet: its `goto`/`jump` verdicts (also inside an

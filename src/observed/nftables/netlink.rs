@@ -21,10 +21,11 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-use super::json::{Expr, add_rule, render_expr_string};
-use super::{ElementIr, ElementVerdict, KUBE_PROXY_TABLE, MapIr, ParsedRuleset, unparsed};
+use super::json::{Expr, reduce_rule, render_expr_string};
+use super::{ElementIr, ElementVerdict, KUBE_PROXY_TABLE, MapIr, ParsedRuleset, RuleIr, unparsed};
 use crate::model::Family;
 use crate::observed::nfnetlink::blocks::{Plan, Readers, read_in_order};
 use crate::observed::nfnetlink::{
@@ -130,12 +131,14 @@ enum Fetched {
     Elements(Vec<RawElement>, Vec<crate::model::Unparsed>),
 }
 
-/// A rule decoded by a reader, for the table to take in order.
+/// A rule decoded and reduced by a reader, for the table to take in order. The reader
+/// reduces it (not the table's thread): the statements are built and dropped on one
+/// thread, and only what the table keeps crosses.
 struct DecodedRule {
-    chain: String,
-    handle: Option<u64>,
-    comment: Option<String>,
-    statements: Vec<Expr<'static>>,
+    /// Its chain's position in the list of chains read.
+    chain: usize,
+    rule: RuleIr<'static>,
+    problem: Option<crate::model::Unparsed>,
 }
 
 /// One table's chains, maps and rules. The chain list and the maps' elements are read
@@ -184,7 +187,7 @@ fn read_family(
         )
         .collect();
     let mut chains = Vec::new();
-    let mut inline_maps: HashMap<String, Vec<(Expr<'static>, Expr<'static>)>> = HashMap::new();
+    let mut inline_maps: HashMap<String, Vec<(Expr<'static>, ElementData)>> = HashMap::new();
     let mut set_of_fetch = fetches.iter().map(|f| match f {
         Fetch::Chains => None,
         Fetch::Elements(set) => Some(*set),
@@ -229,7 +232,7 @@ fn read_family(
                     if set.flags & NFT_SET_ANONYMOUS != 0 {
                         let entries = elements
                             .into_iter()
-                            .map(|e| (key_expr(set, &e.key), verdict_expr(&e.data)))
+                            .map(|e| (key_expr(set, &e.key), e.data))
                             .collect();
                         inline_maps.insert(set.name.clone(), entries);
                     } else {
@@ -248,30 +251,32 @@ fn read_family(
     let context = RuleContext {
         family,
         sets: &sets_by_name,
-        inline_maps: &inline_maps,
+        inline_maps: &Mutex::new(inline_maps),
     };
     let plan = Plan {
         block: RULE_BLOCK,
         lookahead: RULE_LOOKAHEAD,
     };
+    let positions: Vec<usize> = (0..chains.len()).collect();
     read_in_order(
         conn,
         readers,
-        &chains,
+        &positions,
         plan,
-        &|conn, chain: &String, out: &mut Vec<Result<DecodedRule, String>>| {
-            read_chain_rules(conn, nfproto, &context, chain, out)
+        &|conn, &chain: &usize, out: &mut Vec<Result<DecodedRule, String>>| {
+            read_chain_rules(conn, nfproto, &context, &chains, chain, out)
         },
         &mut |rules: &mut Vec<Result<DecodedRule, String>>| {
             for rule in rules.drain(..) {
                 match rule {
-                    Ok(r) => add_rule(
-                        table,
-                        Cow::Owned(r.chain),
-                        r.handle,
-                        r.comment.as_deref(),
-                        &r.statements,
-                    ),
+                    Ok(r) => {
+                        table.unparsed.extend(r.problem);
+                        let name = &chains[r.chain];
+                        match table.find_chain(name) {
+                            Some(i) => table.chains[i].rules.push(r.rule),
+                            None => table.chain_mut(Cow::Owned(name.clone()), 0).rules.push(r.rule),
+                        }
+                    }
                     Err(reason) => table.unparsed.push(unparsed(0, "(a rule)", reason)),
                 }
             }
@@ -296,6 +301,8 @@ fn read_chains(
         }
         Ok(())
     })?;
+    // Held through the whole read, next to the table's own copy of each name.
+    names.shrink_to_fit();
     Ok((names, problems))
 }
 
@@ -307,10 +314,11 @@ fn read_chain_rules(
     conn: &mut Conn,
     nfproto: u8,
     context: &RuleContext<'_>,
-    chain: &str,
+    chains: &[String],
+    chain: usize,
     out: &mut Vec<Result<DecodedRule, String>>,
 ) -> Result<(), NetlinkError> {
-    let mut chain_attr = chain.as_bytes().to_vec();
+    let mut chain_attr = chains[chain].as_bytes().to_vec();
     chain_attr.push(0);
     let rule_filter = [
         (NFTA_RULE_TABLE, &b"kube-proxy\0"[..]),
@@ -323,7 +331,7 @@ fn read_chain_rules(
         nfproto,
         &rule_filter,
         |attrs| {
-            match decode_rule(context, attrs) {
+            match decode_rule(context, chain, attrs) {
                 Ok(Some(rule)) => out.push(Ok(rule)),
                 Ok(None) => {}
                 Err(reason) => out.push(Err(reason)),
@@ -679,11 +687,17 @@ fn fields(pairs: Vec<(&'static str, Expr<'static>)>) -> Expr<'static> {
 struct RuleContext<'c> {
     family: Family,
     sets: &'c HashMap<&'c str, &'c SetInfo>,
-    inline_maps: &'c HashMap<String, Vec<(Expr<'static>, Expr<'static>)>>,
+    /// The anonymous verdict maps' elements by map name. Each is bound to one rule and
+    /// taken by it, so the maps' memory is handed back as the rules are read.
+    inline_maps: &'c Mutex<HashMap<String, Vec<(Expr<'static>, ElementData)>>>,
 }
 
 /// A rule of the table, decoded; None for another table's.
-fn decode_rule(context: &RuleContext<'_>, attrs: &[u8]) -> Result<Option<DecodedRule>, String> {
+fn decode_rule(
+    context: &RuleContext<'_>,
+    position: usize,
+    attrs: &[u8],
+) -> Result<Option<DecodedRule>, String> {
     let mut chain = None;
     let mut handle = None;
     let mut expressions: &[u8] = &[];
@@ -705,11 +719,11 @@ fn decode_rule(context: &RuleContext<'_>, attrs: &[u8]) -> Result<Option<Decoded
     let statements = Delinearizer::new(context)
         .run(expressions)
         .map_err(|e| format!("rule {} in {chain}: {e}", handle.unwrap_or_default()))?;
+    let (rule, problem) = reduce_rule(handle, comment.as_deref(), &statements);
     Ok(Some(DecodedRule {
-        chain,
-        handle,
-        comment,
-        statements,
+        chain: position,
+        rule,
+        problem,
     }))
 }
 
@@ -1069,13 +1083,19 @@ impl<'c> Delinearizer<'c> {
         match get(NFTA_LOOKUP_DREG)? {
             // A verdict map: `key vmap { ... }` inline, `key vmap @name` named.
             Some(0) => {
-                let data = match self.context.inline_maps.get(&set_name) {
+                let entries = self
+                    .context
+                    .inline_maps
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&set_name);
+                let data = match entries {
                     Some(entries) => object(
                         "set",
                         Expr::List(
                             entries
-                                .iter()
-                                .map(|(k, v)| Expr::List(vec![k.clone(), v.clone()]))
+                                .into_iter()
+                                .map(|(k, v)| Expr::List(vec![k, verdict_expr(&v)]))
                                 .collect(),
                         ),
                     ),
