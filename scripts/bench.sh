@@ -57,7 +57,9 @@ if [[ ${1:-} == --inside ]]; then
     row "$services" "$mode" "portdrift scan --nftables-via nft" "${scan[@]}" --nftables-via nft
   fi
   # The scan must have read the node and found it clean.
-  findings=$("${scan[@]}" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["findings"]))') || true
+  # (A port-range overlap is the host's ephemeral range against the wide NodePort range
+  # the generator needs, not the node's rules.)
+  findings=$("${scan[@]}" | python3 -c 'import json,sys; print(sum(1 for f in json.load(sys.stdin)["findings"] if f["kind"] != "port-range-overlap"))') || true
   [[ $findings == 0 ]] || echo "warning: $findings findings on a clean node ($mode, $services)" >&2
   exit 0
 fi
