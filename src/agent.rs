@@ -207,7 +207,7 @@ struct NodeReader {
 impl NodeReader {
     fn new(config: &AgentConfig) -> NodeReader {
         NodeReader {
-            live: LiveNode::new(config.live.clone()),
+            live: LiveNode::new(config.live.clone()).keeping_constant_maps(),
             cache: RuleCache::keeping(&NF_TABLES_DUMPS),
             desired: None,
             repairer: config.repair.clone().map(Repairer::new),

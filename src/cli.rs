@@ -60,6 +60,10 @@ pub enum DevCommand {
     NftSources {
         #[arg(long, value_enum, default_value = "netlink")]
         via: NftablesViaArg,
+        /// Read once as the agent does (keeping the constant maps), apply this file with
+        /// `nft -f`, and print the second read, with how many maps it reused.
+        #[arg(long, value_name = "FILE")]
+        reread_after: Option<PathBuf>,
     },
     /// Prints one family's iptables-nft tables as the netlink reader renders them, as
     /// `iptables-nft-save` prints them less its timestamped comments.
@@ -538,7 +542,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ports(args) => ports(args),
         Command::Lint(args) => lint(args),
         Command::Fleet(args) => fleet(args),
-        Command::Dev(DevCommand::NftSources { via }) => print_nft_sources(via),
+        Command::Dev(DevCommand::NftSources { via, reread_after }) => {
+            print_nft_sources(via, reread_after.as_deref())
+        }
         Command::Dev(DevCommand::IptablesSave { family }) => print_iptables_save(&family),
         Command::Run(args) => {
             let live = args.live.config(None);
@@ -596,7 +602,7 @@ fn print_iptables_save(family: &str) -> anyhow::Result<u8> {
     }
 }
 
-fn print_nft_sources(via: NftablesViaArg) -> anyhow::Result<u8> {
+fn print_nft_sources(via: NftablesViaArg, reread_after: Option<&Path>) -> anyhow::Result<u8> {
     let mut node = live::LiveNode::new(LiveConfig {
         nftables_via: match via {
             NftablesViaArg::Netlink => live::NftablesVia::Netlink,
@@ -604,8 +610,17 @@ fn print_nft_sources(via: NftablesViaArg) -> anyhow::Result<u8> {
         },
         ..LiveConfig::default()
     });
-    let input = crate::snapshot::read_nftables_only(&mut node);
+    let mut input = crate::snapshot::read_nftables_only(&mut node);
     let mut out = std::io::stdout().lock();
+    if let Some(change) = reread_after {
+        node = node.keeping_constant_maps();
+        crate::snapshot::read_nftables_only(&mut node);
+        let applied = std::process::Command::new("nft").arg("-f").arg(change).status()?;
+        anyhow::ensure!(applied.success(), "nft -f {} failed", change.display());
+        input = crate::snapshot::read_nftables_only(&mut node);
+        let reused = node.constant_maps().map_or(0, |m| m.reused());
+        writeln!(out, "# reused {reused} constant maps")?;
+    }
     for status in &input.sources {
         writeln!(out, "# {} {:?} {:?}", status.source, status.status, status.notes)?;
     }

@@ -173,3 +173,75 @@ fn without_kube_proxy_tables_netlink_reads_empty() {
     assert!(text.starts_with("# nft.json Empty"), "{text}");
     assert!(!text.contains("RuleSource"), "{text}");
 }
+
+/// The agent keeps kube-proxy's constant anonymous maps between reads. After a rule is
+/// replaced, its new map (which the kernel may give the old one's name) must be read
+/// afresh: the second read equals a fresh read by either path, and reused the maps
+/// that did not change.
+#[test]
+fn kept_maps_are_reused_and_a_replaced_rules_map_is_read_afresh() {
+    if !support::require_root("netlink, kept maps") || !support::require_tool("nft", "netlink") {
+        return;
+    }
+    let config = portdrift::synth::SynthConfig {
+        services: 40,
+        endpoints_per_service: 3,
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let script = portdrift::synth::nft_script(&config);
+    let load = dir.path().join("kube-proxy.nft");
+    std::fs::write(&load, &script).unwrap();
+    // The first Service's dispatch rule is replaced by one sending everything to the
+    // second Service's first endpoint.
+    let dispatch: Vec<&str> = script
+        .lines()
+        .filter(|l| l.contains(" numgen random mod "))
+        .collect();
+    assert!(dispatch.len() >= 2, "the generator writes numgen vmaps");
+    let chain_of = |line: &str| line.split_whitespace().nth(4).unwrap().to_string();
+    let first_endpoint = |line: &str| {
+        let at = line.find("goto ").unwrap() + 5;
+        line[at..].split([',', ' ']).next().unwrap().to_string()
+    };
+    let (victim, target) = (chain_of(dispatch[0]), first_endpoint(dispatch[1]));
+    let change = dir.path().join("change.nft");
+    std::fs::write(
+        &change,
+        format!(
+            "flush chain ip kube-proxy {victim}\n\
+             add rule ip kube-proxy {victim} numgen random mod 1 vmap {{ 0 : goto {target} }}\n"
+        ),
+    )
+    .unwrap();
+    let out = |name: &str| dir.path().join(name).display().to_string();
+    let shell = format!(
+        "set -e; nft -f {load}; \
+         {PORTDRIFT} dev nft-sources --via netlink --reread-after {change} > {kept}; \
+         {PORTDRIFT} dev nft-sources --via netlink > {fresh}; \
+         {PORTDRIFT} dev nft-sources --via nft > {nft};",
+        load = load.display(),
+        change = change.display(),
+        kept = out("kept"),
+        fresh = out("fresh"),
+        nft = out("nft"),
+    );
+    support::run_in_fresh_netns("kept maps", &shell);
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    let (kept, fresh, nft) = (read("kept"), read("fresh"), read("nft"));
+    let reused: usize = kept
+        .lines()
+        .find_map(|l| l.strip_prefix("# reused "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("the second read says what it reused");
+    let maps = dispatch.len();
+    assert_eq!(reused, maps - 1, "every map but the replaced rule's is reused");
+    assert_eq!(
+        model(&kept),
+        model(&fresh),
+        "the kept read differs from a fresh one"
+    );
+    assert_eq!(model(&kept), model(&nft), "the kept read differs from nft -j");
+    assert!(model(&kept).contains(&target), "the new map's target is read");
+}

@@ -27,7 +27,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::model::{Family, RuleSource};
-use crate::observed::nftables::{NetlinkLimits, read_tables_netlink};
+use crate::observed::nftables::{
+    ConstantMaps, NetlinkLimits, read_tables_netlink, read_tables_netlink_keeping,
+};
 use crate::scan::SourceState;
 use crate::snapshot::{Fetched, HEALTHZ_FILE, Source, fetch_file, fetch_required};
 
@@ -683,6 +685,9 @@ impl Default for LiveConfig {
 #[derive(Debug, Clone, Default)]
 pub struct LiveNode {
     pub config: LiveConfig,
+    /// Set by a reader that reads this node again and again (the agent): the constant
+    /// anonymous maps of kube-proxy's nftables tables, kept between reads.
+    constant_maps: Option<ConstantMaps>,
 }
 
 /// The tool that prints each iptables dump of the bundle. Never `-t`: the legacy tools
@@ -699,7 +704,24 @@ fn tool_for(name: &str) -> Option<(&'static str, &'static [&'static str])> {
 
 impl LiveNode {
     pub fn new(config: LiveConfig) -> LiveNode {
-        LiveNode { config }
+        LiveNode {
+            config,
+            constant_maps: None,
+        }
+    }
+
+    /// Keeps what one read of kube-proxy's nftables tables learnt that the next cannot
+    /// find changed (see [`ConstantMaps`]): for a reader of the same node that reads it
+    /// again, where it saves most of each read's kernel time; a one-shot scan gains
+    /// nothing and would hold the copy.
+    pub fn keeping_constant_maps(mut self) -> LiveNode {
+        self.constant_maps = Some(ConstantMaps::default());
+        self
+    }
+
+    /// The maps kept, when this node keeps them.
+    pub fn constant_maps(&self) -> Option<&ConstantMaps> {
+        self.constant_maps.as_ref()
     }
 
     fn proc_path(&self, name: &str) -> Option<PathBuf> {
@@ -923,10 +945,16 @@ impl Source for LiveNode {
         if self.config.nftables_via != NftablesVia::Netlink {
             return None;
         }
-        Some(self.read_netlink(
-            |limits| read_tables_netlink(NFT_NETLINK_LABEL, limits),
+        let mut maps = self.constant_maps.take();
+        let read = self.read_netlink(
+            |limits| match maps.as_mut() {
+                Some(maps) => read_tables_netlink_keeping(NFT_NETLINK_LABEL, limits, maps),
+                None => read_tables_netlink(NFT_NETLINK_LABEL, limits),
+            },
             |sources| !sources.is_empty(),
-        ))
+        );
+        self.constant_maps = maps;
+        Some(read)
     }
 
     fn iptables_direct(&mut self, name: &str) -> Option<Result<Fetched<Option<RuleSource>>, String>> {

@@ -73,6 +73,7 @@ pub fn parse_ruleset_text(input: &str, origin: &str) -> Result<Vec<RuleSource>, 
 }
 
 pub use crate::observed::nfnetlink::{NetlinkError, NetlinkLimits};
+pub use netlink::ConstantMaps;
 
 /// Reads `ip kube-proxy` and `ip6 kube-proxy` from the kernel over netlink (the current
 /// thread's network namespace) into the [`RuleSource`]s [`parse_ruleset_json`] gives
@@ -82,7 +83,19 @@ pub fn read_tables_netlink(
     origin: &str,
     limits: NetlinkLimits,
 ) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
-    let read = netlink::read_tables(limits)?;
+    let read = netlink::read_tables(limits, None)?;
+    Ok((build_rule_sources(read.parsed, origin), read.bytes))
+}
+
+/// [`read_tables_netlink`] for a reader that reads the same node again: the constant
+/// anonymous maps of the last read are reused rather than dumped again, and this read's
+/// are kept in `maps` for the next.
+pub fn read_tables_netlink_keeping(
+    origin: &str,
+    limits: NetlinkLimits,
+    maps: &mut ConstantMaps,
+) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
+    let read = netlink::read_tables(limits, Some(maps))?;
     Ok((build_rule_sources(read.parsed, origin), read.bytes))
 }
 

@@ -62,6 +62,8 @@ const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_FLAGS: u16 = 3;
 const NFTA_SET_KEY_TYPE: u16 = 4;
 const NFTA_SET_KEY_LEN: u16 = 5;
+const NFTA_SET_HANDLE: u16 = 16;
+const NFTA_TABLE_HANDLE: u16 = 4;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
@@ -70,6 +72,9 @@ const NFTA_SET_ELEM_DATA: u16 = 2;
 const NFTA_SET_ELEM_FLAGS: u16 = 3;
 const NFTA_SET_ELEM_USERDATA: u16 = 6;
 const NFT_SET_ANONYMOUS: u32 = 1;
+const NFT_SET_CONSTANT: u32 = 2;
+const NFT_SET_TIMEOUT: u32 = 0x10;
+const NFT_SET_EVAL: u32 = 0x20;
 const NFT_SET_MAP: u32 = 8;
 const NFT_SET_ELEM_INTERVAL_END: u32 = 1;
 /// libnftnl's user-data tag for a rule's or an element's comment.
@@ -78,9 +83,56 @@ const UDATA_COMMENT: u8 = 0;
 /// How often a read is retried when the ruleset changed while it was read.
 const ATTEMPTS: u32 = 3;
 
+/// The elements of kube-proxy's anonymous verdict maps, kept from one read to the next
+/// by a reader that reads the same node again (the agent).
+///
+/// Why: most of a large node's read is the kernel finding each of these thousands of
+/// maps to dump its elements (README, Performance), yet none of them can have changed
+/// since it was last read. A map that is anonymous and constant, bound to its one
+/// rule, refuses every element change; a rule change makes a new map with a new
+/// handle; and the kernel never hands out a table's or a set's handle twice while the
+/// table lives (a table made again gets a new handle too). So a map seen under the
+/// same table and set handle has the same elements, and only new maps are dumped.
+#[derive(Debug, Clone, Default)]
+pub struct ConstantMaps {
+    maps: HashMap<MapKey, Vec<(Expr<'static>, ElementData)>>,
+    /// Maps the last read took from here rather than from the kernel.
+    reused: usize,
+}
+
+impl ConstantMaps {
+    /// Maps kept for the next read.
+    pub fn len(&self) -> usize {
+        self.maps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty()
+    }
+
+    /// Maps the last read reused instead of dumping them.
+    pub fn reused(&self) -> usize {
+        self.reused
+    }
+}
+
+/// A map by family, table handle and set handle.
+type MapKey = (u8, u64, u64);
+
+/// What one read may reuse, and what it keeps for the next.
+struct MapReuse<'m> {
+    previous: &'m HashMap<MapKey, Vec<(Expr<'static>, ElementData)>>,
+    next: HashMap<MapKey, Vec<(Expr<'static>, ElementData)>>,
+    reused: usize,
+}
+
 /// Reads `ip kube-proxy` and `ip6 kube-proxy` from the current network namespace.
-/// A table that does not exist is simply not in the result.
-pub(super) fn read_tables(limits: NetlinkLimits) -> Result<NetlinkRead<'static>, NetlinkError> {
+/// A table that does not exist is simply not in the result. With `keep`, constant
+/// anonymous maps read before are reused and this read's are kept (see [`ConstantMaps`]).
+pub(super) fn read_tables(
+    limits: NetlinkLimits,
+    mut keep: Option<&mut ConstantMaps>,
+) -> Result<NetlinkRead<'static>, NetlinkError> {
     let deadline = Instant::now() + limits.timeout;
     let mut conn = Conn::open(limits, deadline)?;
     let extra_bytes = AtomicU64::new(0);
@@ -92,13 +144,23 @@ pub(super) fn read_tables(limits: NetlinkLimits) -> Result<NetlinkRead<'static>,
     for _ in 0..ATTEMPTS {
         let before = conn.generation()?;
         let mut parsed = ParsedRuleset::default();
-        let read = read_family(&mut conn, readers, Family::Ipv4, &mut parsed)
-            .and_then(|()| read_family(&mut conn, readers, Family::Ipv6, &mut parsed));
+        let mut reuse = keep.as_deref().map(|k| MapReuse {
+            previous: &k.maps,
+            next: HashMap::new(),
+            reused: 0,
+        });
+        let read = read_family(&mut conn, readers, Family::Ipv4, &mut parsed, reuse.as_mut())
+            .and_then(|()| read_family(&mut conn, readers, Family::Ipv6, &mut parsed, reuse.as_mut()));
         match read {
             // A dump the kernel marked interrupted: the ruleset changed under it.
             Err(NetlinkError::Unstable(_)) => continue,
             Err(e) => return Err(e),
             Ok(()) if conn.generation()? == before => {
+                let kept = reuse.map(|r| (r.next, r.reused));
+                if let (Some(keep), Some((next, reused))) = (keep.as_deref_mut(), kept) {
+                    keep.maps = next;
+                    keep.reused = reused;
+                }
                 return Ok(NetlinkRead {
                     parsed,
                     bytes: conn.bytes + extra_bytes.load(AtomicOrdering::Relaxed),
@@ -109,6 +171,12 @@ pub(super) fn read_tables(limits: NetlinkLimits) -> Result<NetlinkRead<'static>,
         }
     }
     Err(NetlinkError::Unstable(ATTEMPTS))
+}
+
+/// A set whose elements cannot change while it exists (see [`ConstantMaps`]).
+fn is_constant_map(set: &SetInfo) -> bool {
+    let all = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP;
+    set.flags & all == all && set.flags & (NFT_SET_TIMEOUT | NFT_SET_EVAL) == 0
 }
 
 /// Chains whose rules are one unit of work of the parallel readers.
@@ -154,15 +222,29 @@ fn read_family(
     readers: Readers<'_>,
     family: Family,
     parsed: &mut ParsedRuleset<'static>,
+    mut reuse: Option<&mut MapReuse<'_>>,
 ) -> Result<(), NetlinkError> {
     let nfproto = match family {
         Family::Ipv4 => NFPROTO_IPV4,
         Family::Ipv6 => NFPROTO_IPV6,
     };
     let table_attr = [(NFTA_TABLE_NAME, &b"kube-proxy\0"[..])];
-    match conn.exchange("the table", NFT_MSG_GETTABLE, false, nfproto, &table_attr, |_| {
-        Ok(())
-    }) {
+    let mut table_handle = None;
+    match conn.exchange(
+        "the table",
+        NFT_MSG_GETTABLE,
+        false,
+        nfproto,
+        &table_attr,
+        |attrs| {
+            for attr in Attrs::new(attrs) {
+                if let (NFTA_TABLE_HANDLE, value) = attr? {
+                    table_handle = Some(be64(value)?);
+                }
+            }
+            Ok(())
+        },
+    ) {
         // The table does not exist: kube-proxy does not run in nftables mode here.
         Err(NetlinkError::Refused { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {
             return Ok(());
@@ -179,15 +261,26 @@ fn read_family(
         }
         Ok(())
     })?;
-    let fetches: Vec<Fetch<'_>> = std::iter::once(Fetch::Chains)
-        .chain(
-            sets.iter()
-                .filter(|s| s.flags & NFT_SET_MAP != 0)
-                .map(Fetch::Elements),
-        )
-        .collect();
     let mut chains = Vec::new();
     let mut inline_maps: HashMap<String, Vec<(Expr<'static>, ElementData)>> = HashMap::new();
+    let key_of = |set: &SetInfo| match (table_handle, set.handle) {
+        (Some(table), Some(handle)) if is_constant_map(set) => Some((nfproto, table, handle)),
+        _ => None,
+    };
+    // Constant maps read before are taken as they were; the rest are dumped.
+    let mut fetches: Vec<Fetch<'_>> = vec![Fetch::Chains];
+    for set in sets.iter().filter(|s| s.flags & NFT_SET_MAP != 0) {
+        let kept = key_of(set).and_then(|key| Some((key, reuse.as_deref()?.previous.get(&key)?)));
+        match (kept, reuse.as_deref_mut()) {
+            (Some((key, entries)), Some(reuse)) => {
+                let entries = entries.clone();
+                reuse.next.insert(key, entries.clone());
+                reuse.reused += 1;
+                inline_maps.insert(set.name.clone(), entries);
+            }
+            _ => fetches.push(Fetch::Elements(set)),
+        }
+    }
     let mut set_of_fetch = fetches.iter().map(|f| match f {
         Fetch::Chains => None,
         Fetch::Elements(set) => Some(*set),
@@ -230,10 +323,13 @@ fn read_family(
                     table.unparsed.extend(problems);
                     elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
                     if set.flags & NFT_SET_ANONYMOUS != 0 {
-                        let entries = elements
+                        let entries: Vec<_> = elements
                             .into_iter()
                             .map(|e| (key_expr(set, &e.key), e.data))
                             .collect();
+                        if let (Some(key), Some(reuse)) = (key_of(set), reuse.as_deref_mut()) {
+                            reuse.next.insert(key, entries.clone());
+                        }
                         inline_maps.insert(set.name.clone(), entries);
                     } else {
                         table.maps.push(MapIr {
@@ -373,6 +469,8 @@ fn chain_of_table(attrs: &[u8]) -> Result<Option<String>, String> {
 #[derive(Debug)]
 struct SetInfo {
     name: String,
+    /// The kernel's handle: unique within its table for the table's life.
+    handle: Option<u64>,
     flags: u32,
     key_type: u32,
     key_len: u32,
@@ -381,6 +479,7 @@ struct SetInfo {
 fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
     let mut set = SetInfo {
         name: String::new(),
+        handle: None,
         flags: 0,
         key_type: 0,
         key_len: 0,
@@ -393,6 +492,7 @@ fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
             NFTA_SET_FLAGS => set.flags = number()?,
             NFTA_SET_KEY_TYPE => set.key_type = number()?,
             NFTA_SET_KEY_LEN => set.key_len = number()?,
+            NFTA_SET_HANDLE => set.handle = Some(be64(value).map_err(|e| e.to_string())?),
             _ => {}
         }
     }
@@ -409,6 +509,7 @@ struct RawElement {
     comment: Option<String>,
 }
 
+#[derive(Debug, Clone)]
 enum ElementData {
     Verdict { code: i32, chain: Option<String> },
     Value(Vec<u8>),
@@ -1249,6 +1350,7 @@ mod tests {
     #[test]
     fn concatenated_keys_render_as_nft_prints_them() {
         let set = SetInfo {
+            handle: None,
             name: "service-nodeports".into(),
             flags: NFT_SET_MAP,
             key_type: (TYPE_INET_PROTOCOL << TYPE_BITS) | TYPE_INET_SERVICE,
