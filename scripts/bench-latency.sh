@@ -41,13 +41,16 @@ if [[ ${1:-} == --inside ]]; then
   mkdir -p "$work/api-$mode"
   (sleep 3600 | target/release/examples/fake_apiserver \
     --objects "$work/node/cluster.json" --dir "$work/api-$mode" 2>"$work/api-$mode/log") &
+  api=$!
   for _ in $(seq 600); do [[ -f $work/api-$mode/kubeconfig ]] && break; sleep 0.1; done
   [[ -f $work/api-$mode/kubeconfig ]] || { echo "the fake API server did not start" >&2; exit 1; }
   target/release/portdrift run --node worker-1 --listen "$listen" --interval 5m \
     --kubeconfig "$work/api-$mode/kubeconfig" --kube-proxy-healthz off \
     --nodeport-range 20000-32767 2>"$work/agent-$mode.log" &
   agent=$!
-  trap 'kill $agent 2>/dev/null || true' EXIT
+  # The API server's pipeline goes too: left running, it would hold this script's output
+  # open after the run.
+  trap 'kill $agent 2>/dev/null; pkill -P $api 2>/dev/null; kill $api 2>/dev/null || true' EXIT
   for _ in $(seq 1200); do [[ $(scans) -ge 1 ]] && break; sleep 0.1; done
   [[ $(scans) -ge 1 ]] || { echo "the agent did not finish its first scan" >&2; exit 1; }
   for ((try = 0; try < tries; try++)); do
