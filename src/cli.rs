@@ -610,11 +610,12 @@ fn print_nft_sources(via: NftablesViaArg, reread_after: Option<&Path>) -> anyhow
         },
         ..LiveConfig::default()
     });
+    if reread_after.is_some() {
+        node = node.keeping_constant_maps();
+    }
     let mut input = crate::snapshot::read_nftables_only(&mut node);
     let mut out = std::io::stdout().lock();
     if let Some(change) = reread_after {
-        node = node.keeping_constant_maps();
-        crate::snapshot::read_nftables_only(&mut node);
         let applied = std::process::Command::new("nft").arg("-f").arg(change).status()?;
         anyhow::ensure!(applied.success(), "nft -f {} failed", change.display());
         input = crate::snapshot::read_nftables_only(&mut node);

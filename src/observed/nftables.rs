@@ -205,20 +205,23 @@ impl<'a> TableIr<'a> {
     /// The chain called `name`, created on first mention (a JSON rule may name its chain
     /// before, or without, the chain object).
     fn chain_mut(&mut self, name: Cow<'a, str>, line: u32) -> &mut ChainIr<'a> {
-        let index = match self.find_chain(&name) {
-            Some(i) => i,
-            None => {
-                self.chain_index.insert(&self.chains, &name, self.chains.len());
-                self.chains.push(ChainIr {
-                    name,
-                    line,
-                    rules: Vec::new(),
-                });
-                self.last_chain = Some(self.chains.len() - 1);
-                self.chains.len() - 1
-            }
-        };
+        let index = self.chain_position(name, line);
         &mut self.chains[index]
+    }
+
+    /// The position of the chain called `name`, created on first mention.
+    fn chain_position(&mut self, name: Cow<'a, str>, line: u32) -> usize {
+        if let Some(index) = self.find_chain(&name) {
+            return index;
+        }
+        self.chain_index.insert(&self.chains, &name, self.chains.len());
+        self.chains.push(ChainIr {
+            name,
+            line,
+            rules: Vec::new(),
+        });
+        self.last_chain = Some(self.chains.len() - 1);
+        self.chains.len() - 1
     }
 
     /// The position of the chain called `name`, which rules are added to next.

@@ -226,7 +226,7 @@ struct ChainInfo {
 
 fn render_family(
     conn: &mut Conn,
-    limits: Readers<'_>,
+    readers: Readers<'_>,
     family: Family,
     sink: &mut dyn FnMut(&str),
 ) -> Result<(), NetlinkError> {
@@ -308,7 +308,7 @@ fn render_family(
         }
         let mut table_attr = table.as_bytes().to_vec();
         table_attr.push(0);
-        render_rules(conn, limits, family, &table_attr, &chains, sink)?;
+        render_rules(conn, readers, family, &table_attr, &chains, sink)?;
         sink("COMMIT");
     }
     sink("# Completed");

@@ -101,15 +101,6 @@ pub struct ConstantMaps {
 }
 
 impl ConstantMaps {
-    /// Maps kept for the next read.
-    pub fn len(&self) -> usize {
-        self.maps.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.maps.is_empty()
-    }
-
     /// Maps the last read reused instead of dumping them.
     pub fn reused(&self) -> usize {
         self.reused
@@ -192,11 +183,11 @@ enum Fetch<'s> {
 
 /// What a [`Fetch`] gave, with what in it could not be read.
 #[derive(Default)]
-enum Fetched {
+enum Fetched<'s> {
     #[default]
     Nothing,
     Chains(Vec<String>, Vec<crate::model::Unparsed>),
-    Elements(Vec<RawElement>, Vec<crate::model::Unparsed>),
+    Elements(&'s SetInfo, Vec<RawElement>, Vec<crate::model::Unparsed>),
 }
 
 /// A rule decoded and reduced by a reader, for the table to take in order. The reader
@@ -281,10 +272,6 @@ fn read_family(
             _ => fetches.push(Fetch::Elements(set)),
         }
     }
-    let mut set_of_fetch = fetches.iter().map(|f| match f {
-        Fetch::Chains => None,
-        Fetch::Elements(set) => Some(*set),
-    });
     // Elements are small and all kept: no bound on how far the readers run ahead.
     let everything = Plan {
         block: 1,
@@ -295,7 +282,7 @@ fn read_family(
         readers,
         &fetches,
         everything,
-        &|conn, fetch: &Fetch<'_>, out: &mut Fetched| {
+        &|conn, fetch: &Fetch<'_>, out: &mut Fetched<'_>| {
             *out = match fetch {
                 Fetch::Chains => {
                     let (names, problems) = read_chains(conn, nfproto)?;
@@ -303,15 +290,14 @@ fn read_family(
                 }
                 Fetch::Elements(set) => {
                     let (elements, problems) = read_elements(conn, nfproto, set)?;
-                    Fetched::Elements(elements, problems)
+                    Fetched::Elements(set, elements, problems)
                 }
             };
             Ok(())
         },
-        &mut |out: &mut Fetched| {
-            let set = set_of_fetch.next().flatten();
-            match (std::mem::take(out), set) {
-                (Fetched::Chains(names, problems), _) => {
+        &mut |out: &mut Fetched<'_>| {
+            match std::mem::take(out) {
+                Fetched::Chains(names, problems) => {
                     table.unparsed.extend(problems);
                     table.reserve_chains(names.len());
                     for chain in &names {
@@ -319,7 +305,7 @@ fn read_family(
                     }
                     chains = names;
                 }
-                (Fetched::Elements(mut elements, problems), Some(set)) => {
+                Fetched::Elements(set, mut elements, problems) => {
                     table.unparsed.extend(problems);
                     elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
                     if set.flags & NFT_SET_ANONYMOUS != 0 {
@@ -338,7 +324,7 @@ fn read_family(
                         });
                     }
                 }
-                _ => {}
+                Fetched::Nothing => {}
             }
             Ok(())
         },

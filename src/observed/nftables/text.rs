@@ -168,8 +168,7 @@ fn read_table_line<'a>(table: &mut TableIr<'a>, family: Family, content: &'a str
     match header.trim().split_once(' ') {
         Some(("chain", name)) => {
             let name = unquote(name.trim());
-            table.chain_mut(Cow::Borrowed(name), line);
-            Scope::Chain(family, table.last_chain.unwrap_or_default())
+            Scope::Chain(family, table.chain_position(Cow::Borrowed(name), line))
         }
         Some(("map", name)) => {
             table.maps.push(MapIr {
