@@ -10,18 +10,26 @@
 # (VmRSS) and at its peak (VmHWM); /usr/bin/time gives the whole run's totals.
 #
 #   scripts/bench-idle.sh [SERVICES] [WINDOW_S]   (default 10000 120; needs root)
+#   MODE=iptables-nft (default) or MODE=nftables (kube-proxy's nftables mode: the agent
+#   then also keeps the constant verdict maps between reads)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 services=${1:-10000}
 window=${2:-120}
+mode=${MODE:-iptables-nft}
 
 if [[ ${1:-} == --inside ]]; then
-  work=$2 window=$3
+  work=$2 window=$3 mode=$4
   ip link set lo up
-  grep -o -- '--nfacct-name  *[^ ]*' "$work/node/iptables-nft-save.txt" | awk '{print $2}' | sort -u |
-    while read -r name; do nfacct add "$name"; done
-  iptables-nft-restore <"$work/node/iptables-nft-save.txt"
-  echo "loaded $(wc -l <"$work/node/iptables-nft-save.txt") iptables-nft lines"
+  if [[ $mode == nftables ]]; then
+    nft -f "$work/node/kube-proxy.nft"
+    echo "loaded $(wc -l <"$work/node/kube-proxy.nft") lines of kube-proxy's nftables tables"
+  else
+    grep -o -- '--nfacct-name  *[^ ]*' "$work/node/iptables-nft-save.txt" | awk '{print $2}' | sort -u |
+      while read -r name; do nfacct add "$name"; done
+    iptables-nft-restore <"$work/node/iptables-nft-save.txt"
+    echo "loaded $(wc -l <"$work/node/iptables-nft-save.txt") iptables-nft lines"
+  fi
   mkdir -p "$work/api"
   # The fake API server serves until its stdin closes.
   (sleep $((window + 300)) | target/release/examples/fake_apiserver \
@@ -74,5 +82,5 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cargo build --release --quiet --bin portdrift --example synth_node --example fake_apiserver
 target/release/examples/synth_node --services "$services" --out "$work/node"
-echo "node: $services Services; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-unshare -n bash "$0" --inside "$work" "$window"
+echo "node: $services Services, $mode mode; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+unshare -n bash "$0" --inside "$work" "$window" "$mode"

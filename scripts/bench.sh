@@ -5,8 +5,10 @@
 # backend) `iptables-nft-save` alone, `portdrift scan` reading over netlink (the
 # default) and `portdrift scan --iptables-via save`; in nftables mode
 # `nft -j list table ip kube-proxy` alone, `portdrift scan` reading over netlink (the
-# default), and `portdrift scan --nftables-via nft`. Wall time, CPU time (user + system,
-# children included) and peak RSS come from /usr/bin/time; each is the median of RUNS.
+# default), and `portdrift scan --nftables-via nft`. Wall time, user and system CPU time
+# (children included) and peak RSS come from /usr/bin/time; each is the median of RUNS.
+# User time is the program's own work; system time is mostly the kernel answering the
+# dumps, which is where a large node's cost stops being linear.
 #
 #   scripts/bench.sh [SERVICES...]     (default: 1000 10000 30000; needs root)
 #   RUNS=3 (default); MODES="iptables-nft nftables" (default)
@@ -14,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
 
-# Runs "$@" RUNS times under /usr/bin/time; prints "wall cpu rss_mib" (medians).
+# Runs "$@" RUNS times under /usr/bin/time; prints "wall user sys rss_mib" (medians).
 measure() {
   local out=() i
   for ((i = 0; i < runs; i++)); do
@@ -22,19 +24,19 @@ measure() {
     out+=("$({ /usr/bin/time -f '%e %U %S %M' "$@" 2>&1 >/dev/null || true; } | tail -1)")
   done
   printf '%s\n' "${out[@]}" | awk '
-    { wall[NR] = $1; cpu[NR] = $2 + $3; rss[NR] = $4 / 1024 }
+    { wall[NR] = $1; user[NR] = $2; sys[NR] = $3; rss[NR] = $4 / 1024 }
     function median(a, n,   i, j, t) {
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
       return a[int((n + 1) / 2)]
     }
-    END { printf "%.2f %.2f %.0f\n", median(wall, NR), median(cpu, NR), median(rss, NR) }'
+    END { printf "%.2f %.2f %.2f %.0f\n", median(wall, NR), median(user, NR), median(sys, NR), median(rss, NR) }'
 }
 
 row() { # services mode what measurements...
   local services=$1 mode=$2 what=$3
   shift 3
-  read -r wall cpu rss < <(measure "$@")
-  printf '| %s | %s | `%s` | %s | %s | %s |\n' "$services" "$mode" "$what" "$wall" "$cpu" "$rss"
+  read -r wall user sys rss < <(measure "$@")
+  printf '| %s | %s | `%s` | %s | %s | %s | %s |\n' "$services" "$mode" "$what" "$wall" "$user" "$sys" "$rss"
 }
 
 if [[ ${1:-} == --inside ]]; then
@@ -73,8 +75,8 @@ cargo build --release --quiet --bin portdrift --example synth_node
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; kernel $(uname -r); $(iptables --version); $(nft --version)"
 echo "median of $runs runs"
 echo
-echo "| Services | mode | command | wall s | CPU s | peak RSS MiB |"
-echo "|---:|---|---|---:|---:|---:|"
+echo "| Services | mode | command | wall s | user s | system s | peak RSS MiB |"
+echo "|---:|---|---|---:|---:|---:|---:|"
 for services in "${sizes[@]}"; do
   node="$work/$services"
   target/release/examples/synth_node --services "$services" --endpoints 5 --out "$node" 2>/dev/null

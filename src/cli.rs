@@ -610,9 +610,8 @@ fn print_nft_sources(via: NftablesViaArg, reread_after: Option<&Path>) -> anyhow
         },
         ..LiveConfig::default()
     });
-    if reread_after.is_some() {
-        node = node.keeping_constant_maps();
-    }
+    // Keeping the maps changes nothing in one read, and says how it got them.
+    node = node.keeping_constant_maps();
     let mut input = crate::snapshot::read_nftables_only(&mut node);
     let mut out = std::io::stdout().lock();
     if let Some(change) = reread_after {
@@ -624,6 +623,14 @@ fn print_nft_sources(via: NftablesViaArg, reread_after: Option<&Path>) -> anyhow
     }
     for status in &input.sources {
         writeln!(out, "# {} {:?} {:?}", status.source, status.status, status.notes)?;
+    }
+    if via == NftablesViaArg::Netlink {
+        let fetched = node.constant_maps().map(|m| m.fetched()).unwrap_or_default();
+        writeln!(
+            out,
+            "# maps read key by key {}, dumped {}",
+            fetched.by_key, fetched.dumped
+        )?;
     }
     for mut source in input.observed.sources {
         source.origin.clear();

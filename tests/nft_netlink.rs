@@ -159,6 +159,75 @@ fn a_generated_node_with_drift_reads_the_same_over_netlink() {
     assert_eq!(kinds, vec!["stale-nodeport"; 3], "{scan:#}");
 }
 
+/// The counts `dev nft-sources` prints of how a read got its maps: (key by key, dumped).
+fn map_fetches(printed: &str) -> (usize, usize) {
+    let line = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("# maps read key by key "))
+        .expect("the read says how it got its maps");
+    let numbers: Vec<usize> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+/// A `numgen` verdict map is read key by key only when that gives the whole map: all
+/// its keys below the modulus present and no room for more. A map missing a key, or
+/// holding more elements than the modulus, is dumped whole, and every way reads what
+/// `nft -j` reads.
+#[test]
+fn numgen_maps_are_read_key_by_key_only_when_that_is_the_whole_map() {
+    if !support::require_root("netlink, maps by key") || !support::require_tool("nft", "netlink") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // NodePorts 3001-3003 lead to Services a, b and c, whose endpoints DNAT to
+    // 10.0.0.1-8, so the maps' targets are in the model the detector reads.
+    let mut script = String::from(
+        "add table ip kube-proxy\n\
+         add set ip kube-proxy nodeport-ips { type ipv4_addr ; }\n\
+         add map ip kube-proxy service-nodeports { type inet_proto . inet_service : verdict ; }\n\
+         add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }\n\
+         add chain ip kube-proxy services\n\
+         add rule ip kube-proxy nat-prerouting jump services\n\
+         add rule ip kube-proxy services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports\n\
+         add element ip kube-proxy nodeport-ips { 192.168.0.2 }\n",
+    );
+    for (i, chain) in ["a1", "a2", "b1", "b2", "b3", "c1", "c2", "c3"]
+        .iter()
+        .enumerate()
+    {
+        script += &format!("add chain ip kube-proxy endpoint-{chain}\n");
+        script += &format!(
+            "add rule ip kube-proxy endpoint-{chain} meta l4proto tcp dnat to 10.0.0.{}:80\n",
+            i + 1
+        );
+    }
+    for (port, service) in [(3001, "a"), (3002, "b"), (3003, "c")] {
+        script += &format!("add chain ip kube-proxy service-{service}\n");
+        script += &format!(
+            "add element ip kube-proxy service-nodeports {{ tcp . {port} : goto service-{service} }}\n"
+        );
+    }
+    // Whole: keys 0 and 1 of mod 2.
+    script += "add rule ip kube-proxy service-a numgen random mod 2 vmap { 0 : goto endpoint-a1, 1 : goto endpoint-a2 }\n";
+    // Key 2 missing (traffic for it falls through): dumped.
+    script += "add rule ip kube-proxy service-b numgen random mod 3 vmap { 0 : goto endpoint-b1, 1 : goto endpoint-b2, 5 : goto endpoint-b3 }\n";
+    // An element past the modulus: dumped.
+    script += "add rule ip kube-proxy service-c numgen random mod 2 vmap { 0 : goto endpoint-c1, 1 : goto endpoint-c2, 2 : goto endpoint-c3 }\n";
+    let path = dir.path().join("maps.nft");
+    std::fs::write(&path, &script).unwrap();
+    let both = read_both_ways(&path, None);
+    assert_same("maps by key", &both);
+    // Service a's map by key; b's, c's and the named map dumped.
+    assert_eq!(map_fetches(&both.netlink), (1, 3), "{}", both.netlink);
+    let model = model(&both.netlink);
+    for ip in ["10.0.0.2", "10.0.0.5", "10.0.0.8"] {
+        assert!(model.contains(ip), "{ip} is read:\n{model}");
+    }
+}
+
 #[test]
 fn without_kube_proxy_tables_netlink_reads_empty() {
     if !support::require_root("netlink, empty") {

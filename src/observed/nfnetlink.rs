@@ -58,6 +58,7 @@ pub(crate) const NLMSG_HDRLEN: usize = 16;
 pub(crate) const NLMSG_ERROR: u16 = 2;
 pub(crate) const NLMSG_DONE: u16 = 3;
 pub(crate) const NLM_F_REQUEST: u16 = 1;
+pub(crate) const NLM_F_ACK: u16 = 4;
 pub(crate) const NLM_F_DUMP: u16 = 0x300;
 pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
 pub(crate) const NLA_TYPE_MASK: u16 = 0x3fff;
@@ -72,7 +73,9 @@ pub(crate) const NFTA_DATA_VALUE: u16 = 1;
 pub(crate) const NFTA_DATA_VERDICT: u16 = 2;
 pub(crate) const NFTA_VERDICT_CODE: u16 = 1;
 pub(crate) const NFTA_VERDICT_CHAIN: u16 = 2;
-const NFTA_LIST_ELEM: u16 = 1;
+pub(crate) const NFTA_LIST_ELEM: u16 = 1;
+/// Marks a nested attribute (linux/netlink.h), as libnftnl sets it.
+pub(crate) const NLA_F_NESTED: u16 = 0x8000;
 const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
 
@@ -134,10 +137,42 @@ impl Conn {
         dump: bool,
         family: u8,
         attrs: &[(u16, &[u8])],
+        each: impl FnMut(&[u8]) -> Result<(), NetlinkError>,
+    ) -> Result<(), NetlinkError> {
+        let answer = if dump { Answer::Dump } else { Answer::One };
+        self.request(what, message, answer, family, attrs, each)
+    }
+
+    /// Sends a plain request that the kernel answers with any number of messages, and
+    /// hands each to `each` until the kernel's acknowledgement closes the answer (a
+    /// refusal ends it as an error, after the messages sent before it).
+    pub(crate) fn exchange_acked(
+        &mut self,
+        what: &'static str,
+        message: u8,
+        family: u8,
+        attrs: &[(u16, &[u8])],
+        each: impl FnMut(&[u8]) -> Result<(), NetlinkError>,
+    ) -> Result<(), NetlinkError> {
+        self.request(what, message, Answer::UntilAck, family, attrs, each)
+    }
+
+    fn request(
+        &mut self,
+        what: &'static str,
+        message: u8,
+        answer: Answer,
+        family: u8,
+        attrs: &[(u16, &[u8])],
         mut each: impl FnMut(&[u8]) -> Result<(), NetlinkError>,
     ) -> Result<(), NetlinkError> {
         self.seq = self.seq.wrapping_add(1);
-        let flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { 0 };
+        let flags = NLM_F_REQUEST
+            | match answer {
+                Answer::Dump => NLM_F_DUMP,
+                Answer::One => 0,
+                Answer::UntilAck => NLM_F_ACK,
+            };
         let request = encode_request(message, flags, family, self.seq, attrs);
         self.socket.send(&request, 0).map_err(NetlinkError::Io)?;
         loop {
@@ -173,7 +208,7 @@ impl Conn {
                     .get(NFGENMSG_LEN..)
                     .ok_or_else(|| NetlinkError::Malformed("a message shorter than its header".into()))?;
                 each(attrs)?;
-                if !dump {
+                if answer == Answer::One {
                     return Ok(());
                 }
             }
@@ -205,6 +240,26 @@ impl Conn {
     }
 }
 
+/// How the kernel answers a request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// A dump: messages until `NLMSG_DONE`.
+    Dump,
+    /// One message (or a refusal).
+    One,
+    /// Messages until the acknowledgement the request asked for.
+    UntilAck,
+}
+
+/// One attribute as the kernel reads it: length, type, value, padded to four bytes.
+pub(crate) fn push_attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
+    let len = 4 + value.len();
+    buf.extend_from_slice(&(len as u16).to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(value);
+    buf.resize(buf.len() + (align4(len) - len), 0);
+}
+
 pub(crate) fn encode_request(
     message: u8,
     flags: u16,
@@ -220,11 +275,7 @@ pub(crate) fn encode_request(
     buf.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's
     buf.extend_from_slice(&[family, 0, 0, 0]); // nfgenmsg: family, version 0, res_id
     for (kind, value) in attrs {
-        let len = 4 + value.len();
-        buf.extend_from_slice(&(len as u16).to_ne_bytes());
-        buf.extend_from_slice(&kind.to_ne_bytes());
-        buf.extend_from_slice(value);
-        buf.resize(buf.len() + (align4(len) - len), 0);
+        push_attr(&mut buf, *kind, value);
     }
     let total = buf.len() as u32;
     buf[..4].copy_from_slice(&total.to_ne_bytes());

@@ -73,7 +73,7 @@ pub fn parse_ruleset_text(input: &str, origin: &str) -> Result<Vec<RuleSource>, 
 }
 
 pub use crate::observed::nfnetlink::{NetlinkError, NetlinkLimits};
-pub use netlink::ConstantMaps;
+pub use netlink::{ConstantMaps, MapFetches};
 
 /// Reads `ip kube-proxy` and `ip6 kube-proxy` from the kernel over netlink (the current
 /// thread's network namespace) into the [`RuleSource`]s [`parse_ruleset_json`] gives

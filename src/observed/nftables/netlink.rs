@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
@@ -29,9 +29,9 @@ use super::{ElementIr, ElementVerdict, KUBE_PROXY_TABLE, MapIr, ParsedRuleset, R
 use crate::model::Family;
 use crate::observed::nfnetlink::blocks::{Plan, Readers, read_in_order};
 use crate::observed::nfnetlink::{
-    Attrs, Conn, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NetlinkError, NetlinkLimits,
-    align4, attr_map, be32, be64, data_value, expressions as expressions_of, name,
-    prefix_len as shared_prefix_len, read_verdict,
+    Attrs, Conn, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM,
+    NLA_F_NESTED, NetlinkError, NetlinkLimits, align4, attr_map, be32, be64, data_value,
+    expressions as expressions_of, name, prefix_len as shared_prefix_len, push_attr, read_verdict,
 };
 
 /// What one read gave.
@@ -63,6 +63,8 @@ const NFTA_SET_FLAGS: u16 = 3;
 const NFTA_SET_KEY_TYPE: u16 = 4;
 const NFTA_SET_KEY_LEN: u16 = 5;
 const NFTA_SET_HANDLE: u16 = 16;
+const NFTA_SET_DESC: u16 = 9;
+const NFTA_SET_DESC_SIZE: u16 = 1;
 const NFTA_TABLE_HANDLE: u16 = 4;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
@@ -73,6 +75,8 @@ const NFTA_SET_ELEM_FLAGS: u16 = 3;
 const NFTA_SET_ELEM_USERDATA: u16 = 6;
 const NFT_SET_ANONYMOUS: u32 = 1;
 const NFT_SET_CONSTANT: u32 = 2;
+const NFT_SET_INTERVAL: u32 = 4;
+const NFT_SET_CONCAT: u32 = 0x80;
 const NFT_SET_TIMEOUT: u32 = 0x10;
 const NFT_SET_EVAL: u32 = 0x20;
 const NFT_SET_MAP: u32 = 8;
@@ -98,6 +102,8 @@ pub struct ConstantMaps {
     maps: HashMap<MapKey, Vec<(Expr<'static>, ElementData)>>,
     /// Maps the last read took from here rather than from the kernel.
     reused: usize,
+    /// How the last read got the maps it did not reuse.
+    fetched: MapFetches,
 }
 
 impl ConstantMaps {
@@ -105,10 +111,33 @@ impl ConstantMaps {
     pub fn reused(&self) -> usize {
         self.reused
     }
+
+    /// How the last read got the maps it did not reuse.
+    pub fn fetched(&self) -> MapFetches {
+        self.fetched
+    }
+}
+
+/// How many maps a read asked the kernel for element by element, and how many it
+/// dumped whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MapFetches {
+    pub by_key: usize,
+    pub dumped: usize,
+}
+
+/// Counts for [`MapFetches`], shared by the readers.
+#[derive(Default)]
+struct FetchCounts {
+    by_key: AtomicUsize,
+    dumped: AtomicUsize,
 }
 
 /// A map by family, table handle and set handle.
 type MapKey = (u8, u64, u64);
+
+/// An anonymous map's elements: each key as its rule shows it, and its data.
+type MapEntries = Vec<(Expr<'static>, ElementData)>;
 
 /// What one read may reuse, and what it keeps for the next.
 struct MapReuse<'m> {
@@ -140,8 +169,25 @@ pub(super) fn read_tables(
             next: HashMap::new(),
             reused: 0,
         });
-        let read = read_family(&mut conn, readers, Family::Ipv4, &mut parsed, reuse.as_mut())
-            .and_then(|()| read_family(&mut conn, readers, Family::Ipv6, &mut parsed, reuse.as_mut()));
+        let counts = FetchCounts::default();
+        let read = read_family(
+            &mut conn,
+            readers,
+            Family::Ipv4,
+            &mut parsed,
+            reuse.as_mut(),
+            &counts,
+        )
+        .and_then(|()| {
+            read_family(
+                &mut conn,
+                readers,
+                Family::Ipv6,
+                &mut parsed,
+                reuse.as_mut(),
+                &counts,
+            )
+        });
         match read {
             // A dump the kernel marked interrupted: the ruleset changed under it.
             Err(NetlinkError::Unstable(_)) => continue,
@@ -151,6 +197,10 @@ pub(super) fn read_tables(
                 if let (Some(keep), Some((next, reused))) = (keep.as_deref_mut(), kept) {
                     keep.maps = next;
                     keep.reused = reused;
+                    keep.fetched = MapFetches {
+                        by_key: counts.by_key.into_inner(),
+                        dumped: counts.dumped.into_inner(),
+                    };
                 }
                 return Ok(NetlinkRead {
                     parsed,
@@ -168,6 +218,29 @@ pub(super) fn read_tables(
 fn is_constant_map(set: &SetInfo) -> bool {
     let all = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP;
     set.flags & all == all && set.flags & (NFT_SET_TIMEOUT | NFT_SET_EVAL) == 0
+}
+
+/// The most keys asked for in one request: the request stays one small message, and
+/// a Service with more endpoints than this has its map dumped.
+const MAX_KEYS: u32 = 1024;
+
+/// A map that may be read key by key once its rule says which keys it can hold: an
+/// anonymous constant map with plain 32-bit keys and a declared size. kube-proxy's
+/// endpoint dispatch (`numgen random mod N vmap { 0 : goto …, …, N-1 : goto … }`) is
+/// one per Service.
+///
+/// Why: the kernel finds the set of an element dump by walking the table's list of
+/// sets by name, and walks it again for each of the dump's two passes; a lookup of
+/// given keys walks it once. On a 10,000-Service node those walks were over half of
+/// the read's CPU (README, Performance). The answer is the whole map only when the keys
+/// asked for are all there and the map can hold no more: the kernel refuses an element
+/// past a set's declared size, and nft declares an anonymous map's size as its number
+/// of elements. Anything else (a key missing, another size) is dumped.
+fn may_read_by_key(set: &SetInfo) -> bool {
+    is_constant_map(set)
+        && set.flags & (NFT_SET_INTERVAL | NFT_SET_CONCAT) == 0
+        && set.key_len == 4
+        && set.size.is_some_and(|n| (1..=MAX_KEYS).contains(&n))
 }
 
 /// Chains whose rules are one unit of work of the parallel readers.
@@ -214,6 +287,7 @@ fn read_family(
     family: Family,
     parsed: &mut ParsedRuleset<'static>,
     mut reuse: Option<&mut MapReuse<'_>>,
+    counts: &FetchCounts,
 ) -> Result<(), NetlinkError> {
     let nfproto = match family {
         Family::Ipv4 => NFPROTO_IPV4,
@@ -258,8 +332,10 @@ fn read_family(
         (Some(table), Some(handle)) if is_constant_map(set) => Some((nfproto, table, handle)),
         _ => None,
     };
-    // Constant maps read before are taken as they were; the rest are dumped.
+    // Constant maps read before are taken as they were; those that may be read key by
+    // key wait for their rules (which give the keys); the rest are dumped now.
     let mut fetches: Vec<Fetch<'_>> = vec![Fetch::Chains];
+    let mut deferred: HashMap<&str, &SetInfo> = HashMap::new();
     for set in sets.iter().filter(|s| s.flags & NFT_SET_MAP != 0) {
         let kept = key_of(set).and_then(|key| Some((key, reuse.as_deref()?.previous.get(&key)?)));
         match (kept, reuse.as_deref_mut()) {
@@ -269,7 +345,13 @@ fn read_family(
                 reuse.reused += 1;
                 inline_maps.insert(set.name.clone(), entries);
             }
-            _ => fetches.push(Fetch::Elements(set)),
+            _ if may_read_by_key(set) => {
+                deferred.insert(set.name.as_str(), set);
+            }
+            _ => {
+                counts.dumped.fetch_add(1, AtomicOrdering::Relaxed);
+                fetches.push(Fetch::Elements(set));
+            }
         }
     }
     // Elements are small and all kept: no bound on how far the readers run ahead.
@@ -309,10 +391,7 @@ fn read_family(
                     table.unparsed.extend(problems);
                     elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
                     if set.flags & NFT_SET_ANONYMOUS != 0 {
-                        let entries: Vec<_> = elements
-                            .into_iter()
-                            .map(|e| (key_expr(set, &e.key), e.data))
-                            .collect();
+                        let entries = inline_entries(set, elements);
                         if let (Some(key), Some(reuse)) = (key_of(set), reuse.as_deref_mut()) {
                             reuse.next.insert(key, entries.clone());
                         }
@@ -330,10 +409,15 @@ fn read_family(
         },
     )?;
     let sets_by_name: HashMap<&str, &SetInfo> = sets.iter().map(|s| (s.name.as_str(), s)).collect();
+    let fetched_for_keep = Mutex::new(Vec::new());
     let context = RuleContext {
         family,
         sets: &sets_by_name,
         inline_maps: &Mutex::new(inline_maps),
+        deferred: &deferred,
+        nfproto,
+        counts,
+        keep: reuse.is_some().then_some(&fetched_for_keep),
     };
     let plan = Plan {
         block: RULE_BLOCK,
@@ -345,10 +429,10 @@ fn read_family(
         readers,
         &positions,
         plan,
-        &|conn, &chain: &usize, out: &mut Vec<Result<DecodedRule, String>>| {
-            read_chain_rules(conn, nfproto, &context, &chains, chain, out)
+        &|conn, &chain: &usize, out: &mut Vec<Result<DecodedRule, crate::model::Unparsed>>| {
+            read_chain_rules(conn, &context, &chains, chain, out)
         },
-        &mut |rules: &mut Vec<Result<DecodedRule, String>>| {
+        &mut |rules: &mut Vec<Result<DecodedRule, crate::model::Unparsed>>| {
             for rule in rules.drain(..) {
                 match rule {
                     Ok(r) => {
@@ -359,12 +443,32 @@ fn read_family(
                             None => table.chain_mut(Cow::Owned(name.clone()), 0).rules.push(r.rule),
                         }
                     }
-                    Err(reason) => table.unparsed.push(unparsed(0, "(a rule)", reason)),
+                    Err(problem) => table.unparsed.push(problem),
                 }
             }
             Ok(())
         },
-    )
+    )?;
+    // The maps the rules' readers fetched, kept for the next read.
+    if let Some(reuse) = reuse {
+        for (set_handle, entries) in fetched_for_keep
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            if let Some(table) = table_handle {
+                reuse.next.insert((nfproto, table, set_handle), entries);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An anonymous map's elements as its rule shows them inline.
+fn inline_entries(set: &SetInfo, elements: Vec<RawElement>) -> MapEntries {
+    elements
+        .into_iter()
+        .map(|e| (key_expr(set, &e.key), e.data))
+        .collect()
 }
 
 /// The names of the table's chains. Chains are listed for the whole family (the kernel
@@ -392,13 +496,16 @@ fn read_chains(
 /// resumes a table-wide rule dump by walking every rule before the resume point again,
 /// once per datagram, which is quadratic (a 10,000-Service table: 10.3 s against 1.5 s
 /// chain by chain, where it finds each chain by hash).
+///
+/// A rule whose anonymous map waits to be read key by key (see [`may_read_by_key`]) is
+/// held, with every rule after it in the chain, until the dump ends and the socket is
+/// free to fetch the map; they are then decoded in order.
 fn read_chain_rules(
     conn: &mut Conn,
-    nfproto: u8,
     context: &RuleContext<'_>,
     chains: &[String],
     chain: usize,
-    out: &mut Vec<Result<DecodedRule, String>>,
+    out: &mut Vec<Result<DecodedRule, crate::model::Unparsed>>,
 ) -> Result<(), NetlinkError> {
     let mut chain_attr = chains[chain].as_bytes().to_vec();
     chain_attr.push(0);
@@ -406,21 +513,142 @@ fn read_chain_rules(
         (NFTA_RULE_TABLE, &b"kube-proxy\0"[..]),
         (NFTA_RULE_CHAIN, &chain_attr[..]),
     ];
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    let mut wanted: Vec<WantedMap<'_>> = Vec::new();
+    let decode = |attrs: &[u8], out: &mut Vec<Result<DecodedRule, crate::model::Unparsed>>| match decode_rule(
+        context, chain, attrs,
+    ) {
+        Ok(Some(rule)) => out.push(Ok(rule)),
+        Ok(None) => {}
+        Err(reason) => out.push(Err(unparsed(0, "(a rule)", reason))),
+    };
     conn.exchange(
         "the rules",
         NFT_MSG_GETRULE,
         true,
-        nfproto,
+        context.nfproto,
         &rule_filter,
         |attrs| {
-            match decode_rule(context, chain, attrs) {
-                Ok(Some(rule)) => out.push(Ok(rule)),
-                Ok(None) => {}
-                Err(reason) => out.push(Err(reason)),
+            let before = wanted.len();
+            if !context.deferred.is_empty() {
+                maps_wanted(context, attrs, &mut wanted);
+            }
+            if held.is_empty() && wanted.len() == before {
+                decode(attrs, out);
+            } else {
+                held.push(attrs.to_vec());
             }
             Ok(())
         },
-    )
+    )?;
+    for map in wanted {
+        fetch_map(conn, context, map, out)?;
+    }
+    for attrs in held {
+        decode(&attrs, out);
+    }
+    Ok(())
+}
+
+/// An anonymous map a rule needs, and the keys it can hold when the rule says (the
+/// modulus of the `numgen` that feeds the lookup).
+struct WantedMap<'s> {
+    set: &'s SetInfo,
+    keys: Option<u32>,
+}
+
+/// The deferred maps `attrs`' rule looks up, appended to `wanted`. A rule that cannot
+/// be walked wants nothing here: its decoding reports it.
+fn maps_wanted<'s>(context: &RuleContext<'s>, attrs: &[u8], wanted: &mut Vec<WantedMap<'s>>) {
+    let Some(expressions) = Attrs::new(attrs)
+        .filter_map(Result::ok)
+        .find_map(|(kind, value)| (kind == NFTA_RULE_EXPRESSIONS).then_some(value))
+    else {
+        return;
+    };
+    // (register, modulus) of a numgen counting from zero.
+    let mut numgen: Option<(u32, u32)> = None;
+    for expression in expressions_of(expressions) {
+        let Ok((expr_name, data)) = expression else {
+            return;
+        };
+        let Ok(fields) = attr_map(data) else {
+            return;
+        };
+        let number = |kind| fields.get(&kind).and_then(|v| be32(v).ok());
+        match expr_name {
+            "numgen" => {
+                numgen = match (number(NFTA_NUMGEN_DREG), number(NFTA_NUMGEN_MODULUS)) {
+                    (Some(register), Some(modulus)) if number(NFTA_NUMGEN_OFFSET).unwrap_or(0) == 0 => {
+                        Some((register, modulus))
+                    }
+                    _ => None,
+                };
+            }
+            "lookup" => {
+                let Some(set_name) = fields.get(&NFTA_LOOKUP_SET).and_then(|v| name(v).ok()) else {
+                    continue;
+                };
+                let Some(&set) = context.deferred.get(set_name) else {
+                    continue;
+                };
+                let keys = match (numgen, number(NFTA_LOOKUP_SREG)) {
+                    (Some((register, modulus)), Some(sreg))
+                        if register == sreg && set.size == Some(modulus) =>
+                    {
+                        Some(modulus)
+                    }
+                    _ => None,
+                };
+                wanted.push(WantedMap { set, keys });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Reads a deferred map, key by key when its rule gave the keys and every one is
+/// there, else whole, and leaves it for its rule to take.
+fn fetch_map(
+    conn: &mut Conn,
+    context: &RuleContext<'_>,
+    map: WantedMap<'_>,
+    out: &mut Vec<Result<DecodedRule, crate::model::Unparsed>>,
+) -> Result<(), NetlinkError> {
+    let set = map.set;
+    let by_key = match map.keys {
+        Some(keys) => match read_elements_by_key(conn, context.nfproto, set, keys) {
+            Ok(read) => Some(read),
+            // A key the map does not hold: the map is read whole, as it is.
+            Err(NetlinkError::Refused { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => None,
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let (mut elements, problems) = match by_key {
+        Some(read) => {
+            context.counts.by_key.fetch_add(1, AtomicOrdering::Relaxed);
+            read
+        }
+        None => {
+            context.counts.dumped.fetch_add(1, AtomicOrdering::Relaxed);
+            read_elements(conn, context.nfproto, set)?
+        }
+    };
+    out.extend(problems.into_iter().map(Err));
+    elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
+    let entries = inline_entries(set, elements);
+    if let (Some(kept), Some(handle)) = (context.keep, set.handle) {
+        kept.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((handle, entries.clone()));
+    }
+    context
+        .inline_maps
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(set.name.clone(), entries);
+    Ok(())
 }
 
 /// The comment in libnftnl's user data (type-length-value, one byte each).
@@ -460,6 +688,8 @@ struct SetInfo {
     flags: u32,
     key_type: u32,
     key_len: u32,
+    /// The most elements it may hold, when declared.
+    size: Option<u32>,
 }
 
 fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
@@ -469,6 +699,7 @@ fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
         flags: 0,
         key_type: 0,
         key_len: 0,
+        size: None,
     };
     for attr in Attrs::new(attrs) {
         let (kind, value) = attr.map_err(|e| e.to_string())?;
@@ -479,6 +710,13 @@ fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
             NFTA_SET_KEY_TYPE => set.key_type = number()?,
             NFTA_SET_KEY_LEN => set.key_len = number()?,
             NFTA_SET_HANDLE => set.handle = Some(be64(value).map_err(|e| e.to_string())?),
+            NFTA_SET_DESC => {
+                for desc in Attrs::new(value) {
+                    if let (NFTA_SET_DESC_SIZE, size) = desc.map_err(|e| e.to_string())? {
+                        set.size = Some(be32(size).map_err(|e| e.to_string())?);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -507,43 +745,90 @@ fn read_elements(
     nfproto: u8,
     set: &SetInfo,
 ) -> Result<(Vec<RawElement>, Vec<crate::model::Unparsed>), NetlinkError> {
-    let mut unparsed_out = Vec::new();
     let mut set_name = set.name.as_bytes().to_vec();
     set_name.push(0);
     let filter = [
         (NFTA_SET_ELEM_LIST_TABLE, &b"kube-proxy\0"[..]),
         (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
     ];
-    let mut elements = Vec::new();
+    let mut read = (Vec::new(), Vec::new());
     conn.exchange(
         "the elements",
         NFT_MSG_GETSETELEM,
         true,
         nfproto,
         &filter,
-        |attrs| {
-            for attr in Attrs::new(attrs) {
-                let (kind, list) = attr?;
-                if kind != NFTA_SET_ELEM_LIST_ELEMENTS {
-                    continue;
-                }
-                for item in Attrs::new(list) {
-                    let (_, element) = item?;
-                    match read_element(element) {
-                        Ok(Some(e)) => elements.push(e),
-                        Ok(None) => {}
-                        Err(e) => unparsed_out.push(unparsed(
-                            0,
-                            "(an element)",
-                            format!("element of map {}: {e}", set.name),
-                        )),
-                    }
-                }
-            }
-            Ok(())
-        },
+        |attrs| collect_elements(set, attrs, &mut read.0, &mut read.1),
     )?;
-    Ok((elements, unparsed_out))
+    Ok(read)
+}
+
+/// The elements with keys 0 to `keys` - 1 of a map with 32-bit keys, asked for in one
+/// request; refused (ENOENT) when one of them is missing.
+fn read_elements_by_key(
+    conn: &mut Conn,
+    nfproto: u8,
+    set: &SetInfo,
+    keys: u32,
+) -> Result<(Vec<RawElement>, Vec<crate::model::Unparsed>), NetlinkError> {
+    let mut set_name = set.name.as_bytes().to_vec();
+    set_name.push(0);
+    let mut list = Vec::with_capacity(keys as usize * 16);
+    let (mut value, mut key) = (Vec::with_capacity(8), Vec::with_capacity(12));
+    for k in 0..keys {
+        value.clear();
+        key.clear();
+        // numgen leaves its number in the register in host order, and the map's keys
+        // are the register's bytes.
+        push_attr(&mut value, NFTA_DATA_VALUE, &k.to_ne_bytes());
+        push_attr(&mut key, NFTA_SET_ELEM_KEY | NLA_F_NESTED, &value);
+        push_attr(&mut list, NFTA_LIST_ELEM | NLA_F_NESTED, &key);
+    }
+    let request = [
+        (NFTA_SET_ELEM_LIST_TABLE, &b"kube-proxy\0"[..]),
+        (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
+        (NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, &list[..]),
+    ];
+    let mut read = (Vec::new(), Vec::new());
+    conn.exchange_acked("the elements", NFT_MSG_GETSETELEM, nfproto, &request, |attrs| {
+        collect_elements(set, attrs, &mut read.0, &mut read.1)
+    })?;
+    if read.0.len() != keys as usize {
+        return Err(NetlinkError::Malformed(format!(
+            "{} elements of map {} answered for {keys} keys",
+            read.0.len(),
+            set.name
+        )));
+    }
+    Ok(read)
+}
+
+/// The elements of one answer message.
+fn collect_elements(
+    set: &SetInfo,
+    attrs: &[u8],
+    elements: &mut Vec<RawElement>,
+    problems: &mut Vec<crate::model::Unparsed>,
+) -> Result<(), NetlinkError> {
+    for attr in Attrs::new(attrs) {
+        let (kind, list) = attr?;
+        if kind != NFTA_SET_ELEM_LIST_ELEMENTS {
+            continue;
+        }
+        for item in Attrs::new(list) {
+            let (_, element) = item?;
+            match read_element(element) {
+                Ok(Some(e)) => elements.push(e),
+                Ok(None) => {}
+                Err(e) => problems.push(unparsed(
+                    0,
+                    "(an element)",
+                    format!("element of map {}: {e}", set.name),
+                )),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An element, or None for the closing half of an interval.
@@ -777,6 +1062,13 @@ struct RuleContext<'c> {
     /// The anonymous verdict maps' elements by map name. Each is bound to one rule and
     /// taken by it, so the maps' memory is handed back as the rules are read.
     inline_maps: &'c Mutex<HashMap<String, Vec<(Expr<'static>, ElementData)>>>,
+    /// The anonymous maps not read yet, which their rules' readers fetch.
+    deferred: &'c HashMap<&'c str, &'c SetInfo>,
+    nfproto: u8,
+    counts: &'c FetchCounts,
+    /// When the read keeps constant maps: the maps the rules' readers fetched, by set
+    /// handle.
+    keep: Option<&'c Mutex<Vec<(u64, MapEntries)>>>,
 }
 
 /// A rule of the table, decoded; None for another table's.
@@ -1341,6 +1633,7 @@ mod tests {
             flags: NFT_SET_MAP,
             key_type: (TYPE_INET_PROTOCOL << TYPE_BITS) | TYPE_INET_SERVICE,
             key_len: 8,
+            size: None,
         };
         let key = [6, 0, 0, 0, 0x75, 0x30, 0, 0];
         assert_eq!(render_expr_string(&key_expr(&set, &key)), "tcp . 30000");
