@@ -235,7 +235,9 @@ const MAX_KEYS: u32 = 1024;
 /// the read's CPU (README, Performance). The answer is the whole map only when the keys
 /// asked for are all there and the map can hold no more: the kernel refuses an element
 /// past a set's declared size, and nft declares an anonymous map's size as its number
-/// of elements. Anything else (a key missing, another size) is dumped.
+/// of elements. Anything else (a key missing, another size) is dumped. (A catch-all
+/// element is not counted against the size; in such a map no number the `numgen` draws
+/// can reach it, so it is left out.)
 fn may_read_by_key(set: &SetInfo) -> bool {
     is_constant_map(set)
         && set.flags & (NFT_SET_INTERVAL | NFT_SET_CONCAT) == 0
@@ -619,8 +621,9 @@ fn fetch_map(
     let by_key = match map.keys {
         Some(keys) => match read_elements_by_key(conn, context.nfproto, set, keys) {
             Ok(read) => Some(read),
-            // A key the map does not hold: the map is read whole, as it is.
-            Err(NetlinkError::Refused { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => None,
+            // A key the map does not hold (ENOENT), or a kernel that does not look up
+            // elements: the map is read whole, as it is.
+            Err(NetlinkError::Refused { .. }) => None,
             Err(e) => return Err(e),
         },
         None => None,
