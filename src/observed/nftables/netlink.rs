@@ -574,6 +574,9 @@ fn maps_wanted<'s>(context: &RuleContext<'s>, attrs: &[u8], wanted: &mut Vec<Wan
         let Ok((expr_name, data)) = expression else {
             return;
         };
+        if expr_name != "numgen" && expr_name != "lookup" {
+            continue;
+        }
         let Ok(fields) = attr_map(data) else {
             return;
         };
