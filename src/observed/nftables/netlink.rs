@@ -99,7 +99,7 @@ const ATTEMPTS: u32 = 3;
 /// same table and set handle has the same elements, and only new maps are dumped.
 #[derive(Debug, Clone, Default)]
 pub struct ConstantMaps {
-    maps: HashMap<MapKey, Vec<(Expr<'static>, ElementData)>>,
+    maps: HashMap<MapKey, MapEntries>,
     /// Maps the last read took from here rather than from the kernel.
     reused: usize,
     /// How the last read got the maps it did not reuse.
@@ -139,10 +139,13 @@ type MapKey = (u8, u64, u64);
 /// An anonymous map's elements: each key as its rule shows it, and its data.
 type MapEntries = Vec<(Expr<'static>, ElementData)>;
 
+/// The maps the rules' readers fetched in one read, for the table's thread to keep.
+type FetchedMaps = Mutex<Vec<(MapKey, MapEntries)>>;
+
 /// What one read may reuse, and what it keeps for the next.
 struct MapReuse<'m> {
-    previous: &'m HashMap<MapKey, Vec<(Expr<'static>, ElementData)>>,
-    next: HashMap<MapKey, Vec<(Expr<'static>, ElementData)>>,
+    previous: &'m HashMap<MapKey, MapEntries>,
+    next: HashMap<MapKey, MapEntries>,
     reused: usize,
 }
 
@@ -329,7 +332,7 @@ fn read_family(
         Ok(())
     })?;
     let mut chains = Vec::new();
-    let mut inline_maps: HashMap<String, Vec<(Expr<'static>, ElementData)>> = HashMap::new();
+    let mut inline_maps: HashMap<String, MapEntries> = HashMap::new();
     let key_of = |set: &SetInfo| match (table_handle, set.handle) {
         (Some(table), Some(handle)) if is_constant_map(set) => Some((nfproto, table, handle)),
         _ => None,
@@ -419,7 +422,9 @@ fn read_family(
         deferred: &deferred,
         nfproto,
         counts,
-        keep: reuse.is_some().then_some(&fetched_for_keep),
+        keep: table_handle
+            .filter(|_| reuse.is_some())
+            .map(|table| (table, &fetched_for_keep)),
     };
     let plan = Plan {
         block: RULE_BLOCK,
@@ -453,14 +458,11 @@ fn read_family(
     )?;
     // The maps the rules' readers fetched, kept for the next read.
     if let Some(reuse) = reuse {
-        for (set_handle, entries) in fetched_for_keep
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner)
-        {
-            if let Some(table) = table_handle {
-                reuse.next.insert((nfproto, table, set_handle), entries);
-            }
-        }
+        reuse.next.extend(
+            fetched_for_keep
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
     }
     Ok(())
 }
@@ -644,10 +646,10 @@ fn fetch_map(
     out.extend(problems.into_iter().map(Err));
     elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
     let entries = inline_entries(set, elements);
-    if let (Some(kept), Some(handle)) = (context.keep, set.handle) {
+    if let (Some((table, kept)), Some(handle)) = (context.keep, set.handle) {
         kept.lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((handle, entries.clone()));
+            .push(((context.nfproto, table, handle), entries.clone()));
     }
     context
         .inline_maps
@@ -1067,14 +1069,14 @@ struct RuleContext<'c> {
     sets: &'c HashMap<&'c str, &'c SetInfo>,
     /// The anonymous verdict maps' elements by map name. Each is bound to one rule and
     /// taken by it, so the maps' memory is handed back as the rules are read.
-    inline_maps: &'c Mutex<HashMap<String, Vec<(Expr<'static>, ElementData)>>>,
+    inline_maps: &'c Mutex<HashMap<String, MapEntries>>,
     /// The anonymous maps not read yet, which their rules' readers fetch.
     deferred: &'c HashMap<&'c str, &'c SetInfo>,
     nfproto: u8,
     counts: &'c FetchCounts,
-    /// When the read keeps constant maps: the maps the rules' readers fetched, by set
-    /// handle.
-    keep: Option<&'c Mutex<Vec<(u64, MapEntries)>>>,
+    /// When the read keeps constant maps: the table's handle, and the maps the rules'
+    /// readers fetched, keyed as [`ConstantMaps`] keeps them.
+    keep: Option<(u64, &'c FetchedMaps)>,
 }
 
 /// A rule of the table, decoded; None for another table's.
