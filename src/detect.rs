@@ -18,10 +18,11 @@ use crate::desired::{DesiredPort, DesiredState};
 use crate::finding::{Finding, Kind, Severity};
 use crate::kube_proxy;
 use crate::model::{
-    Backend, DestMatch, DnatTarget, Family, NodePortRule, Protocol, RuleIdentity, RuleSource, ServicePortRef,
-    Verdict,
+    Backend, DestMatch, DnatTarget, Family, NodePortRule, Protocol, ProxyMode, RuleIdentity, RuleSource,
+    ServicePortRef, Verdict,
 };
 use crate::observed::{Observed, iptables};
+use crate::proxy_mode::{self, ProxyDecision};
 
 /// Settings that change what counts as drift.
 #[derive(Debug, Clone)]
@@ -58,10 +59,25 @@ impl Default for DetectConfig {
 /// How many unparsed lines of one source are reported one by one.
 const UNPARSED_REPORTED: usize = 100;
 
+/// What the detector found, and the proxy mode it judged the node by.
+#[derive(Debug, Clone)]
+pub struct Detection {
+    pub findings: Vec<Finding>,
+    pub proxy: ProxyDecision,
+    /// Per family, the rule source compared with the cluster state for what is missing
+    /// (an index into `observed.sources`).
+    pub primaries: BTreeMap<Family, usize>,
+}
+
 /// Finds every difference between the desired and the observed state. Without a
 /// desired state only the checks that need no cluster state run (duplicates, backend
-/// split, orphans, unparsed lines).
+/// split, orphans, unparsed lines, rules kube-proxy never writes).
 pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &DetectConfig) -> Vec<Finding> {
+    examine(desired, observed, config).findings
+}
+
+/// [`detect`], with the proxy mode and the sources the verdicts rest on.
+pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &DetectConfig) -> Detection {
     let empty = DesiredState::default();
     let index = DesiredIndex::new(desired.unwrap_or(&empty));
     let has_desired = desired.is_some();
@@ -70,26 +86,34 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
     // Each rule is attributed to a Service port once; every check reads the verdict.
     let judged: Vec<Vec<Judged<'_>>> = observed.sources.iter().map(|s| judge_source(s, &index)).collect();
     let primaries = choose_primaries(&observed.sources, &judged, &index, has_desired);
+    let proxy = proxy_mode::decide(observed, &primaries);
     for (source, judged) in observed.sources.iter().zip(&judged) {
-        if has_desired {
-            stale_rules(source, judged, &index, &mut findings);
-            hostport_conflicts(source, &index, &mut findings);
+        // iptables-mode rules that IPVS mode's KUBE-SERVICES no longer leads to are
+        // leftovers no packet reaches: not judged (the coverage says so).
+        if source.signals.services_dispatch != Some(ProxyMode::Ipvs) {
+            if has_desired {
+                stale_rules(source, judged, &index, &mut findings);
+                hostport_conflicts(source, &index, &mut findings);
+            }
+            duplicate_rules(source, judged, &index, &mut findings);
         }
-        duplicate_rules(source, judged, &index, &mut findings);
         orphan_chains(source, &index, &mut findings);
         unparsed_rules(source, &mut findings);
+        malformed_rules(source, &mut findings);
     }
     backend_split(&observed.sources, &judged, &primaries, &index, &mut findings);
     port_range_overlap(observed, config, &mut findings);
     if has_desired {
-        for (&family, &primary) in &primaries {
-            missing_rules(
-                family,
-                &observed.sources[primary],
-                &judged[primary],
-                &index,
-                &mut findings,
-            );
+        if proxy.mode.is_read() {
+            for (&family, &primary) in &primaries {
+                missing_rules(
+                    family,
+                    &observed.sources[primary],
+                    &judged[primary],
+                    &index,
+                    &mut findings,
+                );
+            }
         }
         squatters(observed, &index, config, &mut findings);
         nodeport_collisions(&index, &mut findings);
@@ -101,7 +125,11 @@ pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &Dete
         mark_stale_state(&mut findings);
     }
     findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
-    findings
+    Detection {
+        findings,
+        proxy,
+        primaries,
+    }
 }
 
 // === Attribution ===
@@ -803,7 +831,7 @@ fn choose_primaries(
 ) -> BTreeMap<Family, usize> {
     let mut best: BTreeMap<Family, (i64, usize)> = BTreeMap::new();
     for (i, s) in sources.iter().enumerate() {
-        if !s.has_kube_proxy {
+        if !s.has_kube_proxy || !proxy_mode::holds_live_dispatch(s) {
             continue;
         }
         let score = if has_desired {
@@ -1175,7 +1203,8 @@ fn nodeport_collisions(index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
 // === orphan-chain ===
 
 fn orphan_chains(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
-    if source.orphans.is_empty() {
+    // An orphan is the absence of a jump, which a partial dump cannot show.
+    if source.orphans.is_empty() || !source.complete {
         return;
     }
     let endpoint_hashes = endpoint_hash_index(index, source.family, &source.orphans);
@@ -1260,6 +1289,26 @@ fn owner_of_chain(
     }
     let (svc, protocol) = kube_proxy::parse_nft_service_chain(chain)?;
     index.by_name.get(&(&svc, protocol)).copied()
+}
+
+// === malformed-rule ===
+
+fn malformed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
+    for m in &source.malformed {
+        let mut f = Finding::new(
+            Kind::MalformedRule,
+            Severity::Warning,
+            format!(
+                "A rule in {} {} chain {} {}, which kube-proxy never writes: an iptables binary that does not match the one that wrote the rules (kubernetes#112477), or a hand edit, leaves such rules — compare the node's and kube-proxy's iptables versions, and let kube-proxy resync.",
+                source.backend, m.table, m.chain, m.problem
+            ),
+        );
+        f.family = Some(source.family);
+        f.backend = Some(source.backend);
+        f.rule = Some(m.rule.text.to_string());
+        f.rule_source = Some(locate(&source.origin, m.rule.line));
+        out.push(f);
+    }
 }
 
 // === unparsed-rule ===

@@ -26,10 +26,13 @@ pub enum Kind {
     HostportConflict,
     /// The node's ephemeral port range overlaps the NodePort range without reserving it.
     PortRangeOverlap,
+    /// A rule in kube-proxy's chains that kube-proxy never writes (a DNAT to nowhere, a
+    /// jump to an undeclared chain).
+    MalformedRule,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::StaleNodeport,
         Kind::StaleEndpoint,
         Kind::MissingEndpoint,
@@ -42,6 +45,7 @@ impl Kind {
         Kind::UnparsedRule,
         Kind::HostportConflict,
         Kind::PortRangeOverlap,
+        Kind::MalformedRule,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +62,7 @@ impl Kind {
             Kind::UnparsedRule => "unparsed-rule",
             Kind::HostportConflict => "hostport-conflict",
             Kind::PortRangeOverlap => "port-range-overlap",
+            Kind::MalformedRule => "malformed-rule",
         }
     }
 }

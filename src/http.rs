@@ -368,6 +368,7 @@ mod tests {
                 "x",
             )],
             sources: Vec::new(),
+            coverage: crate::coverage::Coverage::full(crate::model::ProxyMode::Iptables),
             kube_proxy: None,
         };
         report.summary.critical = 1;
@@ -471,6 +472,7 @@ mod tests {
             summary: Default::default(),
             findings: Vec::new(),
             sources: Vec::new(),
+            coverage: crate::coverage::Coverage::full(crate::model::ProxyMode::Iptables),
             kube_proxy: None,
         }
     }

@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod cli;
+pub mod coverage;
 pub mod desired;
 pub mod detect;
 pub mod finding;
@@ -21,6 +22,7 @@ pub mod observed;
 #[cfg(test)]
 #[path = "../tests/support/promtool.rs"]
 mod promtool;
+pub mod proxy_mode;
 pub mod repair;
 pub mod report;
 pub mod scan;

@@ -749,6 +749,7 @@ mod tests {
             summary: Default::default(),
             findings,
             sources: Vec::new(),
+            coverage: crate::coverage::Coverage::full(crate::model::ProxyMode::Iptables),
             kube_proxy: None,
         }
     }

@@ -334,6 +334,87 @@ pub struct RuleSource {
     /// What the dump itself said about its state (the tool's warnings, a missing
     /// COMMIT), for the report.
     pub notes: Vec<String>,
+    /// What this source shows of the node's Service proxy, for deciding its mode.
+    pub signals: ProxySignals,
+    /// What the source cannot show although what it holds was read (a table the dump
+    /// leaves out), as sentences: each makes the node's check incomplete.
+    pub gaps: Vec<String>,
+    /// Rules in kube-proxy's chains that kube-proxy never writes.
+    pub malformed: Vec<MalformedRule>,
+}
+
+/// The Service proxy that programs a node's NodePorts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyMode {
+    /// kube-proxy's iptables mode (either iptables backend).
+    Iptables,
+    /// kube-proxy's nftables mode (`table ip kube-proxy`).
+    Nftables,
+    /// kube-proxy's IPVS mode: virtual servers and ipsets, which portdrift does not read.
+    Ipvs,
+    /// A kube-proxy replacement (Cilium, Calico's eBPF mode, kube-router) handles Services.
+    Replaced,
+    /// No Service proxy rules at all.
+    None,
+}
+
+impl ProxyMode {
+    pub const ALL: [ProxyMode; 5] = [
+        ProxyMode::Iptables,
+        ProxyMode::Nftables,
+        ProxyMode::Ipvs,
+        ProxyMode::Replaced,
+        ProxyMode::None,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyMode::Iptables => "iptables",
+            ProxyMode::Nftables => "nftables",
+            ProxyMode::Ipvs => "ipvs",
+            ProxyMode::Replaced => "replaced",
+            ProxyMode::None => "none",
+        }
+    }
+
+    /// The modes whose rules portdrift reads and judges.
+    pub fn is_read(self) -> bool {
+        matches!(self, ProxyMode::Iptables | ProxyMode::Nftables)
+    }
+}
+
+impl fmt::Display for ProxyMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one rule source shows of the Service proxies that wrote it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxySignals {
+    /// kube-proxy's iptables-mode NodePort chains: a nat `KUBE-NODEPORTS` chain, or its
+    /// hashed per-service chains (`KUBE-SVC-*`, `KUBE-EXT-*`, `KUBE-SEP-*`, ...).
+    pub iptables_mode: bool,
+    /// The mode whose dispatch nat `KUBE-SERVICES` holds now: both the iptables and the
+    /// IPVS proxier rewrite that chain on every sync, so it names the one that wrote last.
+    pub services_dispatch: Option<ProxyMode>,
+    /// Traces of IPVS mode (`chain KUBE-NODE-PORT`, `ipset KUBE-NODE-PORT-TCP`).
+    pub ipvs: Vec<String>,
+    /// A kube-proxy replacement's own chains: its name and one chain seen.
+    pub replacement: Option<(&'static str, String)>,
+}
+
+/// A rule in kube-proxy's chains that kube-proxy never writes: what a mismatched
+/// iptables binary, or a hand edit, leaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MalformedRule {
+    /// `nat`, `filter`, or the nftables table.
+    pub table: String,
+    pub chain: String,
+    pub rule: RuleText,
+    /// What is wrong with it, as a phrase (`DNATs to 0.0.0.0:0`).
+    pub problem: String,
 }
 
 impl RuleSource {
@@ -352,6 +433,9 @@ impl RuleSource {
             kube_rule_count: 0,
             complete: true,
             notes: Vec::new(),
+            signals: ProxySignals::default(),
+            gaps: Vec::new(),
+            malformed: Vec::new(),
         }
     }
 }

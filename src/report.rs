@@ -19,16 +19,30 @@ pub fn render_text(report: &ScanReport) -> String {
     let mut out = String::new();
     let node = report.node.as_deref().unwrap_or("(node unknown)");
     let s = report.summary;
-    let _ = writeln!(
-        out,
-        "portdrift: node {node}: {} critical, {} warning, {} info",
-        s.critical, s.warning, s.info
-    );
-    if report.findings.is_empty() {
+    let counts = format!("{} critical, {} warning, {} info", s.critical, s.warning, s.info);
+    let coverage = &report.coverage;
+    if coverage.complete {
+        let _ = writeln!(out, "portdrift: node {node}: {counts}");
+        if report.findings.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNo drift: this node's NodePort rules and listeners match the cluster state."
+            );
+        }
+    } else {
+        // What could not be checked comes first: a quiet report on partial inputs must
+        // never read as an all-clear.
         let _ = writeln!(
             out,
-            "\nNo drift: this node's NodePort rules and listeners match the cluster state."
+            "portdrift: node {node}: INCOMPLETE CHECK, not an all-clear. Not checked:"
         );
+        for sentence in &coverage.not_checked {
+            let _ = writeln!(out, "  - {sentence}");
+        }
+        let _ = writeln!(out, "\nIn what was checked: {counts}");
+        if report.findings.is_empty() {
+            let _ = writeln!(out, "\nNothing was found in what could be checked.");
+        }
     }
 
     let many_info = s.info > INFO_LISTED;
@@ -124,6 +138,11 @@ fn render_finding(out: &mut String, f: &Finding) {
 }
 
 fn render_sources(out: &mut String, report: &ScanReport) {
+    let _ = writeln!(
+        out,
+        "\nproxy mode: {} ({})",
+        report.coverage.proxy_mode, report.coverage.proxy_mode_evidence
+    );
     let _ = writeln!(out, "\nsources:");
     for s in &report.sources {
         let mut line = format!(

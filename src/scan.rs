@@ -2,8 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::coverage::{self, Coverage, CoverageInput};
 use crate::desired::DesiredState;
-use crate::detect::{DetectConfig, detect};
+use crate::detect::{DetectConfig, examine};
 use crate::finding::{Finding, Severity};
 use crate::model::{Backend, Family};
 use crate::observed::{KubeProxyHealth, Observed};
@@ -140,6 +141,8 @@ pub struct ScanReport {
     pub summary: Summary,
     pub findings: Vec<Finding>,
     pub sources: Vec<SourceStatus>,
+    /// What could be checked, and what not.
+    pub coverage: Coverage,
     /// What kube-proxy's `/healthz` said, for the agent's metrics. Not in the JSON:
     /// the `kube-proxy-healthz.json` source's notes already say it for people.
     #[serde(skip)]
@@ -167,7 +170,15 @@ pub fn run_scan_keeping_inputs(
     mut input: ScanInput,
     config: &DetectConfig,
 ) -> (ScanReport, Vec<crate::model::RuleSource>, Option<DesiredState>) {
-    let findings = detect(input.desired.as_ref(), &input.observed, config);
+    let mut detection = examine(input.desired.as_ref(), &input.observed, config);
+    let coverage = coverage::assess(&CoverageInput {
+        sources: &input.sources,
+        observed: &input.observed,
+        desired: input.desired.as_ref(),
+        detection: &detection,
+        cluster_state_stale: config.cluster_state_stale,
+    });
+    let findings = std::mem::take(&mut detection.findings);
     let rules = std::mem::take(&mut input.observed.sources);
     let mut summary = Summary::default();
     for f in &findings {
@@ -182,16 +193,20 @@ pub fn run_scan_keeping_inputs(
         summary,
         findings,
         sources: input.sources,
+        coverage,
         kube_proxy: input.observed.kube_proxy_health,
     };
     (report, rules, input.desired)
 }
 
 impl ScanReport {
-    /// `scan`'s exit status: 1 when anything is a warning or worse, else 0.
+    /// `scan`'s exit status: 1 when anything is a warning or worse; else 3 when the
+    /// check was incomplete (nothing found is not "nothing wrong"); else 0.
     pub fn exit_code(&self) -> u8 {
         if self.summary.critical + self.summary.warning > 0 {
             1
+        } else if !self.coverage.complete {
+            3
         } else {
             0
         }

@@ -40,6 +40,7 @@ pub fn reason(kind: Kind) -> &'static str {
         Kind::UnparsedRule => "UnparsedRule",
         Kind::HostportConflict => "HostPortConflict",
         Kind::PortRangeOverlap => "PortRangeOverlap",
+        Kind::MalformedRule => "MalformedRule",
     }
 }
 

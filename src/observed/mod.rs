@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use crate::model::{Listener, ProcessInfo, RuleSource};
 
-pub use node::{KubeProxyHealth, NodeSysctls};
+pub use node::{IpvsTraces, KubeProxyHealth, NodeSysctls};
 
 /// Everything read from one node.
 #[derive(Debug, Clone, Default)]
@@ -29,4 +29,10 @@ pub struct Observed {
     pub sysctls: Option<NodeSysctls>,
     /// What kube-proxy's `/healthz` said, when it answered.
     pub kube_proxy_health: Option<KubeProxyHealth>,
+    /// The mode kube-proxy's `/proxyMode` named (`iptables`, `ipvs`, `nftables`), when
+    /// it answered.
+    pub kube_proxy_mode: Option<String>,
+    /// IPVS mode's traces outside netfilter, when `/proc/net/dev` or `/proc/net/ip_vs`
+    /// was read.
+    pub ipvs: Option<IpvsTraces>,
 }

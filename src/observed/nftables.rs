@@ -392,6 +392,8 @@ fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]
         }
     }
     let rule_count: usize = table.chains.iter().map(|c| c.rules.len()).sum();
+    // What could not be understood may have been a rule that proves something absent.
+    let complete = table.complete && unparsed.is_empty();
     let element_count: usize = table.maps.iter().map(|m| m.elements.len()).sum();
     RuleSource {
         origin: origin.to_string(),
@@ -406,8 +408,11 @@ fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]
         // nftables mode has no canary chain: kube-proxy owns the whole table.
         has_canary: false,
         kube_rule_count: rule_count + element_count,
-        complete: table.complete,
+        complete,
         notes: Vec::new(),
+        signals: Default::default(),
+        gaps: Vec::new(),
+        malformed: Vec::new(),
     }
 }
 

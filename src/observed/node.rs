@@ -80,6 +80,52 @@ pub fn parse_reserved_ports(text: &str) -> (Vec<RangeInclusive<u16>>, Vec<Sysctl
     (ranges, errors)
 }
 
+/// kube-proxy's IPVS mode outside netfilter: the dummy interface it binds Service
+/// addresses to, and the kernel's IPVS virtual servers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IpvsTraces {
+    /// `kube-ipvs0` is among the interfaces (`/proc/net/dev`).
+    pub interface: bool,
+    /// Virtual servers in `/proc/net/ip_vs`; None when that file was not read (the
+    /// `ip_vs` module not loaded, or a bundle without it).
+    pub virtual_servers: Option<usize>,
+}
+
+impl IpvsTraces {
+    /// What they show, for the mode's evidence; empty when they show no IPVS.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.interface {
+            out.push("interface kube-ipvs0".to_string());
+        }
+        if let Some(n) = self.virtual_servers.filter(|&n| n > 0) {
+            out.push(format!("{n} IPVS virtual servers"));
+        }
+        out
+    }
+}
+
+/// The IPVS dummy interface kube-proxy creates.
+pub const IPVS_INTERFACE: &str = "kube-ipvs0";
+
+/// Whether `/proc/net/dev` lists `name` (lines `  name: counters...` after two headers).
+pub fn net_dev_has(text: &str, name: &str) -> bool {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .any(|(iface, _)| iface.trim() == name)
+}
+
+/// Counts the virtual servers of `/proc/net/ip_vs`: one line per service (`TCP
+/// 0A600001:01BB rr`), each followed by its real servers (`  -> ...`).
+pub fn count_ip_vs_services(text: &str) -> usize {
+    text.lines()
+        .filter(|l| {
+            let first = l.split_whitespace().next().unwrap_or("");
+            matches!(first, "TCP" | "UDP" | "SCTP" | "FWM")
+        })
+        .count()
+}
+
 /// What kube-proxy's `/healthz` said (`{"lastUpdated": ..., "currentTime": ...,
 /// "nodeEligible": ...}`). Every field is optional: older and newer kube-proxies print
 /// different sets, and a garbled body must not end the scan.
@@ -194,6 +240,27 @@ pub fn friendly(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipvs_traces_are_read_from_proc_net() {
+        let dev = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:  1296      16    0    0    0     0          0         0     1296      16    0    0    0     0       0          0\nkube-ipvs0:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n";
+        assert!(net_dev_has(dev, "kube-ipvs0"));
+        assert!(net_dev_has(dev, "lo"));
+        assert!(!net_dev_has(dev, "eth0"));
+        assert!(!net_dev_has(dev, "Receive"));
+        let ip_vs = "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\nTCP  0A600001:01BB rr\n  -> AC110002:192B      Masq    1      0          0\nUDP  0A60000A:0035 rr\n";
+        assert_eq!(count_ip_vs_services(ip_vs), 2);
+        assert_eq!(count_ip_vs_services(""), 0);
+        let traces = IpvsTraces {
+            interface: true,
+            virtual_servers: Some(2),
+        };
+        assert_eq!(
+            traces.describe(),
+            ["interface kube-ipvs0", "2 IPVS virtual servers"]
+        );
+        assert!(IpvsTraces::default().describe().is_empty());
+    }
 
     #[test]
     fn the_local_port_range_parses_as_the_kernel_prints_it() {

@@ -26,6 +26,7 @@ fn report(findings: Vec<Finding>, status: SourceState) -> ScanReport {
         summary: Summary::default(),
         findings,
         sources: vec![source],
+        coverage: crate::coverage::Coverage::full(crate::model::ProxyMode::Iptables),
         kube_proxy: None,
     }
 }

@@ -745,9 +745,10 @@ fn read_cluster<S: Source>(src: &mut S, input: &mut ScanInput) -> Result<bool, S
     let desired = match (state, fetched.value) {
         (None, _) => {
             let mut status = SourceStatus::new("cluster.json", SourceState::Absent);
-            status
-                .notes
-                .push("no cluster state: only checks that need none ran".into());
+            status.notes.push(
+                "no cluster state: no cluster.json in the bundle and no --cluster-state; only checks that need none ran"
+                    .into(),
+            );
             input.sources.push(status);
             return Ok(false);
         }

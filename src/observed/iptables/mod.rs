@@ -23,8 +23,8 @@ use rustc_hash::FxHashMap;
 
 use crate::kube_proxy;
 use crate::model::{
-    Backend, DestMatch, DnatTarget, Family, HostPortRule, NodePortRule, OrphanChain, Protocol, RuleIdentity,
-    RuleSource, RuleText, ServicePortRef, Unparsed, Verdict,
+    Backend, DestMatch, DnatTarget, Family, HostPortRule, MalformedRule, NodePortRule, OrphanChain, Protocol,
+    ProxyMode, ProxySignals, RuleIdentity, RuleSource, RuleText, ServicePortRef, Unparsed, Verdict,
 };
 use crate::observed::lines::{BoundedLines, excerpt};
 
@@ -275,6 +275,8 @@ struct Parser {
     origin: String,
     hint: SourceHint,
     header_backend: Option<Backend>,
+    /// The header's tool version when it predates the nf_tables backend (`1.6`).
+    header_predates_nft: Option<String>,
     header_family: Option<Family>,
     saw_ipv6_address: bool,
     table: Option<TableKind>,
@@ -291,6 +293,82 @@ struct Parser {
     notes: Vec<String>,
     uncommitted: bool,
     kube_rule_count: usize,
+    /// `iptables -S` form: the table a run of `-P` lines named (None: not known).
+    listing: Option<Listing>,
+    /// Lines read outside any known table: their table was guessed from names.
+    guessed_lines: u32,
+    /// A `*table` header was seen (the `iptables-save` form).
+    save_form: bool,
+    /// The tables the dump holds, by kind.
+    saw_nat: bool,
+    saw_filter: bool,
+    /// How each proxy mode shows in nat `KUBE-SERVICES`: (iptables, IPVS) rules.
+    services_dispatch: (u32, u32),
+    ipvs: Vec<String>,
+    replacement: Option<(&'static str, String)>,
+    malformed: Vec<MalformedRule>,
+    /// Jumps to `KUBE-*` chains their table had not declared when the rule was read.
+    undeclared_jumps: Vec<(TableKind, String, RuleText)>,
+}
+
+/// A run of `iptables -S` output: its `-P` lines name the built-in chains, which tell
+/// the table (`-t nat -S` prints PREROUTING, INPUT, OUTPUT and POSTROUTING).
+#[derive(Debug, Default)]
+struct Listing {
+    builtins: Vec<String>,
+    /// Decided once the run's first non-policy line comes.
+    table: Option<Option<TableKind>>,
+}
+
+impl Listing {
+    fn table(&self) -> Option<TableKind> {
+        let has = |c: &str| self.builtins.iter().any(|b| b == c);
+        match (has("PREROUTING"), has("FORWARD"), has("POSTROUTING")) {
+            // mangle has every built-in chain; raw only PREROUTING and OUTPUT.
+            (true, true, _) => Some(TableKind::Other),
+            (true, false, true) => Some(TableKind::Nat),
+            (true, false, false) => Some(TableKind::Other),
+            (false, true, _) => Some(TableKind::Filter),
+            _ => None,
+        }
+    }
+}
+
+/// The chains of a kube-proxy replacement, by their prefix: Services are handled by
+/// that project's own datapath where these exist and kube-proxy's dispatch does not.
+const REPLACEMENT_CHAINS: [(&str, &str); 4] = [
+    ("CILIUM_", "Cilium"),
+    ("KUBE-ROUTER-", "kube-router"),
+    // Calico's eBPF data plane keeps these iptables chains for what BPF leaves to them.
+    ("cali-pre-ingress", "Calico (eBPF)"),
+    ("cali-bpf", "Calico (eBPF)"),
+];
+
+/// nat chains only kube-proxy's IPVS mode writes.
+const IPVS_CHAINS: [&str; 3] = ["KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-LOOP-BACK"];
+
+/// The table a line outside any known table belongs to, guessed from its chain and
+/// target: kube-proxy's chain names say it for all but `KUBE-SERVICES` and
+/// `KUBE-NODEPORTS`, which exist in both nat and filter and are told apart by what
+/// they do.
+fn guess_table(chain: &str, target: &str) -> TableKind {
+    const FILTER_ONLY: [&str; 6] = [
+        "INPUT",
+        "FORWARD",
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-FORWARD",
+        "KUBE-FIREWALL",
+        "KUBE-PROXY-FIREWALL",
+    ];
+    if FILTER_ONLY.contains(&chain) {
+        return TableKind::Filter;
+    }
+    if matches!(chain, "KUBE-SERVICES" | "KUBE-NODEPORTS" | "OUTPUT")
+        && matches!(target, "REJECT" | "DROP" | "ACCEPT")
+    {
+        return TableKind::Filter;
+    }
+    TableKind::Nat
 }
 
 impl Parser {
@@ -299,6 +377,7 @@ impl Parser {
             origin: origin.to_string(),
             hint,
             header_backend: None,
+            header_predates_nft: None,
             header_family: None,
             saw_ipv6_address: false,
             table: None,
@@ -315,6 +394,16 @@ impl Parser {
             notes: Vec::new(),
             uncommitted: false,
             kube_rule_count: 0,
+            listing: None,
+            guessed_lines: 0,
+            save_form: false,
+            saw_nat: false,
+            saw_filter: false,
+            services_dispatch: (0, 0),
+            ipvs: Vec::new(),
+            replacement: None,
+            malformed: Vec::new(),
+            undeclared_jumps: Vec::new(),
         }
     }
 
@@ -360,9 +449,135 @@ impl Parser {
             Some(b'#') => self.comment(number, body),
             Some(b'*') => self.open_table(number, &body[1..]),
             Some(b':') => self.declare_chain(number, body),
-            Some(b'-') if body.starts_with("-A ") => self.rule(number, body),
+            Some(b'-') if body.starts_with("-A ") => {
+                self.end_policies();
+                self.rule(number, body)
+            }
+            Some(b'-') if body.starts_with("-P ") => self.policy(number, body),
+            Some(b'-') if body.starts_with("-N ") => {
+                self.end_policies();
+                self.new_chain(number, body)
+            }
             _ if body == "COMMIT" => self.commit(number),
-            _ => self.unparsed(number, text, "not an iptables-save line"),
+            _ => self.unparsed(number, text, "not an iptables-save or iptables -S line"),
+        }
+    }
+
+    /// `-P CHAIN POLICY` (`iptables -S`): a run of these opens a listing of one table.
+    fn policy(&mut self, number: u32, text: &str) {
+        let Some(chain) = text[3..].split_ascii_whitespace().next() else {
+            self.unparsed(number, text, "policy without a chain");
+            return;
+        };
+        if self.table.is_some() && self.listing.is_none() {
+            // `-P` lines inside a `*table` block: the table is already known.
+            return;
+        }
+        let listing = match &mut self.listing {
+            Some(l) if l.table.is_none() => l,
+            _ => {
+                self.end_listing();
+                self.listing.insert(Listing::default())
+            }
+        };
+        listing.builtins.push(chain.to_string());
+    }
+
+    /// The first line after a run of `-P` lines: the run names its table.
+    fn end_policies(&mut self) {
+        let Some(listing) = &mut self.listing else { return };
+        if listing.table.is_some() {
+            return;
+        }
+        let table = listing.table();
+        listing.table = Some(table);
+        self.table = table;
+        self.table_name = match table {
+            Some(TableKind::Nat) => "nat".into(),
+            Some(TableKind::Filter) => "filter".into(),
+            Some(TableKind::Other) => "mangle or raw".into(),
+            None => String::new(),
+        };
+        self.note_table(table);
+    }
+
+    /// A listing ends where the next begins, or with the dump: it needs no COMMIT.
+    fn end_listing(&mut self) {
+        if self.listing.take().is_some() {
+            self.table = None;
+        }
+    }
+
+    fn note_table(&mut self, table: Option<TableKind>) {
+        match table {
+            Some(TableKind::Nat) => self.saw_nat = true,
+            Some(TableKind::Filter) => self.saw_filter = true,
+            _ => {}
+        }
+    }
+
+    /// `-N CHAIN` (`iptables -S`): a chain declaration.
+    fn new_chain(&mut self, number: u32, text: &str) {
+        let Some(name) = text[3..].split_ascii_whitespace().next() else {
+            self.unparsed(number, text, "chain declaration without a name");
+            return;
+        };
+        self.note_chain_name(name);
+        if self.table.is_some() {
+            self.declare_in_current(name, number);
+            return;
+        }
+        // No table known: declare where the name says, in both for the names nat and
+        // filter share.
+        self.guessed_lines += 1;
+        match guess_table(name, "") {
+            TableKind::Filter => {
+                self.saw_filter = true;
+                self.filter.chain_id(name, number);
+            }
+            _ if matches!(name, "KUBE-SERVICES" | "KUBE-NODEPORTS" | "OUTPUT") => {
+                self.nat.chain_id(name, number);
+                self.filter.chain_id(name, number);
+            }
+            _ => {
+                self.saw_nat = true;
+                self.nat.chain_id(name, number);
+            }
+        }
+    }
+
+    /// Replacement and IPVS chains, wherever they are declared.
+    fn note_chain_name(&mut self, name: &str) {
+        if self.replacement.is_none()
+            && let Some((_, who)) = REPLACEMENT_CHAINS.iter().find(|(p, _)| name.starts_with(p))
+        {
+            self.replacement = Some((who, name.to_string()));
+        }
+    }
+
+    fn declare_in_current(&mut self, name: &str, number: u32) {
+        match self.table {
+            Some(TableKind::Other) => {
+                if name.starts_with("KUBE-") {
+                    self.other_chains.push(name.into());
+                }
+            }
+            Some(TableKind::Nat) => {
+                if IPVS_CHAINS.contains(&name) {
+                    self.note_ipvs(format!("chain {name}"));
+                }
+                self.nat.chain_id(name, number);
+            }
+            Some(TableKind::Filter) => {
+                self.filter.chain_id(name, number);
+            }
+            None => {}
+        }
+    }
+
+    fn note_ipvs(&mut self, trace: String) {
+        if self.ipvs.len() < 3 && !self.ipvs.contains(&trace) {
+            self.ipvs.push(trace);
         }
     }
 
@@ -377,6 +592,12 @@ impl Parser {
                 self.header_backend = Some(Backend::IptablesNft);
             } else if rest.contains("(legacy)") {
                 self.header_backend = Some(Backend::IptablesLegacy);
+            } else if let Some(version) = header_version(rest)
+                && version < (1, 8)
+            {
+                // The nf_tables backend came with iptables 1.8: older tools are legacy.
+                self.header_backend = Some(Backend::IptablesLegacy);
+                self.header_predates_nft = Some(format!("{}.{}", version.0, version.1));
             }
         } else if text.contains("is incompatible, use 'nft' tool") {
             // iptables-nft printing a table another tool wrote: its rules are not shown,
@@ -392,6 +613,8 @@ impl Parser {
     }
 
     fn open_table(&mut self, number: u32, name: &str) {
+        self.end_listing();
+        self.save_form = true;
         if self.table.is_some() {
             self.notes.push(format!(
                 "table {} (line {}) has no COMMIT",
@@ -406,19 +629,16 @@ impl Parser {
         });
         self.table_name = name.to_string();
         self.table_open_line = number;
+        self.note_table(self.table);
     }
 
     fn commit(&mut self, number: u32) {
+        if self.listing.is_some() {
+            self.end_listing();
+            return;
+        }
         if self.table.take().is_none() {
             self.unparsed(number, "COMMIT", "COMMIT outside a table");
-        }
-    }
-
-    fn current_table(&mut self) -> Option<(TableKind, &mut Table)> {
-        match self.table? {
-            TableKind::Nat => Some((TableKind::Nat, &mut self.nat)),
-            TableKind::Filter => Some((TableKind::Filter, &mut self.filter)),
-            TableKind::Other => None,
         }
     }
 
@@ -429,18 +649,10 @@ impl Parser {
             self.unparsed(number, text, "chain declaration without a name");
             return;
         }
+        self.note_chain_name(name);
         match self.table {
             None => self.unparsed(number, text, "chain declared outside a table"),
-            Some(TableKind::Other) => {
-                if name.starts_with("KUBE-") {
-                    self.other_chains.push(name.into());
-                }
-            }
-            Some(_) => {
-                if let Some((_, table)) = self.current_table() {
-                    table.chain_id(name, number);
-                }
-            }
+            Some(_) => self.declare_in_current(name, number),
         }
     }
 
@@ -450,20 +662,34 @@ impl Parser {
             Some(i) => (&after_a[..i], after_a[i + 1..].trim_start_matches(' ')),
             None => (after_a, ""),
         };
-        if self.table.is_none() {
-            self.unparsed(number, text, "rule outside a table");
-            return;
-        }
         if chain.starts_with("KUBE-") {
             self.kube_rule_count += 1;
         }
-        let Some((kind, _)) = self.current_table() else {
-            return;
+        if self.replacement.is_none() {
+            self.note_chain_name(chain);
+        }
+        let kind = match self.table {
+            Some(kind) => kind,
+            None => {
+                // A rule outside any table (`iptables -S CHAIN`, a fragment): its chain
+                // and target say which.
+                let target = RuleArgs::read_target(spec).and_then(|a| a.target);
+                let kind = guess_table(chain, target.as_deref().unwrap_or(""));
+                self.guessed_lines += 1;
+                self.note_table(Some(kind));
+                kind
+            }
         };
         // Only dispatch chains need every argument; elsewhere the target (and a DNAT's
         // destination) is all that matters, read from the end of the line.
         let args = match kind {
-            TableKind::Filter if !FILTER_DISPATCH_CHAINS.contains(&chain) => return,
+            TableKind::Other => return,
+            TableKind::Filter if !FILTER_DISPATCH_CHAINS.contains(&chain) => {
+                if let Some(target) = RuleArgs::read_target(spec).and_then(|a| a.target) {
+                    self.check_jump(TableKind::Filter, &target, number, text);
+                }
+                return;
+            }
             TableKind::Nat if chain != "KUBE-NODEPORTS" && !is_cni_hostport_chain(chain) => {
                 RuleArgs::read_target(spec).map_or_else(|| RuleArgs::read(spec), Ok)
             }
@@ -482,9 +708,82 @@ impl Parser {
             self.saw_ipv6_address = true;
         }
         match kind {
-            TableKind::Nat => self.nat_rule(number, text, chain, &args),
-            TableKind::Filter => self.filter_rule(number, text, chain, &args),
+            TableKind::Nat => {
+                if kube_proxy::chain_hash(chain).is_none() {
+                    self.note_ipvs_rule(chain, args.target.as_deref().unwrap_or(""), spec);
+                }
+                self.nat_rule(number, text, chain, &args)
+            }
+            TableKind::Filter => {
+                if let Some(target) = args.target.as_deref() {
+                    self.check_jump(TableKind::Filter, target, number, text);
+                }
+                self.filter_rule(number, text, chain, &args)
+            }
             TableKind::Other => {}
+        }
+    }
+
+    /// Remembers a jump to a `KUBE-*` chain that `table` has not declared: kube-proxy
+    /// never writes one, and iptables itself refuses to load one.
+    fn check_jump(&mut self, table: TableKind, target: &str, number: u32, text: &str) {
+        if !target.starts_with("KUBE-") {
+            return;
+        }
+        let declared = match table {
+            TableKind::Nat => &self.nat,
+            TableKind::Filter => &self.filter,
+            TableKind::Other => return,
+        }
+        .index
+        .get(target)
+        .is_some_and(|&id| {
+            let t = if table == TableKind::Nat {
+                &self.nat
+            } else {
+                &self.filter
+            };
+            t.chains[id as usize].declared != 0
+        });
+        if !declared {
+            self.undeclared_jumps.push((
+                table,
+                target.to_string(),
+                RuleText {
+                    text: text.into(),
+                    line: number,
+                },
+            ));
+        }
+    }
+
+    /// What a nat rule outside the per-service chains says of the proxy mode: nat
+    /// `KUBE-SERVICES` holds the dispatch of whichever mode synced last, and IPVS mode
+    /// matches Service addresses with ipsets.
+    fn note_ipvs_rule(&mut self, chain: &str, target: &str, spec: &str) {
+        if IPVS_CHAINS.contains(&chain) {
+            self.note_ipvs(format!("chain {chain}"));
+        }
+        let ipset = memchr::memmem::find(spec.as_bytes(), b"--match-set KUBE-").map(|at| {
+            spec[at + "--match-set ".len()..]
+                .split_ascii_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        });
+        if let Some(set) = &ipset {
+            self.note_ipvs(format!("ipset {set}"));
+        }
+        if chain != "KUBE-SERVICES" {
+            return;
+        }
+        if ipset.is_some() || IPVS_CHAINS.contains(&target) {
+            self.services_dispatch.1 += 1;
+        } else if target == "KUBE-NODEPORTS"
+            || target.starts_with("KUBE-XLB-")
+            || kube_proxy::chain_hash(target).is_some()
+        {
+            self.services_dispatch.0 += 1;
         }
     }
 
@@ -501,7 +800,21 @@ impl Parser {
         let target = args.target.as_deref().unwrap_or("");
         let mut dispatch_target = None;
         if target == "DNAT" {
+            let kube_chain = chain.starts_with("KUBE-");
             match args.to_destination.as_deref().map(parse_dnat_destination) {
+                Some(Ok((ip, port))) if kube_chain && (ip.is_unspecified() || port == Some(0)) => {
+                    self.malformed_rule(
+                        "nat",
+                        chain,
+                        number,
+                        text,
+                        format!(
+                            "DNATs to {}, an address no packet can be sent to",
+                            args.to_destination.as_deref().unwrap_or("")
+                        ),
+                    );
+                    return;
+                }
                 Some(Ok((ip, port))) => {
                     let id = self.dnats.len() as u32;
                     self.dnats.push(Dnat {
@@ -520,17 +833,31 @@ impl Parser {
                     self.unparsed(number, text, reason);
                     return;
                 }
+                None if kube_chain => {
+                    self.malformed_rule(
+                        "nat",
+                        chain,
+                        number,
+                        text,
+                        "is a DNAT without a destination (--to-destination)".into(),
+                    );
+                    return;
+                }
                 None => {
                     self.unparsed(number, text, "DNAT without --to-destination");
                     return;
                 }
             }
         } else if let Some(&target_id) = self.nat.index.get(target) {
+            if self.nat.chains[target_id as usize].declared == 0 {
+                self.check_jump(TableKind::Nat, target, number, text);
+            }
             self.nat.jumps.push((chain_id, target_id));
             self.nat.chains[target_id as usize].referenced = true;
             dispatch_target = Some(DispatchTarget::Chain(target_id));
         } else if target.starts_with("KUBE-") {
             // A jump to a chain the dump never declares: keep it so the path can say so.
+            self.check_jump(TableKind::Nat, target, number, text);
             let target_id = self.nat.chain_id(target, 0);
             self.nat.jumps.push((chain_id, target_id));
             self.nat.chains[target_id as usize].referenced = true;
@@ -558,6 +885,18 @@ impl Parser {
             return;
         };
         self.push_dispatch(number, text, "KUBE-NODEPORTS", TableKind::Nat, args, target);
+    }
+
+    fn malformed_rule(&mut self, table: &str, chain: &str, number: u32, text: &str, problem: String) {
+        self.malformed.push(MalformedRule {
+            table: table.to_string(),
+            chain: chain.to_string(),
+            rule: RuleText {
+                text: text.into(),
+                line: number,
+            },
+            problem,
+        });
     }
 
     fn push_hostport(&mut self, number: u32, text: &str, args: &RuleArgs<'_>, chain: u32) {
@@ -665,6 +1004,8 @@ impl Parser {
     }
 
     fn finish(mut self) -> RuleSource {
+        self.end_policies();
+        self.end_listing();
         if let Some(_open) = self.table.take() {
             self.notes.push(format!(
                 "table {} (line {}) has no COMMIT: the dump looks truncated",
@@ -672,17 +1013,7 @@ impl Parser {
             ));
             self.uncommitted = true;
         }
-        let backend = self.hint.backend.or(self.header_backend).unwrap_or_else(|| {
-            self.notes
-                .push("the dump does not say which iptables backend wrote it; assuming iptables-nft".into());
-            Backend::IptablesNft
-        });
-        if let (Some(h), Some(b)) = (self.hint.backend, self.header_backend)
-            && h != b
-        {
-            self.notes
-                .push(format!("the file name says {h} but the dump's header says {b}"));
-        }
+        let backend = self.decide_backend();
         let family = self
             .hint
             .family
@@ -692,6 +1023,12 @@ impl Parser {
             } else {
                 Family::Ipv4
             });
+        if self.guessed_lines > 0 {
+            self.notes.push(format!(
+                "{} lines stand outside any table (an `iptables -S` listing without its -P lines, or a fragment): their table was told by their chains, and the dump is not trusted to show what is missing",
+                self.guessed_lines
+            ));
+        }
         let has_kube_proxy = self.nat.index.contains_key("KUBE-SERVICES")
             || self.nat.index.contains_key("KUBE-NODEPORTS")
             || self.filter.index.contains_key("KUBE-EXTERNAL-SERVICES");
@@ -726,7 +1063,34 @@ impl Parser {
                 orphans[i].dnat.get_or_insert(SocketAddr::new(d.ip, port));
             }
         }
-        let complete = !self.uncommitted && self.unparsed.is_empty();
+        let complete = !self.uncommitted && self.unparsed.is_empty() && self.guessed_lines == 0;
+        let signals = self.signals();
+        let gaps = self.gaps(has_kube_proxy);
+        let mut malformed = std::mem::take(&mut self.malformed);
+        // A jump to an undeclared chain is proof only where the dump shows every
+        // declaration.
+        if complete {
+            for (table, target, rule) in std::mem::take(&mut self.undeclared_jumps) {
+                let (t, name) = match table {
+                    TableKind::Nat => (&self.nat, "nat"),
+                    _ => (&self.filter, "filter"),
+                };
+                if t.index
+                    .get(target.as_str())
+                    .is_some_and(|&id| t.chains[id as usize].declared != 0)
+                {
+                    continue;
+                }
+                let chain = rule_chain(&rule.text).to_string();
+                malformed.push(MalformedRule {
+                    table: name.to_string(),
+                    chain,
+                    problem: format!("jumps to {target}, a chain the {name} table does not declare"),
+                    rule,
+                });
+            }
+        }
+        malformed.sort_by_key(|m| m.rule.line);
         RuleSource {
             origin: self.origin,
             backend,
@@ -740,8 +1104,99 @@ impl Parser {
             kube_rule_count: self.kube_rule_count,
             complete,
             notes: self.notes,
+            signals,
+            gaps,
+            malformed,
         }
     }
+
+    /// The backend: the caller's, else the header's, and the notes say how it was
+    /// decided when the caller did not know.
+    fn decide_backend(&mut self) -> Backend {
+        if let (Some(h), Some(b)) = (self.hint.backend, self.header_backend)
+            && h != b
+        {
+            self.notes
+                .push(format!("the file name says {h} but the dump's header says {b}"));
+        }
+        if let Some(b) = self.hint.backend {
+            return b;
+        }
+        let (backend, how) = match (self.header_backend, &self.header_predates_nft) {
+            (Some(b), Some(version)) => (
+                b,
+                format!(
+                    "backend {b}: the header names iptables {version}, which predates the nf_tables backend (1.8)"
+                ),
+            ),
+            (Some(b), None) => (b, format!("backend {b}: from the dump's header")),
+            (None, _) => (
+                Backend::IptablesNft,
+                "the dump does not say which iptables backend wrote it (no `# Generated by` header naming nf_tables or legacy); reported as iptables-nft".to_string(),
+            ),
+        };
+        self.notes.push(how);
+        backend
+    }
+
+    fn signals(&self) -> ProxySignals {
+        let iptables_mode = self.nat.index.keys().any(|c| {
+            &**c == "KUBE-NODEPORTS" || c.starts_with("KUBE-XLB-") || kube_proxy::chain_hash(c).is_some()
+        });
+        let (iptables, ipvs) = self.services_dispatch;
+        let services_dispatch = match (iptables, ipvs) {
+            (0, 0) => None,
+            (i, v) if v > i => Some(ProxyMode::Ipvs),
+            _ => Some(ProxyMode::Iptables),
+        };
+        ProxySignals {
+            iptables_mode,
+            services_dispatch,
+            ipvs: self.ipvs.clone(),
+            replacement: self.replacement.clone(),
+        }
+    }
+
+    /// kube-proxy writes to both nat and filter: a dump that holds its chains in one and
+    /// leaves the other table out (`iptables-save -t nat`, `iptables -t nat -S`) cannot
+    /// show what the other holds.
+    fn gaps(&self, has_kube_proxy: bool) -> Vec<String> {
+        let mut gaps = Vec::new();
+        if !has_kube_proxy {
+            return gaps;
+        }
+        if !self.saw_nat {
+            gaps.push(format!(
+                "{} holds no nat table, where kube-proxy's NodePort forwarding lives: stale, duplicate and missing forwarding rules were not checked in it",
+                self.origin
+            ));
+        }
+        if !self.saw_filter {
+            gaps.push(format!(
+                "{} holds no filter table: kube-proxy's REJECT and DROP rules for NodePorts (Services without endpoints, Local traffic policy without a local endpoint) were not seen",
+                self.origin
+            ));
+        }
+        gaps
+    }
+}
+
+/// The chain of a rule line (`-A CHAIN ...`).
+fn rule_chain(text: &str) -> &str {
+    text.strip_prefix("-A ")
+        .and_then(|r| r.split_ascii_whitespace().next())
+        .unwrap_or("")
+}
+
+/// The version in an iptables-save header (`iptables-save v1.6.1 on ...`).
+fn header_version(header: &str) -> Option<(u32, u32)> {
+    let v = header
+        .split_ascii_whitespace()
+        .find_map(|w| w.strip_prefix('v'))?;
+    let mut parts = v.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
 }
 
 /// kube-proxy's comments start with the Service port (`ns/svc:port`, then words like
