@@ -420,11 +420,8 @@ def analyse(bundle):
             findings.append(F("orphan-chain", "info", dp["proto"] if dp else None,
                               dp["node_port"] if dp else None, fam, be, dp["service"] if dp else None, None))
         if not is_active:
-            if not s.nat_np:
-                findings.append(F("backend-split", "warning", None, None, fam, be, None, None))
-            for r in s.nat_np:
-                findings.append(F("backend-split", "warning", r["proto"], r["port"], fam, be,
-                                  svc_of(r["named"]), None))
+            # one per stale backend and family, whatever it holds
+            findings.append(F("backend-split", "warning", None, None, fam, be, None, None))
             continue
         # missing rules / endpoints in the active backend
         for d in desired.ports:
@@ -462,8 +459,8 @@ def analyse(bundle):
             claims[(d["proto"], d["node_port"])].add(d["service"])
     for (proto, port), svcs in claims.items():
         if len(svcs) > 1:
-            for sv in sorted(svcs):
-                findings.append(F("nodeport-collision", "critical", proto, port, None, None, sv, None))
+            # one per colliding port; its `service` is the first claimant
+            findings.append(F("nodeport-collision", "critical", proto, port, None, None, sorted(svcs)[0], None))
     return findings
 
 

@@ -282,7 +282,7 @@ pub enum Format {
 #[derive(Debug, Args)]
 pub struct ScanArgs {
     /// Scan a snapshot bundle (a directory captured from a node) instead of this node.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
     pub from: Option<PathBuf>,
 
     /// The cluster state, as `kubectl get services,endpointslices -A -o json` prints it
@@ -379,6 +379,11 @@ pub struct LiveArgs {
     #[arg(long, value_name = "ADDR", default_value = live::DEFAULT_KUBE_PROXY_HEALTHZ, value_parser = parse_healthz_addr)]
     pub kube_proxy_healthz: HealthzAddr,
 
+    /// kube-proxy's metrics server (its --metrics-bind-address), asked for
+    /// `/proxyMode`, or `off`. Without an answer the rules alone tell the mode.
+    #[arg(long, value_name = "ADDR", default_value = live::DEFAULT_KUBE_PROXY_METRICS, value_parser = parse_healthz_addr)]
+    pub kube_proxy_metrics: HealthzAddr,
+
     /// How kube-proxy's nftables tables are read: `netlink` (from the kernel, falling
     /// back to `nft -j` when that fails) or `nft` (`nft -j list table` only).
     #[arg(long, value_enum, value_name = "HOW", default_value = "netlink")]
@@ -418,6 +423,7 @@ impl LiveArgs {
                 max_output: self.tool_max_output,
             },
             kube_proxy_healthz: self.kube_proxy_healthz.0,
+            kube_proxy_metrics: self.kube_proxy_metrics.0,
             healthz_timeout: live::HEALTHZ_TIMEOUT,
             cluster_state,
             nftables_via: match self.nftables_via {

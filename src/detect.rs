@@ -101,7 +101,7 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
         unparsed_rules(source, &mut findings);
         malformed_rules(source, &mut findings);
     }
-    backend_split(&observed.sources, &judged, &primaries, &index, &mut findings);
+    backend_split(&observed.sources, &primaries, &mut findings);
     port_range_overlap(observed, config, &mut findings);
     if has_desired {
         if proxy.mode.is_read() {
@@ -125,11 +125,29 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
         mark_stale_state(&mut findings);
     }
     findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    drop_identical(&mut findings);
     Detection {
         findings,
         proxy,
         primaries,
     }
+}
+
+/// Removes findings identical to an earlier one (two rules that prove the same thing in
+/// the same words): a report lists each fact once. Identical findings share a sort key,
+/// so only neighbours with an equal key are compared.
+fn drop_identical(findings: &mut Vec<Finding>) {
+    let mut kept: Vec<Finding> = Vec::with_capacity(findings.len());
+    let mut group_start = 0;
+    for f in findings.drain(..) {
+        if kept.last().is_none_or(|last| last.sort_key() != f.sort_key()) {
+            group_start = kept.len();
+        }
+        if !kept[group_start..].contains(&f) {
+            kept.push(f);
+        }
+    }
+    *findings = kept;
 }
 
 // === Attribution ===
@@ -654,38 +672,106 @@ fn missing_rules(
             out.push(missing_rule_finding(family, primary, desired, rules));
             continue;
         }
-        if eps.cluster_uncertain {
-            continue;
-        }
         forwarding.sort_by_key(|r| r.dest == DestMatch::Localhost);
         let reached = |addr: &SocketAddr| {
             forwarding
                 .iter()
                 .any(|r| r.targets.iter().any(|t| t.addr == *addr))
         };
-        let local = eps.local.iter().filter(|_| desired.external_policy_local);
-        let mut missing: Vec<&SocketAddr> = eps.cluster.iter().chain(local).filter(|a| !reached(a)).collect();
-        missing.sort();
-        missing.dedup();
-        for addr in missing {
-            let mut f = rule_finding(
-                Kind::MissingEndpoint,
-                Severity::Warning,
-                primary,
-                forwarding[0],
-                format!(
-                    "{}'s endpoint {addr} is ready to serve, but NodePort {}/{} never sends traffic to it in {}: kube-proxy has not synced the latest EndpointSlice — check its logs.",
-                    desired.service.service(),
-                    desired.protocol,
-                    desired.node_port,
-                    primary.backend
-                ),
+        let reached_externally =
+            |addr: &SocketAddr| forwarding.iter().any(|r| r.external_targets.contains(addr));
+        // Each unreached endpoint once; `true` when it is a local endpoint that external
+        // traffic must reach (externalTrafficPolicy Local).
+        let mut missing: BTreeMap<&SocketAddr, bool> = BTreeMap::new();
+        if !eps.cluster_uncertain {
+            missing.extend(eps.cluster.iter().filter(|a| !reached(a)).map(|a| (a, false)));
+        }
+        if desired.external_policy_local {
+            missing.extend(
+                eps.local
+                    .iter()
+                    .filter(|a| !reached_externally(a))
+                    .map(|a| (a, true)),
             );
-            set_service(&mut f, &desired.service);
-            f.target = Some(addr.to_string());
+        }
+        // The node drops the port's external traffic as if it had no local endpoint, and
+        // none of its local endpoints is reached: every external client is dropped here.
+        let dropping = rules
+            .iter()
+            .find(|(r, _)| r.verdict == Verdict::Drop)
+            .map(|(r, _)| *r)
+            .filter(|_| desired.external_policy_local && eps.local.iter().all(|a| !reached_externally(a)));
+        for (addr, local) in missing {
+            let f = if local {
+                local_endpoint_unreached(primary, desired, forwarding[0], addr, dropping)
+            } else {
+                let mut f = rule_finding(
+                    Kind::MissingEndpoint,
+                    Severity::Warning,
+                    primary,
+                    forwarding[0],
+                    format!(
+                        "{}'s endpoint {addr} is ready to serve, but NodePort {}/{} never sends traffic to it in {}: kube-proxy has not synced the latest EndpointSlice — check its logs.",
+                        desired.service.service(),
+                        desired.protocol,
+                        desired.node_port,
+                        primary.backend
+                    ),
+                );
+                set_service(&mut f, &desired.service);
+                f.target = Some(addr.to_string());
+                f
+            };
             out.push(f);
         }
     }
+}
+
+/// A local endpoint of an externalTrafficPolicy Local port that traffic from outside
+/// the node never reaches: critical when the node drops that traffic outright (the drop
+/// rule is the evidence), a warning when only pod and host traffic reaches it.
+fn local_endpoint_unreached(
+    primary: &RuleSource,
+    desired: &DesiredPort,
+    forwarding: &NodePortRule,
+    addr: &SocketAddr,
+    dropping: Option<&NodePortRule>,
+) -> Finding {
+    let service = desired.service.service();
+    let (protocol, port) = (desired.protocol, desired.node_port);
+    let mut f = match dropping {
+        Some(drop) => {
+            let mut f = rule_finding(
+                Kind::MissingEndpoint,
+                Severity::Critical,
+                primary,
+                drop,
+                format!(
+                    "{service} has externalTrafficPolicy Local and a ready endpoint on this node ({addr}), but {} still drops external traffic to NodePort {protocol}/{port} as if the node had none: clients from outside reaching this node get no answer — kube-proxy has not synced the endpoint; check its logs.",
+                    primary.backend
+                ),
+            );
+            f.evidence.push(format!(
+                "NodePort rule: {} ({}), which reaches {addr} for pod and host traffic only",
+                forwarding.rule.text,
+                locate(&primary.origin, forwarding.rule.line)
+            ));
+            f
+        }
+        None => rule_finding(
+            Kind::MissingEndpoint,
+            Severity::Warning,
+            primary,
+            forwarding,
+            format!(
+                "{service} has externalTrafficPolicy Local and a ready endpoint on this node ({addr}), but in {} external traffic to NodePort {protocol}/{port} never reaches it (only pod and host traffic does): kube-proxy has not synced the latest EndpointSlice — check its logs.",
+                primary.backend
+            ),
+        ),
+    };
+    set_service(&mut f, &desired.service);
+    f.target = Some(addr.to_string());
+    f
 }
 
 fn missing_rule_finding(
@@ -872,13 +958,7 @@ fn agreement(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<'_
         .sum()
 }
 
-fn backend_split(
-    sources: &[RuleSource],
-    judged: &[Vec<Judged<'_>>],
-    primaries: &BTreeMap<Family, usize>,
-    index: &DesiredIndex<'_>,
-    out: &mut Vec<Finding>,
-) {
+fn backend_split(sources: &[RuleSource], primaries: &BTreeMap<Family, usize>, out: &mut Vec<Finding>) {
     for (i, s) in sources.iter().enumerate() {
         let Some(&primary) = primaries.get(&s.family) else {
             continue;
@@ -887,43 +967,57 @@ fn backend_split(
             continue;
         }
         let active = sources[primary].backend;
-        let forwarding: Vec<(&NodePortRule, &Judged<'_>)> = s
+        let forwarding: Vec<&NodePortRule> = s
             .nodeports
             .iter()
-            .zip(&judged[i])
-            .filter(|(r, _)| r.verdict == Verdict::Forward)
+            .filter(|r| r.verdict == Verdict::Forward && r.dest != DestMatch::Localhost)
             .collect();
-        if forwarding.is_empty() {
-            let mut f = Finding::new(
-                Kind::BackendSplit,
-                Severity::Warning,
-                format!(
-                    "{} also holds kube-proxy chains ({} rules) while kube-proxy writes {}; the kernel evaluates both, so remove kube-proxy's chains from {}.",
-                    s.backend, s.kube_rule_count, active, s.backend
-                ),
-            );
-            f.family = Some(s.family);
-            f.backend = Some(s.backend);
-            f.rule_source = Some(s.origin.clone());
-            out.push(f);
-            continue;
+        let mut ports: Vec<(Protocol, u16)> = forwarding.iter().map(|r| (r.protocol, r.port)).collect();
+        ports.sort();
+        ports.dedup();
+        // One finding per stale backend and family: what each stale copy does to its
+        // port is in the stale-* findings.
+        let message = if ports.is_empty() {
+            format!(
+                "{} {} also holds kube-proxy chains ({} rules) while kube-proxy writes {}; the kernel evaluates both, so remove kube-proxy's chains from {}.",
+                s.backend, s.family, s.kube_rule_count, active, s.backend
+            )
+        } else {
+            const LISTED: usize = 10;
+            let listed: Vec<String> = ports
+                .iter()
+                .take(LISTED)
+                .map(|(p, n)| format!("{p}/{n}"))
+                .collect();
+            format!(
+                "{} {} also holds kube-proxy NodePort rules for {} ports ({}{}) while kube-proxy writes {}; the kernel evaluates both and nothing keeps the {} copy current: remove kube-proxy's chains from {}. What each stale copy does to its port is in the stale-* findings.",
+                s.backend,
+                s.family,
+                ports.len(),
+                listed.join(", "),
+                if ports.len() > LISTED { ", …" } else { "" },
+                active,
+                s.backend,
+                s.backend
+            )
+        };
+        let mut f = Finding::new(Kind::BackendSplit, Severity::Warning, message);
+        f.family = Some(s.family);
+        f.backend = Some(s.backend);
+        f.rule_source = Some(s.origin.clone());
+        f.ports = ports.iter().map(|&(_, n)| n).collect();
+        f.ports.dedup();
+        f.evidence.extend(
+            forwarding
+                .iter()
+                .take(5)
+                .map(|r| format!("{} ({})", r.rule.text, locate(&s.origin, r.rule.line))),
+        );
+        if forwarding.len() > 5 {
+            f.evidence
+                .push(format!("… and {} more NodePort rules", forwarding.len() - 5));
         }
-        for (rule, j) in forwarding {
-            let mut f = rule_finding(
-                Kind::BackendSplit,
-                Severity::Warning,
-                s,
-                rule,
-                format!(
-                    "{}/{} also has a kube-proxy rule in {} while kube-proxy writes {}; the kernel evaluates both and nothing keeps the {} copy current: remove kube-proxy's chains from {}.",
-                    rule.protocol, rule.port, s.backend, active, s.backend, s.backend
-                ),
-            );
-            if let Some(svc) = describe_attribution(index, rule, j.attribution) {
-                set_service(&mut f, &svc);
-            }
-            out.push(f);
-        }
+        out.push(f);
     }
 }
 
@@ -1177,26 +1271,31 @@ fn squatters(observed: &Observed, index: &DesiredIndex<'_>, config: &DetectConfi
 
 fn nodeport_collisions(index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     for ((protocol, port), claimants) in index.by_port.groups().filter(|(_, v)| v.len() > 1) {
-        let names: Vec<String> = claimants
+        // One Service with the port twice (two families, a duplicated port entry) is not
+        // a collision: only distinct Services are.
+        let mut names: Vec<String> = claimants
             .iter()
             .map(|&i| index.port(i).service.service())
             .collect();
-        for &i in claimants {
-            let desired = index.port(i);
-            let mut f = Finding::new(
-                Kind::NodeportCollision,
-                Severity::Critical,
-                format!(
-                    "{} Services claim {protocol}/{port} as their nodePort ({}); only one can receive its traffic — give the others a different nodePort.",
-                    claimants.len(),
-                    names.join(", ")
-                ),
-            );
-            f.protocol = Some(protocol);
-            f.port = Some(port);
-            set_service(&mut f, &desired.service);
-            out.push(f);
+        names.dedup();
+        if names.len() < 2 {
+            continue;
         }
+        let first = index.port(claimants[0]);
+        let mut f = Finding::new(
+            Kind::NodeportCollision,
+            Severity::Critical,
+            format!(
+                "{} Services claim {protocol}/{port} as their nodePort ({}); only one can receive its traffic — give the others a different nodePort.",
+                names.len(),
+                names.join(", ")
+            ),
+        );
+        f.protocol = Some(protocol);
+        f.port = Some(port);
+        set_service(&mut f, &first.service);
+        f.services = names;
+        out.push(f);
     }
 }
 

@@ -119,6 +119,13 @@ pub struct Finding {
     /// The Service's port name as kube-proxy names it (empty for an unnamed port).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_port: Option<String>,
+    /// Every Service the finding concerns when there are several (a nodeport-collision's
+    /// claimants; `service` holds the first).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
+    /// Every NodePort the finding concerns when it is about several (a backend-split).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
     /// `ip:port` of a DNAT target, `[v6]:port` for IPv6.
     pub target: Option<String>,
     /// The rule as its backend prints it.
@@ -156,6 +163,8 @@ impl Finding {
             backend: None,
             service: None,
             service_port: None,
+            services: Vec::new(),
+            ports: Vec::new(),
             target: None,
             rule: None,
             rule_source: None,
@@ -182,7 +191,8 @@ impl Finding {
         )
     }
 
-    /// Sort key: by port, then most severe first, then kind, so reports group by port.
+    /// Sort key: by port, then most severe first, then kind, so reports group by port;
+    /// rule positions by file, then line number (line 97 before line 100).
     pub fn sort_key(&self) -> impl Ord + '_ {
         (
             self.port.unwrap_or(u16::MAX),
@@ -192,7 +202,18 @@ impl Finding {
             self.backend,
             self.family,
             self.target.as_deref(),
-            self.rule_source.as_deref(),
+            self.rule_source.as_deref().map(position),
         )
+    }
+}
+
+/// `file:line` as (file, line), so positions order by number; a source without a line
+/// number sorts before its lines.
+fn position(at: &str) -> (&str, u64) {
+    match at.rsplit_once(':') {
+        Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => {
+            (file, line.parse().unwrap_or(u64::MAX))
+        }
+        _ => (at, 0),
     }
 }

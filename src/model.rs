@@ -262,6 +262,11 @@ pub struct NodePortRule {
     pub path: Arc<[Arc<str>]>,
     /// Every DNAT reachable from this rule (shared like `path`).
     pub targets: Arc<[DnatTarget]>,
+    /// The DNAT addresses reachable without entering the Service's cluster-wide chain
+    /// (`KUBE-SVC-*`, nftables `service-*`). With externalTrafficPolicy Local kube-proxy
+    /// sends only pod and host traffic there; a client outside the node reaches these
+    /// alone (`KUBE-SVL-*` / `local-*`, or the old `KUBE-XLB-*`'s own endpoint jumps).
+    pub external_targets: Arc<[SocketAddr]>,
     /// The Service port named by kube-proxy's comment or the nftables chain name. For
     /// an iptables rule that jumps to a hashed kube-proxy chain the hash names the
     /// Service, and the comment is left undecoded (see

@@ -342,7 +342,8 @@ fn a_hung_tool_times_out_and_changes_nothing_else() {
     // Scan and snapshot each waited 0.4 s for it, plus setup.
     assert!(s.elapsed < Duration::from_secs(8), "took {:?}", s.elapsed);
 
-    // On an empty node: nothing else to say, exit 0.
+    // On an empty node: nothing found, but the hung tool's backend was not read: exit 3,
+    // and the coverage says which.
     let tools = tool_dir(&[], &[("iptables-nft-save", "sleep 30")]);
     let start = Instant::now();
     let out = in_empty_node(
@@ -360,11 +361,17 @@ fn a_hung_tool_times_out_and_changes_nothing_else() {
     let elapsed = start.elapsed();
     assert_eq!(
         out.status.code(),
-        Some(0),
+        Some(3),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let report = json(&out.stdout, "empty node");
+    assert_eq!(report["coverage"]["complete"], false);
+    let not_checked = report["coverage"]["not_checked"].to_string();
+    assert!(
+        not_checked.contains("iptables-nft-save could not be read (timed-out"),
+        "{not_checked}"
+    );
     assert_eq!(source(&report, "iptables-nft-save.txt")["status"], "timed-out");
     assert_eq!(source(&report, "iptables-legacy-save.txt")["status"], "empty");
     assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
@@ -434,9 +441,29 @@ fn the_text_report_of_a_live_scan_names_the_tools() {
         return;
     }
     let tools = tool_dir(&["ip6tables-legacy-save"], &[]);
-    let out = in_empty_node(tools.path(), &["scan", "--kube-proxy-healthz", "off"]);
+    let out = in_empty_node(
+        tools.path(),
+        &[
+            "scan",
+            "--kube-proxy-healthz",
+            "off",
+            "--kube-proxy-metrics",
+            "off",
+        ],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    // A node with no proxy rules and no cluster state found nothing, and says that is
+    // not an all-clear: exit 3, what was not checked first.
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.starts_with("portdrift: node "), "{text}");
+    assert!(
+        text.lines().next().unwrap().contains("INCOMPLETE CHECK"),
+        "{text}"
+    );
+    assert!(text.contains("No Service proxy rules were found"), "{text}");
+    assert!(text.contains("The cluster state was not read"), "{text}");
+    assert!(!text.contains("No drift"), "{text}");
+    assert!(text.contains("proxy mode: none"), "{text}");
     // iptables-nft's and kube-proxy's nftables tables are read over netlink (the dump
     // tools are the fallback).
     assert!(text.contains("netlink: nf_tables ip (iptables-nft)"), "{text}");

@@ -245,7 +245,11 @@ fn a_real_prometheus_scrapes_the_agent_and_evaluates_the_alerts() {
     assert_eq!(up.len(), 1, "{up:?}");
     assert_eq!(up[0].1, 1.0, "{up:?}");
     let findings = samples(dir, "findings.json");
-    assert_eq!(findings.len(), 12, "a gauge for every kind: {findings:?}");
+    assert_eq!(
+        findings.len(),
+        portdrift::finding::Kind::ALL.len(),
+        "a gauge for every kind: {findings:?}"
+    );
     for (labels, value) in &findings {
         let want = by_kind.get(&vec![labels["kind"].clone()]).copied().unwrap_or(0);
         assert_eq!(*value, want as f64, "{labels:?}\n{}", logs());

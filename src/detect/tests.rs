@@ -361,14 +361,116 @@ fn two_services_on_one_nodeport_collide() {
         port("b/y:p", Protocol::Tcp, 30080, &[]),
     ]);
     let f = run(&d, &observed(&[]));
-    let got: Vec<_> = f.iter().map(|f| (f.kind, f.service.clone().unwrap())).collect();
-    assert_eq!(
-        got,
-        [
-            (Kind::NodeportCollision, "a/x".into()),
-            (Kind::NodeportCollision, "b/y".into())
-        ]
+    // One finding for the port, naming every claimant.
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].kind, Kind::NodeportCollision);
+    assert_eq!(f[0].port, Some(30080));
+    assert_eq!(f[0].service.as_deref(), Some("a/x"));
+    assert_eq!(f[0].services, ["a/x", "b/y"]);
+    assert!(f[0].message.contains("a/x, b/y"), "{}", f[0].message);
+    let json = serde_json::to_value(&f[0]).unwrap();
+    assert_eq!(json["services"], serde_json::json!(["a/x", "b/y"]));
+}
+
+#[test]
+fn a_stale_backend_is_one_finding_naming_its_ports() {
+    let d = state(vec![
+        port(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"]),
+        port("shop/api:http", Protocol::Tcp, 30081, &["10.244.1.6:8080"]),
+    ]);
+    let current = kube_proxy_nat(
+        &[
+            (WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"]),
+            ("shop/api:http", Protocol::Tcp, 30081, &["10.244.1.6:8080"]),
+        ],
+        "",
     );
+    let old = kube_proxy_nat(
+        &[
+            (WEB, Protocol::Tcp, 30080, &["10.244.9.9:8080"]),
+            ("shop/api:http", Protocol::Tcp, 30081, &["10.244.1.6:8080"]),
+        ],
+        "",
+    );
+    let f = run(
+        &d,
+        &observed(&[(&current, Backend::IptablesNft), (&old, Backend::IptablesLegacy)]),
+    );
+    let splits: Vec<&Finding> = f.iter().filter(|f| f.kind == Kind::BackendSplit).collect();
+    assert_eq!(splits.len(), 1, "{f:?}");
+    assert_eq!(splits[0].backend, Some(Backend::IptablesLegacy));
+    assert_eq!(splits[0].port, None);
+    assert_eq!(splits[0].ports, [30080, 30081]);
+    assert!(
+        splits[0].message.contains("2 ports (tcp/30080, tcp/30081)"),
+        "{}",
+        splits[0].message
+    );
+    // The stale copy's own drift stays in its stale-* finding.
+    assert!(
+        f.iter()
+            .any(|f| f.kind == Kind::StaleEndpoint && f.backend == Some(Backend::IptablesLegacy))
+    );
+}
+
+#[test]
+fn identical_findings_are_reported_once_and_positions_sort_by_number() {
+    // Two hand-written copies of one stale rule, at lines 97 and 100 of a dump: the
+    // duplicate-rule findings differ (each names its rule), the stale-nodeport ones too.
+    let mut f = vec![
+        Finding::new(Kind::OrphanChain, Severity::Info, "same"),
+        Finding::new(Kind::OrphanChain, Severity::Info, "same"),
+    ];
+    f[0].rule_source = Some("dump:100".into());
+    f[1].rule_source = Some("dump:97".into());
+    let mut twice = f.clone();
+    twice.extend(f.clone());
+    twice.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    drop_identical(&mut twice);
+    let at: Vec<&str> = twice.iter().map(|f| f.rule_source.as_deref().unwrap()).collect();
+    assert_eq!(at, ["dump:97", "dump:100"]);
+}
+
+#[test]
+fn a_partial_dump_proves_no_orphan_and_nothing_missing() {
+    let d = state(vec![port(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"])]);
+    // A stale DNAT is proven by what is there; the orphan chain and the endpoint that
+    // is not reached would rest on what is not.
+    let nat = kube_proxy_nat(
+        &[(WEB, Protocol::Tcp, 30080, &["10.244.9.9:8080"])],
+        ":KUBE-SEP-ORPHANORPHAN0001 - [0:0]\n-A KUBE-SEP-ORPHANORPHAN0001 -p tcp -m tcp -j DNAT --to-destination 10.180.0.9:80\n",
+    );
+    let whole = run(&d, &observed(&[(&nat, Backend::IptablesNft)]));
+    let kinds_of = |f: &[Finding]| f.iter().map(|f| f.kind).collect::<Vec<_>>();
+    assert_eq!(
+        kinds_of(&whole),
+        [Kind::StaleEndpoint, Kind::MissingEndpoint, Kind::OrphanChain]
+    );
+    let cut = nat.replace("COMMIT\n", "");
+    let partial = run(&d, &observed(&[(&cut, Backend::IptablesNft)]));
+    assert_eq!(kinds_of(&partial), [Kind::StaleEndpoint]);
+}
+
+#[test]
+fn a_malformed_rule_is_a_warning_without_cluster_state() {
+    let nat = kube_proxy_nat(
+        &[(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"])],
+        ":KUBE-SEP-ZEROZEROZERO0001 - [0:0]\n-A KUBE-SEP-ZEROZEROZERO0001 -p tcp -m tcp -j DNAT --to-destination 0.0.0.0:0\n",
+    );
+    let f = detect(
+        None,
+        &observed(&[(&nat, Backend::IptablesNft)]),
+        &DetectConfig::default(),
+    );
+    let malformed: Vec<&Finding> = f.iter().filter(|f| f.kind == Kind::MalformedRule).collect();
+    assert_eq!(malformed.len(), 1, "{f:?}");
+    assert_eq!(malformed[0].severity, Severity::Warning);
+    assert!(
+        malformed[0].message.contains("DNATs to 0.0.0.0:0"),
+        "{}",
+        malformed[0].message
+    );
+    assert!(malformed[0].rule.as_deref().unwrap().contains("0.0.0.0:0"));
 }
 
 #[test]
@@ -543,4 +645,137 @@ fn uncovered_ranges_are_computed_exactly() {
         Vec::<std::ops::RangeInclusive<u16>>::new()
     );
     assert_eq!(uncovered(65530..=65535, &[65530..=65531]), vec![65532..=65535]);
+}
+
+/// kube-proxy's externalTrafficPolicy Local layout for `shop/web:http` on 30080, with
+/// `svl` endpoints in its KUBE-SVL chain (none: no chain, and the filter DROP for "no
+/// local endpoints") and `cluster` endpoints in its KUBE-SVC chain.
+fn local_policy_dump(svl: &[&str], cluster: &[&str], drop: bool) -> String {
+    let svc = ServicePortRef::parse(WEB).unwrap();
+    let h = kube_proxy::service_chain_hash(&svc, Protocol::Tcp);
+    let mut decl = format!(
+        ":KUBE-NODEPORTS - [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n:KUBE-EXT-{h} - [0:0]\n:KUBE-SVC-{h} - [0:0]\n"
+    );
+    let mut rules = format!(
+        "-A KUBE-NODEPORTS -p tcp -m comment --comment \"{WEB}\" -m tcp --dport 30080 -j KUBE-EXT-{h}\n\
+         -A KUBE-EXT-{h} -s 10.244.0.0/16 -m comment --comment \"pod traffic for {WEB} external destinations\" -j KUBE-SVC-{h}\n\
+         -A KUBE-EXT-{h} -m comment --comment \"masquerade LOCAL traffic for {WEB} external destinations\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ\n\
+         -A KUBE-EXT-{h} -m comment --comment \"route LOCAL traffic for {WEB} external destinations\" -m addrtype --src-type LOCAL -j KUBE-SVC-{h}\n"
+    );
+    if !svl.is_empty() {
+        decl.push_str(&format!(":KUBE-SVL-{h} - [0:0]\n"));
+        rules.push_str(&format!("-A KUBE-EXT-{h} -j KUBE-SVL-{h}\n"));
+    }
+    for (chain, eps) in [("SVC", cluster), ("SVL", svl)] {
+        for ep in eps {
+            let sep = kube_proxy::endpoint_chain_hash(&svc, Protocol::Tcp, &addr(ep));
+            if !decl.contains(&sep) {
+                decl.push_str(&format!(":KUBE-SEP-{sep} - [0:0]\n"));
+                rules.push_str(&format!(
+                    "-A KUBE-SEP-{sep} -p tcp -m tcp -j DNAT --to-destination {ep}\n"
+                ));
+            }
+            rules.push_str(&format!("-A KUBE-{chain}-{h} -j KUBE-SEP-{sep}\n"));
+        }
+    }
+    let filter = if drop {
+        format!(
+            "-A KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment \"{WEB} has no local endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30080 -j DROP\n"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "# Generated by iptables-save v1.8.9 (nf_tables) on x\n*filter\n:KUBE-EXTERNAL-SERVICES - [0:0]\n{filter}COMMIT\n*nat\n{decl}{rules}-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\nCOMMIT\n"
+    )
+}
+
+/// `shop/web` with externalTrafficPolicy Local: 10.244.1.5 on this node, 10.244.2.6 on
+/// another.
+fn local_policy_state() -> DesiredState {
+    let mut p = port(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080", "10.244.2.6:8080"]);
+    p.external_policy_local = true;
+    p.endpoints[0].1.local = [addr("10.244.1.5:8080")].into();
+    state(vec![p])
+}
+
+#[test]
+fn a_local_endpoint_behind_a_stale_drop_is_critical_with_the_drop_as_evidence() {
+    // kube-proxy last synced when the pod ran elsewhere: no KUBE-SVL chain, the DROP for
+    // "no local endpoints" still in place.
+    let dump = local_policy_dump(&[], &["10.244.2.6:8080"], true);
+    let f = run(&local_policy_state(), &observed(&[(&dump, Backend::IptablesNft)]));
+    assert_eq!(
+        kinds(&f),
+        [(
+            Kind::MissingEndpoint,
+            Severity::Critical,
+            Some(30080),
+            Some("10.244.1.5:8080".into())
+        )],
+        "{f:#?}"
+    );
+    assert!(f[0].rule.as_deref().unwrap().contains("has no local endpoints"));
+    assert!(f[0].rule.as_deref().unwrap().ends_with("-j DROP"));
+    assert!(
+        f[0].message.contains("externalTrafficPolicy Local"),
+        "{}",
+        f[0].message
+    );
+}
+
+#[test]
+fn a_local_endpoint_reached_only_by_pod_traffic_is_a_warning() {
+    // The cluster chain has it (pods reach it), the local chain does not: no DROP, but
+    // external clients never get there.
+    let dump = local_policy_dump(
+        &["10.244.9.9:8080"],
+        &["10.244.1.5:8080", "10.244.2.6:8080"],
+        false,
+    );
+    let mut desired = local_policy_state();
+    desired.ports[0].endpoints[0]
+        .1
+        .listed
+        .insert(addr("10.244.9.9:8080"));
+    let f = run(&desired, &observed(&[(&dump, Backend::IptablesNft)]));
+    assert_eq!(
+        kinds(&f),
+        [(
+            Kind::MissingEndpoint,
+            Severity::Warning,
+            Some(30080),
+            Some("10.244.1.5:8080".into())
+        )],
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn local_policy_as_kube_proxy_programs_it_is_clean() {
+    let with_local = local_policy_dump(
+        &["10.244.1.5:8080"],
+        &["10.244.1.5:8080", "10.244.2.6:8080"],
+        false,
+    );
+    assert_eq!(
+        kinds(&run(
+            &local_policy_state(),
+            &observed(&[(&with_local, Backend::IptablesNft)])
+        )),
+        []
+    );
+    // No local endpoint: the DROP and the missing KUBE-SVL chain are kube-proxy's own.
+    let mut remote_only = local_policy_state();
+    remote_only.ports[0].endpoints[0].1.local = Default::default();
+    remote_only.ports[0].endpoints[0].1.cluster = [addr("10.244.2.6:8080")].into();
+    remote_only.ports[0].endpoints[0].1.listed = [addr("10.244.2.6:8080")].into();
+    let dropping = local_policy_dump(&[], &["10.244.2.6:8080"], true);
+    assert_eq!(
+        kinds(&run(
+            &remote_only,
+            &observed(&[(&dropping, Backend::IptablesNft)])
+        )),
+        []
+    );
 }

@@ -31,7 +31,7 @@ use crate::observed::nftables::{
     ConstantMaps, NetlinkLimits, read_tables_netlink, read_tables_netlink_keeping,
 };
 use crate::scan::SourceState;
-use crate::snapshot::{Fetched, HEALTHZ_FILE, Source, fetch_file, fetch_required};
+use crate::snapshot::{Fetched, HEALTHZ_FILE, PROXY_MODE_FILE, Source, fetch_file, fetch_required};
 
 /// Limits on one tool run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -424,6 +424,8 @@ pub fn stderr_notes(stderr: &str) -> Vec<String> {
 
 /// kube-proxy's health endpoint (`--healthz-bind-address`, port 10256).
 pub const DEFAULT_KUBE_PROXY_HEALTHZ: &str = "127.0.0.1:10256";
+/// kube-proxy's metrics server (`--metrics-bind-address`), which answers `/proxyMode`.
+pub const DEFAULT_KUBE_PROXY_METRICS: &str = "127.0.0.1:10249";
 /// One loopback request: a second is plenty, and a wedged kube-proxy must not hold the scan.
 pub const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(1);
 const HEALTHZ_MAX_RESPONSE: usize = 64 << 10;
@@ -621,6 +623,9 @@ pub struct LiveConfig {
     pub limits: ToolLimits,
     /// kube-proxy's health endpoint; None skips the check.
     pub kube_proxy_healthz: Option<SocketAddr>,
+    /// kube-proxy's metrics server, asked for `/proxyMode`; None skips it.
+    pub kube_proxy_metrics: Option<SocketAddr>,
+    /// How long each of kube-proxy's endpoints may take to answer.
     pub healthz_timeout: Duration,
     /// The cluster state (`cluster.json` form), when given.
     pub cluster_state: Option<PathBuf>,
@@ -672,6 +677,7 @@ impl Default for LiveConfig {
             proc_root: PathBuf::from("/proc"),
             limits: ToolLimits::default(),
             kube_proxy_healthz: DEFAULT_KUBE_PROXY_HEALTHZ.parse().ok(),
+            kube_proxy_metrics: DEFAULT_KUBE_PROXY_METRICS.parse().ok(),
             healthz_timeout: HEALTHZ_TIMEOUT,
             cluster_state: None,
             nftables_via: NftablesVia::default(),
@@ -842,11 +848,13 @@ impl LiveNode {
         fetched
     }
 
-    fn healthz<T, F>(&self, consume: F) -> Fetched<T>
+    /// One of kube-proxy's own HTTP endpoints: what it answered, as a fetch (an answer
+    /// other than 200 is `failed`, with its body still handed over).
+    fn kube_proxy_get<T, F>(&self, addr: Option<SocketAddr>, path: &str, consume: F) -> Fetched<T>
     where
         F: FnOnce(&mut dyn BufRead) -> io::Result<T>,
     {
-        let Some(addr) = self.config.kube_proxy_healthz else {
+        let Some(addr) = addr else {
             return Fetched::not_present();
         };
         let start = Instant::now();
@@ -857,7 +865,7 @@ impl LiveNode {
             bytes: None,
             elapsed: None,
         };
-        match http_get(addr, "/healthz", self.config.healthz_timeout) {
+        match http_get(addr, path, self.config.healthz_timeout) {
             Ok(resp) => {
                 if resp.status != 200 {
                     fetched.state = Some(SourceState::Failed);
@@ -893,7 +901,8 @@ impl Source for LiveNode {
         }
         match name {
             "nft.json" => self.nft_tables(consume),
-            HEALTHZ_FILE => self.healthz(consume),
+            HEALTHZ_FILE => self.kube_proxy_get(self.config.kube_proxy_healthz, "/healthz", consume),
+            PROXY_MODE_FILE => self.kube_proxy_get(self.config.kube_proxy_metrics, "/proxyMode", consume),
             "cluster.json" => match &self.config.cluster_state {
                 Some(path) => fetch_required(path, consume),
                 None => Fetched::not_present(),
@@ -928,6 +937,10 @@ impl Source for LiveNode {
             "nft.json" => "nft -j list table ip|ip6 kube-proxy".to_string(),
             HEALTHZ_FILE => match self.config.kube_proxy_healthz {
                 Some(addr) => format!("GET http://{addr}/healthz"),
+                None => name.to_string(),
+            },
+            PROXY_MODE_FILE => match self.config.kube_proxy_metrics {
+                Some(addr) => format!("GET http://{addr}/proxyMode"),
                 None => name.to_string(),
             },
             "cluster.json" => match &self.config.cluster_state {

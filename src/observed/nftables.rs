@@ -447,7 +447,9 @@ fn nodeport_rule(
             walk
         }
         ElementVerdict::Goto(c) | ElementVerdict::Jump(c) if &**map == SERVICE_NODEPORTS_MAP => {
-            follow_chains(table, c, names)
+            let mut walk = follow_chains(table, c, names);
+            walk.external = external_targets(table, c);
+            walk
         }
         other => {
             return Err(unparsed(
@@ -478,6 +480,7 @@ fn nodeport_rule(
         verdict: walk.verdict,
         path: walk.path.into(),
         targets: walk.targets.into(),
+        external_targets: walk.external.into(),
         comment_service,
         // The chain name itself names the Service port (`comment_service`); the hash
         // field holds iptables-mode hashes only.
@@ -524,6 +527,8 @@ struct Walk {
     verdict: Verdict,
     path: Vec<Arc<str>>,
     targets: Vec<DnatTarget>,
+    /// The DNAT addresses reached without entering the cluster chain (`service-*`).
+    external: Vec<SocketAddr>,
     dangling: Option<String>,
 }
 
@@ -533,9 +538,38 @@ impl Walk {
             verdict,
             path: Vec::new(),
             targets: Vec::new(),
+            external: Vec::new(),
             dangling: None,
         }
     }
+}
+
+/// The DNAT addresses reachable from `start` without entering a `service-*` chain: with
+/// externalTrafficPolicy Local kube-proxy's `external-*` chain sends only pod and host
+/// traffic there, so these are what a client outside the node reaches.
+fn external_targets(table: &TableIr<'_>, start: &str) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
+    // A handful of chains: a set the size of the table per NodePort would cost more.
+    let mut seen: rustc_hash::FxHashSet<usize> = Default::default();
+    let mut queue: VecDeque<&str> = VecDeque::from([start]);
+    while let Some(name) = queue.pop_front() {
+        let Some((index, chain)) = table.chain(name) else {
+            continue;
+        };
+        if !seen.insert(index) {
+            continue;
+        }
+        out.extend(chain.rules.iter().filter_map(|r| r.dnat.as_ref().map(|d| d.addr)));
+        queue.extend(
+            chain
+                .rules
+                .iter()
+                .flat_map(|r| r.jumps.iter())
+                .map(|j| j.as_ref())
+                .filter(|j| !(j.starts_with("service-") && is_service_chain(j))),
+        );
+    }
+    out
 }
 
 /// Follows every `goto`/`jump` (including inline `numgen … vmap { … }` maps) from `start`,

@@ -90,6 +90,12 @@ pub const LOCAL_PORT_RANGE_FILE: &str = "proc/sys/net/ipv4/ip_local_port_range";
 pub const RESERVED_PORTS_FILE: &str = "proc/sys/net/ipv4/ip_local_reserved_ports";
 /// The body of kube-proxy's `/healthz` answer.
 pub const HEALTHZ_FILE: &str = "kube-proxy-healthz.json";
+/// The body of kube-proxy's `/proxyMode` answer (`iptables`, `ipvs`, `nftables`).
+pub const PROXY_MODE_FILE: &str = "kube-proxy-mode.txt";
+/// The node's interfaces (IPVS mode's `kube-ipvs0` among them).
+pub const NET_DEV_FILE: &str = "proc/net/dev";
+/// The kernel's IPVS virtual servers (present while the `ip_vs` module is loaded).
+pub const IP_VS_FILE: &str = "proc/net/ip_vs";
 
 /// The largest sysctl, node name or health answer read.
 const SMALL_FILE: u64 = 64 << 10;
@@ -294,6 +300,8 @@ pub fn read_input_cached<S: Source>(
     read_owners(src, &mut input);
     present += read_sysctls(src, &mut input);
     present += usize::from(read_healthz(src, &mut input));
+    present += usize::from(read_proxy_mode(src, &mut input));
+    present += read_ipvs_traces(src, &mut input);
     present += usize::from(read_cluster(src, &mut input)?);
     input.sources.extend(src.own_statuses());
     if present == 0 {
@@ -727,6 +735,82 @@ fn read_healthz<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
     }
     input.sources.push(status);
     true
+}
+
+/// Reads kube-proxy's `/proxyMode` answer.
+fn read_proxy_mode<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+    let fetched = src.fetch(PROXY_MODE_FILE, read_small);
+    let Some(settled) = settle(src, PROXY_MODE_FILE, fetched) else {
+        return false;
+    };
+    let mut status = settled.status;
+    if let Some(body) = settled.value
+        && status.status == SourceState::Ok
+    {
+        let answer = body.trim();
+        if crate::proxy_mode::parse_reported(answer).is_some() {
+            status.notes.push(format!("kube-proxy runs in {answer} mode"));
+            input.observed.kube_proxy_mode = Some(answer.to_string());
+        } else {
+            status.status = SourceState::Error;
+            status.notes.push(format!(
+                "not a proxy mode this reads: {:?}",
+                answer.chars().take(40).collect::<String>()
+            ));
+        }
+    }
+    input.sources.push(status);
+    true
+}
+
+/// Reads IPVS mode's traces outside netfilter: `kube-ipvs0` among the interfaces, and
+/// the kernel's IPVS virtual servers. Returns how many of the two files the source knew.
+fn read_ipvs_traces<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
+    let mut present = 0;
+    let mut traces = node::IpvsTraces::default();
+    let mut read_any = false;
+    let fetched = src.fetch(NET_DEV_FILE, |r| {
+        let mut found = false;
+        for line in r.lines() {
+            found |= node::net_dev_has(&line?, node::IPVS_INTERFACE);
+        }
+        Ok(found)
+    });
+    if let Some(settled) = settle(src, NET_DEV_FILE, fetched) {
+        present += 1;
+        let mut status = settled.status;
+        if let Some(found) = settled.value {
+            read_any = true;
+            traces.interface = found;
+            if found {
+                status.notes.push(format!("{} present", node::IPVS_INTERFACE));
+            }
+        }
+        input.sources.push(status);
+    }
+    // A node without the ip_vs module has no such file: that is no news.
+    let fetched = src.fetch(IP_VS_FILE, |r| {
+        let mut count = 0;
+        for line in r.lines() {
+            count += node::count_ip_vs_services(&line?);
+        }
+        Ok(count)
+    });
+    if let Some(settled) = settle(src, IP_VS_FILE, fetched).filter(|s| s.status.status != SourceState::Absent)
+    {
+        present += 1;
+        let mut status = settled.status;
+        if let Some(count) = settled.value {
+            read_any = true;
+            traces.virtual_servers = Some(count);
+            status.items = Some(count);
+        }
+        input.sources.push(status);
+    }
+    if read_any {
+        input.observed.ipvs = Some(traces);
+    }
+    present
 }
 
 /// Reads the cluster state. Unreadable cluster state fails the scan: without it the

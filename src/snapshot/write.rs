@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use super::source::{MANIFEST_FILE, Manifest, ManifestEntry, Source};
 use super::{
-    HEALTHZ_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, RESERVED_PORTS_FILE, SOCKET_FILES, SnapshotError,
+    HEALTHZ_FILE, IP_VS_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, NET_DEV_FILE, PROXY_MODE_FILE,
+    RESERVED_PORTS_FILE, SOCKET_FILES, SnapshotError,
 };
 use crate::scan::SourceState;
 
@@ -38,6 +39,9 @@ fn bundle_files() -> Vec<&'static str> {
         LOCAL_PORT_RANGE_FILE,
         RESERVED_PORTS_FILE,
         HEALTHZ_FILE,
+        PROXY_MODE_FILE,
+        NET_DEV_FILE,
+        IP_VS_FILE,
         "cluster.json",
         "node",
         MANIFEST_FILE,
@@ -197,6 +201,9 @@ pub fn write_snapshot<S: Source>(
         LOCAL_PORT_RANGE_FILE,
         RESERVED_PORTS_FILE,
         HEALTHZ_FILE,
+        PROXY_MODE_FILE,
+        NET_DEV_FILE,
+        IP_VS_FILE,
         "cluster.json",
     ]);
     for name in names {

@@ -557,10 +557,8 @@ impl Parser {
 
     fn declare_in_current(&mut self, name: &str, number: u32) {
         match self.table {
-            Some(TableKind::Other) => {
-                if name.starts_with("KUBE-") {
-                    self.other_chains.push(name.into());
-                }
+            Some(TableKind::Other) if name.starts_with("KUBE-") => {
+                self.other_chains.push(name.into());
             }
             Some(TableKind::Nat) => {
                 if IPVS_CHAINS.contains(&name) {
@@ -571,7 +569,7 @@ impl Parser {
             Some(TableKind::Filter) => {
                 self.filter.chain_id(name, number);
             }
-            None => {}
+            Some(TableKind::Other) | None => {}
         }
     }
 
@@ -1289,6 +1287,7 @@ fn resolve_hostports(p: &Parser) -> Vec<HostPortRule> {
 struct Reach {
     path: Arc<[Arc<str>]>,
     targets: Arc<[DnatTarget]>,
+    external: Arc<[SocketAddr]>,
     dangling: Option<String>,
     hash: Option<Arc<str>>,
 }
@@ -1349,6 +1348,9 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
             p.dnats.iter().enumerate().map(|(i, d)| (d.chain, i as u32)),
         ),
     };
+    // Most rules reach no target bypassing the cluster chain (externalTrafficPolicy
+    // Cluster): they share one empty list.
+    let no_targets: Arc<[SocketAddr]> = Arc::new([]);
     let mut out = Vec::with_capacity(dispatch.len());
     for d in dispatch {
         let table = if d.table == TableKind::Nat {
@@ -1370,6 +1372,7 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
             verdict: Verdict::Forward,
             path: Arc::new([]),
             targets: Arc::new([]),
+            external_targets: no_targets.clone(),
             comment_service: d.comment,
             chain_hash: None,
             dangling: None,
@@ -1383,15 +1386,18 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
         match d.target {
             DispatchTarget::Verdict(v) => rule.verdict = v,
             DispatchTarget::Dnat(id) => {
-                rule.targets = Arc::new([dnat_target(p, &nat, &p.dnats[id as usize], d.port)])
+                let target = dnat_target(p, &nat, &p.dnats[id as usize], d.port);
+                rule.external_targets = Arc::new([target.addr]);
+                rule.targets = Arc::new([target]);
             }
             DispatchTarget::Chain(start) => {
                 let reach = memo
                     .entry(start)
-                    .or_insert_with(|| walker.reach(p, &nat, start, d.port))
+                    .or_insert_with(|| walker.reach(p, &nat, start, d.port, &no_targets))
                     .clone();
                 rule.path = reach.path;
                 rule.targets = reach.targets;
+                rule.external_targets = reach.external;
                 rule.dangling = reach.dangling;
                 rule.chain_hash = reach.hash;
             }
@@ -1414,7 +1420,20 @@ struct Walker {
 }
 
 impl Walker {
-    fn reach(&mut self, p: &Parser, nat: &Arc<str>, start: u32, node_port: u16) -> Reach {
+    fn reach(
+        &mut self,
+        p: &Parser,
+        nat: &Arc<str>,
+        start: u32,
+        node_port: u16,
+        no_targets: &Arc<[SocketAddr]>,
+    ) -> Reach {
+        let external = self.external(p, start, node_port);
+        let external = if external.is_empty() {
+            no_targets.clone()
+        } else {
+            external.into()
+        };
         self.generation += 1;
         self.stack.clear();
         self.stack.push(start);
@@ -1447,12 +1466,41 @@ impl Walker {
         let reach = Reach {
             path: path.drain(..).collect(),
             targets: targets.drain(..).collect(),
+            external,
             dangling,
             hash: kube_proxy::chain_hash(first).map(Arc::from),
         };
         self.path = path;
         self.targets = targets;
         reach
+    }
+}
+
+impl Walker {
+    /// The DNAT addresses reachable from `start` without entering a `KUBE-SVC-*` chain:
+    /// what a client outside the node reaches when kube-proxy's externalTrafficPolicy
+    /// Local layout sends only pod and host traffic to the cluster chain.
+    fn external(&mut self, p: &Parser, start: u32, node_port: u16) -> Vec<SocketAddr> {
+        self.generation += 1;
+        self.stack.clear();
+        self.stack.push(start);
+        self.seen[start as usize] = self.generation;
+        let mut out = Vec::new();
+        while let Some(id) = self.stack.pop() {
+            for &dnat in self.dnats.of(id) {
+                let d = &p.dnats[dnat as usize];
+                out.push(SocketAddr::new(d.ip, d.port.unwrap_or(node_port)));
+            }
+            for &next in self.jumps.of(id).iter().rev() {
+                if self.seen[next as usize] != self.generation
+                    && !p.nat.chains[next as usize].name.starts_with("KUBE-SVC-")
+                {
+                    self.seen[next as usize] = self.generation;
+                    self.stack.push(next);
+                }
+            }
+        }
+        out
     }
 }
 
