@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::sync::watch as signal_watch;
 
+use crate::coverage::Coverage;
 use crate::desired::DesiredState;
 use crate::desired::watch::{self, ClusterView, WatchOptions};
 use crate::detect::{DetectConfig, Grace};
@@ -239,6 +240,7 @@ async fn scan_loop(
 ) {
     let mut reader = Some(NodeReader::new(config));
     let mut known: BTreeMap<Key, Finding> = BTreeMap::new();
+    let mut last_coverage: Option<Coverage> = None;
     let mut api_changes = view.changes();
     let rule_changes = match RuleChanges::subscribe() {
         Ok(sub) => Some(sub),
@@ -322,6 +324,7 @@ async fn scan_loop(
                     reporter.after_repair(repair);
                 }
                 record(shared, &report, stats);
+                log_coverage(&mut last_coverage, &report.coverage);
                 log_changes(&mut known, &report);
                 scans += 1;
                 if last_summary.is_none_or(|t| t.elapsed() >= SUMMARY_EVERY) {
@@ -468,6 +471,27 @@ fn record(shared: &Shared, report: &ScanReport, stats: ScanStats) {
     tracing::debug!(findings = report.findings.len(), took = ?stats.times.total, "scan done");
 }
 
+/// Logs what the scans could and could not check, once each time it changes: a node
+/// whose check is incomplete is not a quiet, healthy one.
+fn log_coverage(last: &mut Option<Coverage>, coverage: &Coverage) {
+    if last.as_ref() == Some(coverage) {
+        return;
+    }
+    let mode = coverage.proxy_mode.as_str();
+    if coverage.complete {
+        tracing::info!(
+            proxy_mode = mode,
+            evidence = %coverage.proxy_mode_evidence,
+            "coverage: every check ran on complete inputs"
+        );
+    } else {
+        for sentence in &coverage.not_checked {
+            tracing::warn!(proxy_mode = mode, "coverage: not checked: {sentence}");
+        }
+    }
+    *last = Some(coverage.clone());
+}
+
 /// Logs one line per finding that appeared since the last scan (or whose severity
 /// changed, as a pending one does when its grace window ends), and one per finding
 /// that cleared. A finding that persists is not logged again: the periodic summary
@@ -568,6 +592,8 @@ fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
         info = count(Severity::Info),
         kinds = %kinds,
         sources_not_ok = %troubled,
+        coverage_complete = report.coverage.complete,
+        proxy_mode = report.coverage.proxy_mode.as_str(),
         api_fresh = fresh,
         scans,
         "summary: {} findings ({} critical, {} warning, {} info)",

@@ -26,13 +26,15 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::coverage::Coverage;
 use crate::desired::watch::{ViewStatus, WatchStatus};
 use crate::finding::{Finding, Kind, Severity};
 use crate::model::{Backend, Family as IpFamily, Protocol};
 use crate::observed::KubeProxyHealth;
 use crate::scan::{API_SOURCE, ScanReport, SourceStatus};
 use crate::snapshot::{
-    HEALTHZ_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, MANIFEST_FILE, RESERVED_PORTS_FILE, SOCKET_FILES,
+    HEALTHZ_FILE, IP_VS_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, MANIFEST_FILE, NET_DEV_FILE,
+    PROXY_MODE_FILE, RESERVED_PORTS_FILE, SOCKET_FILES,
 };
 
 /// `kind` of `portdrift_findings`.
@@ -106,6 +108,12 @@ pub struct ProtocolFamilyLabel {
     pub family: &'static str,
 }
 
+/// `mode` of `portdrift_proxy_mode_info`: bounded by [`crate::model::ProxyMode`].
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabel {
+    pub mode: &'static str,
+}
+
 /// `resource` of the `portdrift_api_watch_*` families.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabel {
@@ -133,13 +141,16 @@ pub const DEFAULT_MAX_SERIES: usize = 200;
 /// one the scan knows (a fixed set), `other` for anything else, so no label value can
 /// grow without bound.
 pub fn bounded_source(name: &str) -> &'static str {
-    const OTHERS: [&str; 9] = [
+    const OTHERS: [&str; 12] = [
         "nft.json",
         "nft.txt",
         "socket owners",
         LOCAL_PORT_RANGE_FILE,
         RESERVED_PORTS_FILE,
         HEALTHZ_FILE,
+        PROXY_MODE_FILE,
+        NET_DEV_FILE,
+        IP_VS_FILE,
         "cluster.json",
         API_SOURCE,
         MANIFEST_FILE,
@@ -241,6 +252,9 @@ pub struct Metrics {
     kube_proxy_healthy: LastScan<NoLabels>,
     kube_proxy_sync_age: LastScan<NoLabels, f64, AtomicU64>,
     kube_proxy_node_eligible: LastScan<NoLabels>,
+    coverage_complete: LastScan<NoLabels>,
+    coverage_not_checked: LastScan<NoLabels>,
+    proxy_mode: LastScan<ModeLabel>,
     repairs: Family<ResultLabel, Counter>,
     api_synced: Gauge,
     api_fresh: Gauge,
@@ -407,6 +421,27 @@ impl Metrics {
             "kube-proxy's nodeEligible at the last scan (0 while the node is being deleted or tainted out)",
             None,
         );
+        let coverage_complete = LastScan::new();
+        coverage_complete.register(
+            &mut registry,
+            "coverage_complete",
+            "1 when the last scan checked everything on complete inputs, 0 when something could not be checked (the coverage of /findings says what); absent before the first scan",
+            None,
+        );
+        let coverage_not_checked = LastScan::new();
+        coverage_not_checked.register(
+            &mut registry,
+            "coverage_not_checked",
+            "How many things the last scan could not check (sentences in the coverage of /findings)",
+            None,
+        );
+        let proxy_mode = LastScan::new();
+        proxy_mode.register(
+            &mut registry,
+            "proxy_mode_info",
+            "The Service proxy the last scan judged the node by (iptables, nftables, ipvs, replaced, none); always 1",
+            None,
+        );
         let repairs = Family::<ResultLabel, Counter>::default();
         for result in REPAIR_RESULTS {
             repairs.get_or_create_owned(&ResultLabel { result });
@@ -483,6 +518,9 @@ impl Metrics {
             kube_proxy_healthy,
             kube_proxy_sync_age,
             kube_proxy_node_eligible,
+            coverage_complete,
+            coverage_not_checked,
+            proxy_mode,
             repairs,
             api_synced,
             api_fresh,
@@ -501,6 +539,7 @@ impl Metrics {
         self.record_findings(&report.findings);
         self.record_sources(&report.sources);
         self.record_kube_proxy(report.kube_proxy.as_ref());
+        self.record_coverage(&report.coverage);
         self.scans.inc();
         self.scan_duration.observe(times.total.as_secs_f64());
         for (phase, took) in times.phases() {
@@ -598,6 +637,19 @@ impl Metrics {
                 .and_then(|h| h.since_last_update)
                 .map(|age| (NoLabels::new(), age.as_secs_f64())),
         );
+    }
+
+    fn record_coverage(&self, coverage: &Coverage) {
+        self.coverage_complete
+            .replace([(NoLabels::new(), i64::from(coverage.complete))]);
+        self.coverage_not_checked
+            .replace([(NoLabels::new(), count(coverage.not_checked.len()))]);
+        self.proxy_mode.replace([(
+            ModeLabel {
+                mode: coverage.proxy_mode.as_str(),
+            },
+            1,
+        )]);
     }
 
     /// Counts a scan that could not read `source` (bounded by [`bounded_source`]).
@@ -814,6 +866,40 @@ mod tests {
             "{text}"
         );
         assert!(m.encode_openmetrics().unwrap().ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn coverage_and_proxy_mode_follow_the_last_scan() {
+        let m = Metrics::new();
+        let text = m.encode_text().unwrap();
+        assert!(series(&text, "portdrift_coverage_complete").is_empty(), "{text}");
+        m.scan_done(&report(vec![]), &times(1), 1.7e9);
+        let text = m.encode_text().unwrap();
+        assert!(text.contains("portdrift_coverage_complete 1"), "{text}");
+        assert!(text.contains("portdrift_coverage_not_checked 0"), "{text}");
+        assert!(
+            text.contains("portdrift_proxy_mode_info{mode=\"iptables\"} 1"),
+            "{text}"
+        );
+        let mut incomplete = report(vec![]);
+        incomplete.coverage = Coverage {
+            proxy_mode: crate::model::ProxyMode::Ipvs,
+            proxy_mode_evidence: "chain KUBE-NODE-PORT".into(),
+            cluster_state: false,
+            complete: false,
+            not_checked: vec!["a".into(), "b".into()],
+        };
+        m.scan_done(&incomplete, &times(1), 1.7e9);
+        let text = m.encode_text().unwrap();
+        assert!(text.contains("portdrift_coverage_complete 0"), "{text}");
+        assert!(text.contains("portdrift_coverage_not_checked 2"), "{text}");
+        // One mode at a time: the last scan's.
+        assert_eq!(
+            series(&text, "portdrift_proxy_mode_info"),
+            ["portdrift_proxy_mode_info{mode=\"ipvs\"}"],
+            "{text}"
+        );
+        assert_promtool(&text);
     }
 
     #[test]

@@ -142,6 +142,28 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
         "{log}"
     );
 
+    // Everything was checked, and /findings, /metrics and the log say so (the log once,
+    // however many scans ran).
+    assert_eq!(
+        findings["coverage"]["complete"], true,
+        "{:#}",
+        findings["coverage"]
+    );
+    assert_eq!(findings["coverage"]["proxy_mode"], "iptables");
+    assert_eq!(findings["coverage"]["cluster_state"], true);
+    assert!(metrics.contains("portdrift_coverage_complete 1"), "{metrics}");
+    assert!(
+        metrics.contains("portdrift_proxy_mode_info{mode=\"iptables\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("coverage: every check ran on complete inputs"))
+            .count(),
+        1,
+        "{log}"
+    );
+
     assert_stopped_cleanly(dir);
     assert!(
         started.elapsed() < Duration::from_secs(30),
