@@ -103,7 +103,8 @@ class Desired:
                         local_set = {t for t, e in eps.items() if e["ready"] and e["local"]} or \
                             {t for t, e in eps.items() if e["serving"] and e["term"] and e["local"]}
                     has = any(e["ready"] or (e["serving"] and e["term"]) for e in eps.values())
-                    d["eps"][fam] = {"listed": listed, "usable": cluster_set | local_set, "has": has}
+                    d["eps"][fam] = {"listed": listed, "usable": cluster_set | local_set, "has": has,
+                                     "cluster": cluster_set, "local": local_set}
                 self.ports.append(d)
         self.by_hash = {b32(d["spn"] + d["proto"], 16): d for d in self.ports}
         self.by_spn = {(d["spn"], d["proto"]): d for d in self.ports}
@@ -165,23 +166,25 @@ def parse_iptables(path, backend, family, desired):
                 return d["spn"], d["proto"]
         return None
 
-    def walk(chain, seen):
+    def walk(chain, seen, skip=None):
         for i, (toks, _) in enumerate(nat.get(chain, [])):
             tgt = opt(toks, "-j")
             if tgt == "DNAT":
                 yield (chain, i), opt(toks, "--to-destination")
-            elif tgt in nat and tgt not in seen:
+            elif tgt in nat and tgt not in seen and not (skip and tgt.startswith(skip)):
                 seen.add(tgt)
-                yield from walk(tgt, seen)
+                yield from walk(tgt, seen, skip)
 
     for toks, line in nat.get("KUBE-NODEPORTS", []):
         proto, port = opt(toks, "-p"), int(opt(toks, "--dport"))
         d = opt(toks, "-d")
         dest = "any" if d is None else ("localhost" if d.startswith("127.0.0.0/8") and "nfacct" in toks else d)
         tgt = opt(toks, "-j")
-        r = {"proto": proto, "port": port, "dest": dest, "text": line, "targets": set(), "pairs": []}
+        r = {"proto": proto, "port": port, "dest": dest, "text": line, "targets": set(), "pairs": [],
+             "external": set()}
         if tgt == "DNAT":
             r["targets"].add(opt(toks, "--to-destination"))
+            r["external"].add(opt(toks, "--to-destination"))
             r["pairs"].append((("KUBE-NODEPORTS", line), opt(toks, "--to-destination")))
             r["named"] = (comment_spn(toks), proto) if comment_spn(toks) else None
         else:
@@ -189,10 +192,13 @@ def parse_iptables(path, backend, family, desired):
             for ident, t in walk(tgt, {tgt}):
                 r["targets"].add(t)
                 r["pairs"].append((ident, t))
+            # what a client outside the node reaches: not through the cluster chain
+            r["external"] = {t for _, t in walk(tgt, {tgt}, skip="KUBE-SVC-")}
         src.nat_np.append(r)
     for toks, line in flt.get("KUBE-EXTERNAL-SERVICES", []):
         if opt(toks, "--dst-type") == "LOCAL" and opt(toks, "--dport") and opt(toks, "-j") in ("REJECT", "DROP"):
             src.filter_np.append({"proto": opt(toks, "-p"), "port": int(opt(toks, "--dport")),
+                                  "verdict": opt(toks, "-j"),
                                   "named": (comment_spn(toks), opt(toks, "-p")) if comment_spn(toks) else None})
     jumped = {opt(t, "-j") for rules in nat.values() for t, _ in rules}
     for chain, rules in nat.items():
@@ -248,15 +254,15 @@ def parse_nft(path, desired):
                 for v in x:
                     yield from refs(v)
 
-        def walk(chain, seen):
+        def walk(chain, seen, skip=None):
             for r in rules.get(chain, []):
                 for e in r["expr"]:
                     if "dnat" in e:
                         yield (chain, r["handle"]), hostport(e["dnat"]["addr"], e["dnat"]["port"])
                 for t in refs(r["expr"]):
-                    if t not in seen:
+                    if t not in seen and not (skip and t.startswith(skip)):
                         seen.add(t)
-                        yield from walk(t, seen)
+                        yield from walk(t, seen, skip)
 
         def named(chain):
             parts = chain.split("-", 2)
@@ -279,6 +285,7 @@ def parse_nft(path, desired):
             for ident, t in walk(tgt, {tgt}):
                 r["targets"].add(t)
                 r["pairs"].append((ident, t))
+            r["external"] = {t for _, t in walk(tgt, {tgt}, skip="service-")}
             src.nat_np.append(r)
         for el in maps.get("no-endpoint-nodeports", {}).get("elem", []):
             key, val = el
@@ -286,7 +293,8 @@ def parse_nft(path, desired):
             if "elem" in key:
                 key = key["elem"]["val"]
             proto, port = key["concat"]
-            src.filter_np.append({"proto": proto, "port": port, "named": (comment, proto) if comment else None})
+            src.filter_np.append({"proto": proto, "port": port, "verdict": "DROP" if "drop" in val else "REJECT",
+                                  "named": (comment, proto) if comment else None})
         referenced = set()
         for rs in rules.values():
             for r in rs:
@@ -436,8 +444,18 @@ def analyse(bundle):
                                       d["service"], None))
                 continue
             reached = set().union(*(r["targets"] for r in rules))
-            for t in sorted(eps["usable"] - reached):
-                findings.append(F("missing-endpoint", "warning", d["proto"], d["node_port"], fam, be,
+            missing = {t: "warning" for t in eps["cluster"] - reached}
+            if d["etp_local"]:
+                # externalTrafficPolicy Local: outside clients reach only what bypasses the
+                # cluster chain; critical when the node drops them all (its DROP in place)
+                external = set().union(*(r["external"] for r in rules))
+                dropped = any(f["proto"] == d["proto"] and f["port"] == d["node_port"] and f["verdict"] == "DROP"
+                              for f in s.filter_np)
+                blocked = dropped and not (eps["local"] & external)
+                for t in eps["local"] - external:
+                    missing[t] = "critical" if blocked else "warning"
+            for t, sev in sorted(missing.items()):
+                findings.append(F("missing-endpoint", sev, d["proto"], d["node_port"], fam, be,
                                   d["service"], t))
 
     # squatters

@@ -703,7 +703,7 @@ fn missing_rules(
             .filter(|_| desired.external_policy_local && eps.local.iter().all(|a| !reached_externally(a)));
         for (addr, local) in missing {
             let f = if local {
-                local_endpoint_unreached(primary, desired, forwarding[0], addr, dropping)
+                local_endpoint_unreached(primary, desired, forwarding[0], addr, reached(addr), dropping)
             } else {
                 let mut f = rule_finding(
                     Kind::MissingEndpoint,
@@ -735,6 +735,7 @@ fn local_endpoint_unreached(
     desired: &DesiredPort,
     forwarding: &NodePortRule,
     addr: &SocketAddr,
+    internally: bool,
     dropping: Option<&NodePortRule>,
 ) -> Finding {
     let service = desired.service.service();
@@ -752,9 +753,14 @@ fn local_endpoint_unreached(
                 ),
             );
             f.evidence.push(format!(
-                "NodePort rule: {} ({}), which reaches {addr} for pod and host traffic only",
+                "NodePort rule: {} ({}), which {}",
                 forwarding.rule.text,
-                locate(&primary.origin, forwarding.rule.line)
+                locate(&primary.origin, forwarding.rule.line),
+                if internally {
+                    format!("reaches {addr} for pod and host traffic only")
+                } else {
+                    format!("does not reach {addr} at all")
+                }
             ));
             f
         }
