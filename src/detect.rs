@@ -838,6 +838,12 @@ fn duplicate_rules(
     let same_key = |(a, _): &JudgedRule<'_, '_>, (b, _): &JudgedRule<'_, '_>| {
         (a.protocol, a.port, &a.dest) == (b.protocol, b.port, &b.dest)
     };
+    // In a dump that is not whole (a paste of several greps), one line can appear twice
+    // without the rule being there twice: only copies that differ prove a duplicate.
+    if !source.complete {
+        let mut seen: HashSet<&str> = HashSet::new();
+        forward.retain(|(r, _)| seen.insert(&r.rule.text));
+    }
     for rules in forward.chunk_by(same_key).filter(|g| g.len() > 1) {
         let (protocol, port) = (rules[0].0.protocol, rules[0].0.port);
         let first = rules[0].0;

@@ -65,6 +65,15 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
             mode,
             format!("kube-proxy's {mode}-mode rules in {} {}", s.backend, s.family),
         ))
+    } else if let Some(s) = sources.iter().find(|s| s.signals.iptables_mode) {
+        // kube-proxy's chains without their dispatch: a fragment, or one table alone.
+        Some((
+            ProxyMode::Iptables,
+            format!(
+                "kube-proxy's iptables-mode chains in {} {} (without their dispatch)",
+                s.backend, s.family
+            ),
+        ))
     } else {
         let mut traces: Vec<String> = sources
             .iter()

@@ -587,7 +587,8 @@ fn truncated_text_is_reported_incomplete() {
     let sources = parse_ruleset_text(&text[..cut], "cut").unwrap();
     let v4 = source(&sources, Family::Ipv4);
     assert!(!v4.complete);
-    assert!(v4.unparsed.iter().any(|u| u.reason.contains("cut short")));
+    assert!(v4.notes.iter().any(|n| n.contains("cut short")), "{:?}", v4.notes);
+    assert!(v4.unparsed.is_empty(), "{:?}", v4.unparsed);
     // Every prefix, at every line: never a panic.
     for (i, _) in text.match_indices('\n') {
         let _ = parse_ruleset_text(&text[..i], "prefix");

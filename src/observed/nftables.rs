@@ -187,6 +187,8 @@ struct TableIr<'a> {
     unparsed: Vec<Unparsed>,
     /// False when the dump ended inside this table (a truncated text dump).
     complete: bool,
+    /// What the dump said of this table's state, for the report.
+    notes: Vec<String>,
 }
 
 impl<'a> TableIr<'a> {
@@ -199,6 +201,7 @@ impl<'a> TableIr<'a> {
             maps: Vec::new(),
             unparsed: Vec::new(),
             complete: true,
+            notes: Vec::new(),
         }
     }
 
@@ -409,7 +412,7 @@ fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]
         has_canary: false,
         kube_rule_count: rule_count + element_count,
         complete,
-        notes: Vec::new(),
+        notes: table.notes.clone(),
         signals: Default::default(),
         gaps: Vec::new(),
         malformed: Vec::new(),

@@ -304,6 +304,8 @@ struct Parser {
     saw_filter: bool,
     /// How each proxy mode shows in nat `KUBE-SERVICES`: (iptables, IPVS) rules.
     services_dispatch: (u32, u32),
+    /// kube-proxy's filter-table REJECT and DROP rules read.
+    filter_verdicts: u32,
     ipvs: Vec<String>,
     replacement: Option<(&'static str, String)>,
     malformed: Vec<MalformedRule>,
@@ -400,6 +402,7 @@ impl Parser {
             saw_nat: false,
             saw_filter: false,
             services_dispatch: (0, 0),
+            filter_verdicts: 0,
             ipvs: Vec::new(),
             replacement: None,
             malformed: Vec::new(),
@@ -635,7 +638,8 @@ impl Parser {
             self.end_listing();
             return;
         }
-        if self.table.take().is_none() {
+        // A fragment that starts inside a table ends it with a COMMIT of its own.
+        if self.table.take().is_none() && self.guessed_lines == 0 {
             self.unparsed(number, "COMMIT", "COMMIT outside a table");
         }
     }
@@ -647,10 +651,13 @@ impl Parser {
             self.unparsed(number, text, "chain declaration without a name");
             return;
         }
-        self.note_chain_name(name);
         match self.table {
-            None => self.unparsed(number, text, "chain declared outside a table"),
-            Some(_) => self.declare_in_current(name, number),
+            // A fragment (`iptables-save | grep KUBE`): declared where the name says.
+            None => self.new_chain(number, &format!("-N {name}")),
+            Some(_) => {
+                self.note_chain_name(name);
+                self.declare_in_current(name, number)
+            }
         }
     }
 
@@ -923,6 +930,12 @@ impl Parser {
 
     fn filter_rule(&mut self, number: u32, text: &str, chain: &str, args: &RuleArgs<'_>) {
         let target = args.target.as_deref().unwrap_or("");
+        // The iptables proxier's per-Service verdicts (a clusterIP's REJECT for a Service
+        // without endpoints, too) show its mode where the nat table is not in the dump.
+        if matches!(chain, "KUBE-SERVICES" | "KUBE-EXTERNAL-SERVICES") && matches!(target, "REJECT" | "DROP")
+        {
+            self.filter_verdicts += 1;
+        }
         let (chain_name, verdict) = match (chain, target) {
             ("KUBE-EXTERNAL-SERVICES", "REJECT") if args.dst_type_local => {
                 ("KUBE-EXTERNAL-SERVICES", Verdict::Reject)
@@ -1063,7 +1076,7 @@ impl Parser {
         }
         let complete = !self.uncommitted && self.unparsed.is_empty() && self.guessed_lines == 0;
         let signals = self.signals();
-        let gaps = self.gaps(has_kube_proxy);
+        let gaps = self.gaps(has_kube_proxy || signals.iptables_mode);
         let mut malformed = std::mem::take(&mut self.malformed);
         // A jump to an undeclared chain is proof only where the dump shows every
         // declaration.
@@ -1138,9 +1151,11 @@ impl Parser {
     }
 
     fn signals(&self) -> ProxySignals {
+        // The iptables proxier's NodePort chains, or its filter verdicts for NodePorts
+        // (which a dump of the filter table alone still shows).
         let iptables_mode = self.nat.index.keys().any(|c| {
             &**c == "KUBE-NODEPORTS" || c.starts_with("KUBE-XLB-") || kube_proxy::chain_hash(c).is_some()
-        });
+        }) || self.filter_verdicts > 0;
         let (iptables, ipvs) = self.services_dispatch;
         let services_dispatch = match (iptables, ipvs) {
             (0, 0) => None,

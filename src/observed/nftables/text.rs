@@ -79,11 +79,9 @@ fn note_truncation(parsed: &mut ParsedRuleset<'_>, scope: &Scope) {
     };
     let table = parsed.table_mut(family);
     table.complete = false;
-    table.unparsed.push(unparsed(
-        0,
-        "",
-        "the dump ends inside this table: it was cut short",
-    ));
+    table
+        .notes
+        .push("the dump ends inside this table: it looks cut short".to_string());
 }
 
 fn read_line<'a>(
