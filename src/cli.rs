@@ -37,7 +37,9 @@ pub enum Command {
     /// check was incomplete (no cluster state, a proxy mode portdrift does not read, a
     /// rule source that failed or was partial): the report then starts with what was not
     /// checked, and the JSON's `coverage` says it.
-    #[command(after_help = "Exit status: 0 checked and clean, 1 findings, 2 could not scan, 3 nothing found but the check was incomplete.")]
+    #[command(
+        after_help = "Exit status: 0 checked and clean, 1 findings, 2 could not scan, 3 nothing found but the check was incomplete."
+    )]
     Scan(ScanArgs),
     /// Capture this node into a bundle directory that `scan --from` reads.
     Snapshot(SnapshotArgs),

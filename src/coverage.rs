@@ -86,9 +86,10 @@ pub fn assess(input: &CoverageInput<'_>) -> Coverage {
             "Services on this node are handled by a kube-proxy replacement ({}), not kube-proxy: portdrift does not read its maps, so NodePort forwarding was not checked; squatters, the port-range overlap and nodePort collisions in the API were.",
             proxy.evidence
         )),
-        ProxyMode::None => not_checked.push(
-            "No Service proxy rules were found (no kube-proxy chains or nftables table, no IPVS, no known kube-proxy replacement), so NodePort forwarding was not checked: if kube-proxy should run on this node, it has programmed nothing here.".to_string(),
-        ),
+        ProxyMode::None => not_checked.push(format!(
+            "No Service proxy's NodePort rules were found ({}), so NodePort forwarding was not checked: if kube-proxy should run on this node, it has programmed nothing the dumps show.",
+            proxy.evidence
+        )),
     }
     not_checked.extend(proxy.unjudged.iter().cloned());
 
@@ -185,11 +186,16 @@ fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
                 "{name} could not be read ({state}{why}): the rules it holds were not checked."
             )),
             SourceState::Partial => out.push(format!(
-                "{name} was read only in part ({}{why}): stale and duplicate rules were still reported from what it holds, but no rule was concluded missing from it and no chain orphaned.",
+                "{name} was read only in part ({}): stale and duplicate rules were still reported from what it holds, but no rule was concluded missing from it and no chain orphaned.",
                 if s.unparsed > 0 {
                     format!("{} lines not understood", s.unparsed)
                 } else {
-                    "cut short".to_string()
+                    // The note that says why (not how or where it was read).
+                    s.notes
+                        .iter()
+                        .find(|n| !n.starts_with("read from") && !n.starts_with("backend "))
+                        .cloned()
+                        .unwrap_or_else(|| "cut short".to_string())
                 }
             )),
             _ => {}

@@ -408,6 +408,8 @@ pub struct ProxySignals {
     pub ipvs: Vec<String>,
     /// A kube-proxy replacement's own chains: its name and one chain seen.
     pub replacement: Option<(&'static str, String)>,
+    /// One of kube-proxy's chains (not kubelet's), whatever mode wrote it.
+    pub kube_proxy_chain: Option<String>,
 }
 
 /// A rule in kube-proxy's chains that kube-proxy never writes: what a mismatched

@@ -86,8 +86,11 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
         if !traces.is_empty() {
             Some((ProxyMode::Ipvs, traces.join(", ")))
         } else {
+            // A replacement is told by kube-proxy's dispatch being absent, which only a
+            // whole dump can show.
             sources
                 .iter()
+                .filter(|s| s.complete)
                 .find_map(|s| s.signals.replacement.as_ref())
                 .map(|(who, chain)| (ProxyMode::Replaced, format!("{who}: chain {chain}")))
         }
@@ -108,10 +111,7 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
             (mode, evidence)
         }
         (None, Some(found)) => found,
-        (None, None) => (
-            ProxyMode::None,
-            "no kube-proxy chains or table, no IPVS, no known replacement".to_string(),
-        ),
+        (None, None) => (ProxyMode::None, nothing_found(sources)),
     };
     if mode == ProxyMode::Ipvs {
         for s in sources.iter().filter(|s| {
@@ -131,6 +131,20 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
         evidence,
         unjudged,
     }
+}
+
+/// What a node without a known Service proxy shows: kube-proxy's chains that do not tell
+/// its mode, or a replacement's in a dump too partial to show kube-proxy's are absent.
+fn nothing_found(sources: &[RuleSource]) -> String {
+    if let Some(chain) = sources.iter().find_map(|s| s.signals.kube_proxy_chain.as_ref()) {
+        return format!("kube-proxy's chain {chain}, but none that tell how it forwards Services");
+    }
+    if let Some((who, chain)) = sources.iter().find_map(|s| s.signals.replacement.as_ref()) {
+        return format!(
+            "{who}'s chain {chain} in a partial dump, which cannot show whether kube-proxy's are there too"
+        );
+    }
+    "no kube-proxy chains or table, no IPVS, no known replacement".to_string()
 }
 
 /// kube-proxy's `/proxyMode` answer (`iptables`, `ipvs`, `nftables`; `kernelspace` on

@@ -45,6 +45,8 @@ fn the_incident_bundles_are_present() {
         "clean-iptables",
         "clean-nftables",
         "nftables-mode-switch",
+        "local-policy-stale-drop",
+        "local-policy-stale-drop-nftables",
     ] {
         assert!(names.contains(want), "missing bundle {want}");
     }
@@ -125,9 +127,9 @@ fn expected_findings_are_well_formed() {
                 "stale-endpoint" | "missing-rule" | "nodeport-collision" | "hostport-conflict" => {
                     sev == "critical"
                 }
-                "unparsed-rule" => sev == "warning",
-                "missing-endpoint" | "backend-split" => sev == "warning",
-                "duplicate-rule" | "squatter" => sev == "warning" || sev == "critical",
+                "unparsed-rule" | "malformed-rule" | "backend-split" => sev == "warning",
+                // Critical for an externalTrafficPolicy Local port the node drops.
+                "missing-endpoint" | "duplicate-rule" | "squatter" => sev == "warning" || sev == "critical",
                 "orphan-chain" => sev == "info",
                 _ => false,
             };

@@ -204,6 +204,10 @@ fn every_shipped_iptables_nft_dump_reads_the_same_over_netlink() {
             let Ok(dump) = std::fs::read_to_string(&path) else {
                 continue;
             };
+            // A backend without tables: nothing to read either way.
+            if dump.trim().is_empty() {
+                continue;
+            }
             let cluster = bundle.join("cluster.json");
             let both = read_both_ways(&dump, v6, cluster.is_file().then_some(cluster.as_path()));
             assert_same(&path.display().to_string(), &both, v6);

@@ -460,7 +460,10 @@ fn the_text_report_of_a_live_scan_names_the_tools() {
         text.lines().next().unwrap().contains("INCOMPLETE CHECK"),
         "{text}"
     );
-    assert!(text.contains("No Service proxy rules were found"), "{text}");
+    assert!(
+        text.contains("No Service proxy's NodePort rules were found"),
+        "{text}"
+    );
     assert!(text.contains("The cluster state was not read"), "{text}");
     assert!(!text.contains("No drift"), "{text}");
     assert!(text.contains("proxy mode: none"), "{text}");

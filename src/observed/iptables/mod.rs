@@ -308,6 +308,8 @@ struct Parser {
     filter_verdicts: u32,
     ipvs: Vec<String>,
     replacement: Option<(&'static str, String)>,
+    /// The first of kube-proxy's chains declared (not kubelet's).
+    kube_proxy_chain: Option<String>,
     malformed: Vec<MalformedRule>,
     /// Jumps to `KUBE-*` chains their table had not declared when the rule was read.
     undeclared_jumps: Vec<(TableKind, String, RuleText)>,
@@ -344,6 +346,15 @@ const REPLACEMENT_CHAINS: [(&str, &str); 4] = [
     // Calico's eBPF data plane keeps these iptables chains for what BPF leaves to them.
     ("cali-pre-ingress", "Calico (eBPF)"),
     ("cali-bpf", "Calico (eBPF)"),
+];
+
+/// kubelet's chains: they say nothing of kube-proxy (pkg/kubelet/kubelet_network_linux.go;
+/// KUBE-MARK-DROP was kubelet's before KEP-3178).
+const KUBELET_CHAINS: [&str; 4] = [
+    "KUBE-FIREWALL",
+    "KUBE-KUBELET-CANARY",
+    "KUBE-IPTABLES-HINT",
+    "KUBE-MARK-DROP",
 ];
 
 /// nat chains only kube-proxy's IPVS mode writes.
@@ -405,6 +416,7 @@ impl Parser {
             filter_verdicts: 0,
             ipvs: Vec::new(),
             replacement: None,
+            kube_proxy_chain: None,
             malformed: Vec::new(),
             undeclared_jumps: Vec::new(),
         }
@@ -549,8 +561,11 @@ impl Parser {
         }
     }
 
-    /// Replacement and IPVS chains, wherever they are declared.
+    /// Replacement chains and kube-proxy's own, wherever they are declared.
     fn note_chain_name(&mut self, name: &str) {
+        if self.kube_proxy_chain.is_none() && name.starts_with("KUBE-") && !KUBELET_CHAINS.contains(&name) {
+            self.kube_proxy_chain = Some(name.to_string());
+        }
         if self.replacement.is_none()
             && let Some((_, who)) = REPLACEMENT_CHAINS.iter().find(|(p, _)| name.starts_with(p))
         {
@@ -1024,6 +1039,12 @@ impl Parser {
             ));
             self.uncommitted = true;
         }
+        if self.guessed_lines > 0 {
+            self.notes.push(format!(
+                "{} lines stand outside any table (an `iptables -S` listing without its -P lines, or a fragment): their table was told by their chains, and the dump is not trusted to show what is missing",
+                self.guessed_lines
+            ));
+        }
         let backend = self.decide_backend();
         let family = self
             .hint
@@ -1034,12 +1055,6 @@ impl Parser {
             } else {
                 Family::Ipv4
             });
-        if self.guessed_lines > 0 {
-            self.notes.push(format!(
-                "{} lines stand outside any table (an `iptables -S` listing without its -P lines, or a fragment): their table was told by their chains, and the dump is not trusted to show what is missing",
-                self.guessed_lines
-            ));
-        }
         let has_kube_proxy = self.nat.index.contains_key("KUBE-SERVICES")
             || self.nat.index.contains_key("KUBE-NODEPORTS")
             || self.filter.index.contains_key("KUBE-EXTERNAL-SERVICES");
@@ -1167,6 +1182,7 @@ impl Parser {
             services_dispatch,
             ipvs: self.ipvs.clone(),
             replacement: self.replacement.clone(),
+            kube_proxy_chain: self.kube_proxy_chain.clone(),
         }
     }
 
