@@ -275,8 +275,8 @@ struct Parser {
     origin: String,
     hint: SourceHint,
     header_backend: Option<Backend>,
-    /// The header's tool version when it predates the nf_tables backend (`1.6`).
-    header_predates_nft: Option<String>,
+    /// What in the header told the backend.
+    header_backend_why: Option<String>,
     header_family: Option<Family>,
     saw_ipv6_address: bool,
     table: Option<TableKind>,
@@ -390,7 +390,7 @@ impl Parser {
             origin: origin.to_string(),
             hint,
             header_backend: None,
-            header_predates_nft: None,
+            header_backend_why: None,
             header_family: None,
             saw_ipv6_address: false,
             table: None,
@@ -604,16 +604,26 @@ impl Parser {
             } else if rest.starts_with("iptables") {
                 self.header_family = Some(Family::Ipv4);
             }
-            if rest.contains("(nf_tables)") {
+            let tool = rest.split_ascii_whitespace().next().unwrap_or("");
+            if rest.contains("(nf_tables)") || tool.starts_with("xtables") || tool.contains("-nft-") {
                 self.header_backend = Some(Backend::IptablesNft);
-            } else if rest.contains("(legacy)") {
+                self.header_backend_why = Some(format!("the header names {tool} (nf_tables)"));
+            } else if rest.contains("(legacy)") || tool.contains("-legacy-") {
                 self.header_backend = Some(Backend::IptablesLegacy);
-            } else if let Some(version) = header_version(rest)
-                && version < (1, 8)
-            {
-                // The nf_tables backend came with iptables 1.8: older tools are legacy.
+                self.header_backend_why = Some(format!("the header names {tool} (legacy)"));
+            } else if matches!(tool, "iptables-save" | "ip6tables-save") {
+                // The nf_tables backend came with iptables 1.8, and its save tools say
+                // `(nf_tables)` in this line; the legacy ones never name their backend.
+                let version = header_version(rest);
                 self.header_backend = Some(Backend::IptablesLegacy);
-                self.header_predates_nft = Some(format!("{}.{}", version.0, version.1));
+                self.header_backend_why = Some(match version {
+                    Some((major, minor)) if (major, minor) < (1, 8) => format!(
+                        "the header names {tool} v{major}.{minor}, which predates the nf_tables backend (1.8)"
+                    ),
+                    _ => format!(
+                        "the header names {tool} without (nf_tables), as only the legacy backend's tools print it"
+                    ),
+                });
             }
         } else if text.contains("is incompatible, use 'nft' tool") {
             // iptables-nft printing a table another tool wrote: its rules are not shown,
@@ -1148,13 +1158,8 @@ impl Parser {
         if let Some(b) = self.hint.backend {
             return b;
         }
-        let (backend, how) = match (self.header_backend, &self.header_predates_nft) {
-            (Some(b), Some(version)) => (
-                b,
-                format!(
-                    "backend {b}: the header names iptables {version}, which predates the nf_tables backend (1.8)"
-                ),
-            ),
+        let (backend, how) = match (self.header_backend, &self.header_backend_why) {
+            (Some(b), Some(why)) => (b, format!("backend {b}: {why}")),
             (Some(b), None) => (b, format!("backend {b}: from the dump's header")),
             (None, _) => (
                 Backend::IptablesNft,
