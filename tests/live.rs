@@ -622,3 +622,51 @@ for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
         }
     }
 }
+
+/// A DNAT to nowhere in kube-proxy's chains, loaded into the kernel in both iptables
+/// backends (what a mismatched iptables binary leaves): a malformed-rule warning from
+/// each, read over netlink and with the legacy tool, with no cluster state at all.
+#[test]
+fn a_rule_kube_proxy_never_writes_is_found_in_either_backend() {
+    if !support::require_root("malformed rules in the kernel") {
+        return;
+    }
+    let dir = TempDir::new().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::write(
+        &rules,
+        "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-NODEPORTS - [0:0]\n:KUBE-SEP-AAAAAAAAAAAAAAAA - [0:0]\n\
+         -A KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m tcp -j DNAT --to-destination 0.0.0.0:0\n\
+         -A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\nCOMMIT\n",
+    )
+    .unwrap();
+    let out = dir.path().join("scan.json");
+    support::run_in_fresh_netns(
+        "malformed rules",
+        &format!(
+            "set -e; ip link set lo up; iptables-nft-restore < {rules}; iptables-legacy-restore -w < {rules}; \
+             {PORTDRIFT} scan --format json --kube-proxy-healthz off --kube-proxy-metrics off > {out} || [ $? -eq 1 ]",
+            rules = rules.display(),
+            out = out.display()
+        ),
+    );
+    let report = json(&std::fs::read(&out).unwrap(), "malformed rules");
+    let malformed: Vec<&Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "malformed-rule")
+        .collect();
+    let backends: Vec<&str> = malformed.iter().map(|f| f["backend"].as_str().unwrap()).collect();
+    assert_eq!(backends, ["iptables-nft", "iptables-legacy"], "{report:#}");
+    for f in malformed {
+        assert_eq!(f["severity"], "warning");
+        assert!(
+            f["rule"]
+                .as_str()
+                .unwrap()
+                .ends_with("-j DNAT --to-destination 0.0.0.0:0"),
+            "{f}"
+        );
+    }
+}
