@@ -64,9 +64,6 @@ const UNPARSED_REPORTED: usize = 100;
 pub struct Detection {
     pub findings: Vec<Finding>,
     pub proxy: ProxyDecision,
-    /// Per family, the rule source compared with the cluster state for what is missing
-    /// (an index into `observed.sources`).
-    pub primaries: BTreeMap<Family, usize>,
 }
 
 /// Finds every difference between the desired and the observed state. Without a
@@ -126,11 +123,7 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
     }
     findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     drop_identical(&mut findings);
-    Detection {
-        findings,
-        proxy,
-        primaries,
-    }
+    Detection { findings, proxy }
 }
 
 /// Removes findings identical to an earlier one (two rules that prove the same thing in
