@@ -114,6 +114,13 @@ struct Table {
 }
 
 impl Table {
+    /// Whether the dump declares `name` in this table (a jump alone does not).
+    fn declares(&self, name: &str) -> bool {
+        self.index
+            .get(name)
+            .is_some_and(|&id| self.chains[id as usize].declared != 0)
+    }
+
     fn chain_id(&mut self, name: &str, declared: u32) -> u32 {
         if let Some(&id) = self.index.get(name) {
             if declared != 0 && self.chains[id as usize].declared == 0 {
@@ -761,20 +768,10 @@ impl Parser {
             return;
         }
         let declared = match table {
-            TableKind::Nat => &self.nat,
-            TableKind::Filter => &self.filter,
+            TableKind::Nat => self.nat.declares(target),
+            TableKind::Filter => self.filter.declares(target),
             TableKind::Other => return,
-        }
-        .index
-        .get(target)
-        .is_some_and(|&id| {
-            let t = if table == TableKind::Nat {
-                &self.nat
-            } else {
-                &self.filter
-            };
-            t.chains[id as usize].declared != 0
-        });
+        };
         if !declared {
             self.undeclared_jumps.push((
                 table,
@@ -1111,10 +1108,7 @@ impl Parser {
                     TableKind::Nat => (&self.nat, "nat"),
                     _ => (&self.filter, "filter"),
                 };
-                if t.index
-                    .get(target.as_str())
-                    .is_some_and(|&id| t.chains[id as usize].declared != 0)
-                {
+                if t.declares(&target) {
                     continue;
                 }
                 let chain = rule_chain(&rule.text).to_string();
