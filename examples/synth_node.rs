@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use portdrift::synth::{SynthConfig, generate};
+use portdrift::synth::{ChainOrder, SynthConfig, generate};
 
 #[derive(Parser)]
 struct Args {
@@ -28,6 +28,10 @@ struct Args {
     /// Drift to inject into the nftables script: stale NodePorts.
     #[arg(long, default_value_t = 0)]
     stale: usize,
+    /// The chains of the iptables dump grouped by Service, as kube-proxy writes them in
+    /// one restore (the order on a node it programmed), instead of sorted by name.
+    #[arg(long)]
+    grouped: bool,
     /// The bundle directory to write.
     #[arg(long)]
     out: PathBuf,
@@ -40,6 +44,11 @@ fn main() -> anyhow::Result<()> {
         endpoints_per_service: args.endpoints,
         first_node_port: args.first_node_port,
         stale: args.stale,
+        chain_order: if args.grouped {
+            ChainOrder::Grouped
+        } else {
+            ChainOrder::Sorted
+        },
         ..SynthConfig::default()
     };
     let node = generate(&config);

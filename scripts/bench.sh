@@ -10,8 +10,14 @@
 # User time is the program's own work; system time is mostly the kernel answering the
 # dumps, which is where a large node's cost stops being linear.
 #
+# iptables mode is measured in two chain orders, which the kernel keeps from the restore
+# that made them and which change what the dump tools cost: `grouped` (each Service's
+# KUBE-SVC, KUBE-EXT and KUBE-SEP chains together, as kube-proxy writes them in one
+# restore: the order on a node it programmed) first, then `sorted` (by name, as a saved
+# dump restored again has them).
+#
 #   scripts/bench.sh [SERVICES...]     (default: 1000 10000 30000; needs root)
-#   RUNS=3 (default); MODES="iptables-nft nftables" (default)
+#   RUNS=3 (default); MODES="iptables-nft nftables" (default); ORDERS="grouped sorted" (default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
@@ -36,15 +42,15 @@ row() { # services mode what measurements...
   local services=$1 mode=$2 what=$3
   shift 3
   read -r wall user sys rss < <(measure "$@")
-  printf '| %s | %s | `%s` | %s | %s | %s | %s |\n' "$services" "$mode" "$what" "$wall" "$user" "$sys" "$rss"
+  printf '| %s | %s | %s | `%s` | %s | %s | %s | %s |\n' "$services" "$mode" "$order" "$what" "$wall" "$user" "$sys" "$rss"
 }
 
 if [[ ${1:-} == --inside ]]; then
-  mode=$2 node=$3 services=$4
+  mode=$2 node=$3 services=$4 order=${5:--}
   ip link set lo up
   bin=target/release/portdrift
   scan=("$bin" scan --cluster-state "$node/cluster.json" --node worker-1
-    --nodeport-range 20000-65535 --kube-proxy-healthz off --format json)
+    --nodeport-range 20000-65535 --kube-proxy-healthz off --kube-proxy-metrics off --format json)
   if [[ $mode == iptables-nft ]]; then
     grep -o -- '--nfacct-name  *[^ ]*' "$node/iptables-nft-save.txt" | awk '{print $2}' | sort -u |
       while read -r name; do nfacct add "$name" >/dev/null; done
@@ -75,13 +81,18 @@ cargo build --release --quiet --bin portdrift --example synth_node
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; kernel $(uname -r); $(iptables --version); $(nft --version)"
 echo "median of $runs runs"
 echo
-echo "| Services | mode | command | wall s | user s | system s | peak RSS MiB |"
-echo "|---:|---|---|---:|---:|---:|---:|"
+echo "| Services | mode | chain order | command | wall s | user s | system s | peak RSS MiB |"
+echo "|---:|---|---|---|---:|---:|---:|---:|"
 for services in "${sizes[@]}"; do
-  node="$work/$services"
-  target/release/examples/synth_node --services "$services" --endpoints 5 --out "$node" 2>/dev/null
   for mode in ${MODES:-iptables-nft nftables}; do
-    unshare -n bash "$0" --inside "$mode" "$node" "$services"
+    if [[ $mode == iptables-nft ]]; then orders=${ORDERS:-grouped sorted}; else orders=-; fi
+    for order in $orders; do
+      node="$work/$services-$order"
+      flags=()
+      [[ $order == grouped ]] && flags=(--grouped)
+      target/release/examples/synth_node --services "$services" --endpoints 5 "${flags[@]}" --out "$node" 2>/dev/null
+      unshare -n bash "$0" --inside "$mode" "$node" "$services" "$order"
+      rm -rf "$node"
+    done
   done
-  rm -rf "$node"
 done

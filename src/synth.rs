@@ -34,6 +34,20 @@ pub struct SynthConfig {
     /// The Service ports' names, first Service first; Services beyond the list are
     /// `team-<i % 40>/svc-<i>:http`.
     pub names: Vec<ServicePortRef>,
+    /// The order of the chains in the iptables dump, which `iptables-restore` keeps as
+    /// the kernel's order.
+    pub chain_order: ChainOrder,
+}
+
+/// How the iptables dump orders its chains.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChainOrder {
+    /// Sorted by name, as a dump restored from a saved, sorted dump has them.
+    #[default]
+    Sorted,
+    /// Grouped by Service (`KUBE-SVC-X`, `KUBE-EXT-X`, then X's `KUBE-SEP-*`), as
+    /// kube-proxy writes them in one restore: the order on a node it programmed.
+    Grouped,
 }
 
 impl Default for SynthConfig {
@@ -46,6 +60,7 @@ impl Default for SynthConfig {
             nodes: 50,
             stale: 0,
             names: Vec::new(),
+            chain_order: ChainOrder::default(),
         }
     }
 }
@@ -161,12 +176,14 @@ impl TableText {
         let _ = writeln!(text, "-A {chain} {spec}");
     }
 
-    fn write(mut self, out: &mut String, table: &str, builtins: &[&str]) {
+    fn write(mut self, out: &mut String, table: &str, builtins: &[&str], order: ChainOrder) {
         let _ = writeln!(out, "*{table}");
         for b in builtins {
             let _ = writeln!(out, ":{b} ACCEPT [0:0]");
         }
-        self.chains.sort();
+        if order == ChainOrder::Sorted {
+            self.chains.sort();
+        }
         for c in &self.chains {
             let _ = writeln!(out, ":{c} - [0:0]");
         }
@@ -266,8 +283,13 @@ fn iptables_save(config: &SynthConfig, svcs: &[Svc]) -> String {
         service_rules(config, s, large, &mut nat, &mut filter);
     }
     nat.rule("KUBE-SERVICES", "-m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS");
-    filter.write(&mut out, "filter", &["INPUT", "FORWARD", "OUTPUT"]);
-    nat.write(&mut out, "nat", &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]);
+    filter.write(&mut out, "filter", &["INPUT", "FORWARD", "OUTPUT"], config.chain_order);
+    nat.write(
+        &mut out,
+        "nat",
+        &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"],
+        config.chain_order,
+    );
     out
 }
 
