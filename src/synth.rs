@@ -283,7 +283,12 @@ fn iptables_save(config: &SynthConfig, svcs: &[Svc]) -> String {
         service_rules(config, s, large, &mut nat, &mut filter);
     }
     nat.rule("KUBE-SERVICES", "-m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS");
-    filter.write(&mut out, "filter", &["INPUT", "FORWARD", "OUTPUT"], config.chain_order);
+    filter.write(
+        &mut out,
+        "filter",
+        &["INPUT", "FORWARD", "OUTPUT"],
+        config.chain_order,
+    );
     nat.write(
         &mut out,
         "nat",
