@@ -66,6 +66,13 @@ fn node_config() -> impl Strategy<Value = SynthConfig> {
                 nodes,
                 names,
                 stale: 0,
+                // Both orders a kernel can hold the chains in; what is read must not
+                // depend on it.
+                chain_order: if nodes % 2 == 0 {
+                    portdrift::synth::ChainOrder::Grouped
+                } else {
+                    portdrift::synth::ChainOrder::Sorted
+                },
             }
         })
 }
