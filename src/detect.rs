@@ -995,9 +995,10 @@ fn backend_split(sources: &[RuleSource], primaries: &BTreeMap<Family, usize>, ou
                 .map(|(p, n)| format!("{p}/{n}"))
                 .collect();
             format!(
-                "{} {} also holds kube-proxy NodePort rules for {} ports ({}{}) while kube-proxy writes {}; the kernel evaluates both and nothing keeps the {} copy current: remove kube-proxy's chains from {}. What each stale copy does to its port is in the stale-* findings.",
+                "{} {} also holds {} kube-proxy NodePort rules, for {} ports ({}{}), while kube-proxy writes {}; the kernel evaluates both and nothing keeps the {} copy current: remove kube-proxy's chains from {}. What each stale copy does to its port is in the stale-* findings.",
                 s.backend,
                 s.family,
+                forwarding.len(),
                 ports.len(),
                 listed.join(", "),
                 if ports.len() > LISTED { ", …" } else { "" },

@@ -402,7 +402,9 @@ fn a_stale_backend_is_one_finding_naming_its_ports() {
     assert_eq!(splits[0].port, None);
     assert_eq!(splits[0].ports, [30080, 30081]);
     assert!(
-        splits[0].message.contains("2 ports (tcp/30080, tcp/30081)"),
+        splits[0]
+            .message
+            .contains("holds 2 kube-proxy NodePort rules, for 2 ports (tcp/30080, tcp/30081)"),
         "{}",
         splits[0].message
     );
