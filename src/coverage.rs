@@ -13,10 +13,11 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use crate::desired::DesiredState;
-use crate::detect::Detection;
 use crate::model::{Backend, Family, ProxyMode};
 use crate::observed::Observed;
+use crate::proxy_mode::ProxyDecision;
 use crate::scan::{SourceState, SourceStatus};
+use crate::snapshot::SOCKET_FILES;
 
 /// The `coverage` object of the JSON report (a contract: fields may be added, never
 /// renamed or removed).
@@ -51,7 +52,7 @@ pub struct CoverageInput<'a> {
     pub sources: &'a [SourceStatus],
     pub observed: &'a Observed,
     pub desired: Option<&'a DesiredState>,
-    pub detection: &'a Detection,
+    pub proxy: &'a ProxyDecision,
     /// The cluster state is the last good one but no longer current.
     pub cluster_state_stale: bool,
 }
@@ -69,12 +70,9 @@ fn required_backends(mode: ProxyMode) -> &'static [Backend] {
     }
 }
 
-/// The socket tables squatters are found in.
-const SOCKET_SOURCES: [&str; 4] = ["proc/net/tcp", "proc/net/tcp6", "proc/net/udp", "proc/net/udp6"];
-
 pub fn assess(input: &CoverageInput<'_>) -> Coverage {
     let mut not_checked = Vec::new();
-    let proxy = &input.detection.proxy;
+    let proxy = input.proxy;
     let mode = proxy.mode;
     match mode {
         ProxyMode::Iptables | ProxyMode::Nftables => {}
@@ -214,7 +212,7 @@ fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
     };
     let mut unread = Vec::new();
     for family in families(input) {
-        for &backend in required_backends(input.detection.proxy.mode) {
+        for &backend in required_backends(input.proxy.mode) {
             // A failed read is said above already.
             let failed = rule_statuses
                 .iter()
@@ -240,7 +238,7 @@ fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
 fn sockets(sources: &[SourceStatus], out: &mut Vec<String>) {
     let mut unread = Vec::new();
     let mut partial = Vec::new();
-    for name in SOCKET_SOURCES {
+    for (name, _, _) in SOCKET_FILES {
         match sources.iter().find(|s| s.source == name).map(|s| s.status) {
             Some(SourceState::Ok | SourceState::Empty) => {}
             Some(SourceState::Partial) => partial.push(name),

@@ -671,29 +671,29 @@ fn missing_rules(
                 .iter()
                 .any(|r| r.targets.iter().any(|t| t.addr == *addr))
         };
-        let reached_externally =
-            |addr: &SocketAddr| forwarding.iter().any(|r| r.external_targets.contains(addr));
-        // Each unreached endpoint once; `true` when it is a local endpoint that external
-        // traffic must reach (externalTrafficPolicy Local).
+        // The local endpoints external traffic must reach (externalTrafficPolicy Local)
+        // and does not.
+        let local_unreached: Vec<&SocketAddr> = if desired.external_policy_local {
+            eps.local
+                .iter()
+                .filter(|a| !forwarding.iter().any(|r| r.external_targets.contains(a)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Each unreached endpoint once; `true` when it is such a local endpoint.
         let mut missing: BTreeMap<&SocketAddr, bool> = BTreeMap::new();
         if !eps.cluster_uncertain {
             missing.extend(eps.cluster.iter().filter(|a| !reached(a)).map(|a| (a, false)));
         }
-        if desired.external_policy_local {
-            missing.extend(
-                eps.local
-                    .iter()
-                    .filter(|a| !reached_externally(a))
-                    .map(|a| (a, true)),
-            );
-        }
+        missing.extend(local_unreached.iter().map(|&a| (a, true)));
         // The node drops the port's external traffic as if it had no local endpoint, and
         // none of its local endpoints is reached: every external client is dropped here.
         let dropping = rules
             .iter()
             .find(|(r, _)| r.verdict == Verdict::Drop)
             .map(|(r, _)| *r)
-            .filter(|_| desired.external_policy_local && eps.local.iter().all(|a| !reached_externally(a)));
+            .filter(|_| !local_unreached.is_empty() && local_unreached.len() == eps.local.len());
         for (addr, local) in missing {
             let f = if local {
                 local_endpoint_unreached(primary, desired, forwarding[0], addr, reached(addr), dropping)

@@ -170,15 +170,15 @@ pub fn run_scan_keeping_inputs(
     mut input: ScanInput,
     config: &DetectConfig,
 ) -> (ScanReport, Vec<crate::model::RuleSource>, Option<DesiredState>) {
-    let mut detection = examine(input.desired.as_ref(), &input.observed, config);
+    let detection = examine(input.desired.as_ref(), &input.observed, config);
     let coverage = coverage::assess(&CoverageInput {
         sources: &input.sources,
         observed: &input.observed,
         desired: input.desired.as_ref(),
-        detection: &detection,
+        proxy: &detection.proxy,
         cluster_state_stale: config.cluster_state_stale,
     });
-    let findings = std::mem::take(&mut detection.findings);
+    let findings = detection.findings;
     let rules = std::mem::take(&mut input.observed.sources);
     let mut summary = Summary::default();
     for f in &findings {

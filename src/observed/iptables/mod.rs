@@ -304,8 +304,6 @@ struct Parser {
     listing: Option<Listing>,
     /// Lines read outside any known table: their table was guessed from names.
     guessed_lines: u32,
-    /// A `*table` header was seen (the `iptables-save` form).
-    save_form: bool,
     /// The tables the dump holds, by kind.
     saw_nat: bool,
     saw_filter: bool,
@@ -416,7 +414,6 @@ impl Parser {
             kube_rule_count: 0,
             listing: None,
             guessed_lines: 0,
-            save_form: false,
             saw_nat: false,
             saw_filter: false,
             services_dispatch: (0, 0),
@@ -514,12 +511,6 @@ impl Parser {
         let table = listing.table();
         listing.table = Some(table);
         self.table = table;
-        self.table_name = match table {
-            Some(TableKind::Nat) => "nat".into(),
-            Some(TableKind::Filter) => "filter".into(),
-            Some(TableKind::Other) => "mangle or raw".into(),
-            None => String::new(),
-        };
         self.note_table(table);
     }
 
@@ -647,7 +638,6 @@ impl Parser {
 
     fn open_table(&mut self, number: u32, name: &str) {
         self.end_listing();
-        self.save_form = true;
         if self.table.is_some() {
             self.notes.push(format!(
                 "table {} (line {}) has no COMMIT",
@@ -702,9 +692,7 @@ impl Parser {
         if chain.starts_with("KUBE-") {
             self.kube_rule_count += 1;
         }
-        if self.replacement.is_none() {
-            self.note_chain_name(chain);
-        }
+        self.note_chain_name(chain);
         let kind = match self.table {
             Some(kind) => kind,
             None => {
