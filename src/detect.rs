@@ -1011,7 +1011,9 @@ fn backend_split(sources: &[RuleSource], primaries: &BTreeMap<Family, usize>, ou
         f.family = Some(s.family);
         f.backend = Some(s.backend);
         f.rule_source = Some(s.origin.clone());
+        // The port numbers, each once (one may serve tcp and udp).
         f.ports = ports.iter().map(|&(_, n)| n).collect();
+        f.ports.sort_unstable();
         f.ports.dedup();
         f.evidence.extend(
             forwarding

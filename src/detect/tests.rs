@@ -416,6 +416,36 @@ fn a_stale_backend_is_one_finding_naming_its_ports() {
 }
 
 #[test]
+fn a_stale_backends_ports_are_listed_once_each() {
+    let dns = "edge/dns:dns";
+    let d = state(vec![
+        port(dns, Protocol::Udp, 30053, &["10.244.1.7:53"]),
+        port("edge/dns:dns-tcp", Protocol::Tcp, 30053, &["10.244.1.7:53"]),
+        port(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"]),
+    ]);
+    let services: &[(&str, Protocol, u16, &[&str])] = &[
+        (dns, Protocol::Udp, 30053, &["10.244.1.7:53"]),
+        ("edge/dns:dns-tcp", Protocol::Tcp, 30053, &["10.244.1.7:53"]),
+        (WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"]),
+    ];
+    let nat = kube_proxy_nat(services, "");
+    let f = run(
+        &d,
+        &observed(&[(&nat, Backend::IptablesNft), (&nat, Backend::IptablesLegacy)]),
+    );
+    let split = f.iter().find(|f| f.kind == Kind::BackendSplit).unwrap();
+    // Sorted by protocol, tcp/30053, tcp/30080, udp/30053: 30053 is one port.
+    assert_eq!(split.ports, [30053, 30080]);
+    assert!(
+        split
+            .message
+            .contains("for 3 ports (tcp/30053, tcp/30080, udp/30053)"),
+        "{}",
+        split.message
+    );
+}
+
+#[test]
 fn identical_findings_are_reported_once_and_positions_sort_by_number() {
     // Two hand-written copies of one stale rule, at lines 97 and 100 of a dump: the
     // duplicate-rule findings differ (each names its rule), the stale-nodeport ones too.
