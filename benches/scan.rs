@@ -10,11 +10,11 @@ use std::hint::black_box;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use portdrift::desired::read_cluster_state;
-use portdrift::detect::{DetectConfig, detect};
-use portdrift::observed::Observed;
-use portdrift::observed::iptables::{SourceHint, parse_save};
-use portdrift::synth::{SynthConfig, generate};
+use portdrift::decode::cluster::read_cluster_state;
+use portdrift::decode::iptables::{SourceHint, parse_save};
+use portdrift::heart::detect::{DetectConfig, detect};
+use portdrift::heart::observed::Observed;
+use portdrift::testing::synth::{SynthConfig, generate};
 
 fn scan_10k(c: &mut Criterion) {
     let config = SynthConfig::default();

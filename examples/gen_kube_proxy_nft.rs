@@ -11,8 +11,8 @@
 use std::io::{BufWriter, Write};
 
 use data_encoding::BASE32;
-use portdrift::kube_proxy::nft_service_chain;
-use portdrift::model::{Protocol, ServicePortRef};
+use portdrift::heart::kube_proxy::nft_service_chain;
+use portdrift::heart::model::{Protocol, ServicePortRef};
 use sha2::{Digest, Sha256};
 
 /// kube-proxy's endpoint chain: `endpoint-HASH-ns/svc/tcp/port__ip/port`, HASH over the

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use portdrift::observed::nftables::{parse_ruleset_json, parse_ruleset_text};
+use portdrift::decode::nftables::{parse_ruleset_json, parse_ruleset_text};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

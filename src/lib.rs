@@ -1,31 +1,15 @@
 //! portdrift: finds where a Kubernetes node's NodePort plumbing has drifted from what
 //! the cluster says.
 //!
-//! Data flows desired + observed → [`detect`] → findings → report. The parsers and the
-//! detector are pure; I/O lives at the edges (`snapshot`, the binary).
+//! Six layers, imports pointing down only (see `ARCHITECTURE.md`): [`cli`] → [`agent`]
+//! → [`scan`] → [`sources`] → [`decode`] → [`heart`]. The heart and decode are pure.
 #![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod cli;
-pub mod coverage;
-pub mod desired;
-pub mod detect;
-pub mod finding;
-#[doc(hidden)]
-pub mod fuzzing;
-pub mod http;
-pub mod kube_proxy;
-pub mod kube_report;
-pub mod metrics;
-pub mod model;
-pub mod observed;
-#[cfg(test)]
-#[path = "../tests/support/promtool.rs"]
-mod promtool;
-pub mod proxy_mode;
-pub mod repair;
-pub mod report;
+pub mod decode;
+pub mod heart;
 pub mod scan;
-pub mod snapshot;
-pub mod synth;
-pub mod views;
+pub mod sources;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;

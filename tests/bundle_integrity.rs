@@ -10,9 +10,9 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use portdrift::finding::Kind;
-use portdrift::model::Protocol;
-use portdrift::observed::sockets::{WordOrder, parse_proc_net_with};
+use portdrift::decode::sockets::{WordOrder, parse_proc_net_with};
+use portdrift::heart::finding::Kind;
+use portdrift::heart::model::Protocol;
 use serde_json::Value;
 
 fn bundles() -> Vec<PathBuf> {

@@ -390,7 +390,7 @@ fn the_daemonset_is_a_least_privilege_node_agent() {
         let listen = args
             .iter()
             .find_map(|a| a.strip_prefix("--listen="))
-            .unwrap_or(portdrift::http::DEFAULT_LISTEN);
+            .unwrap_or(portdrift::agent::http::DEFAULT_LISTEN);
         let port: u64 = listen.rsplit(':').next().unwrap().parse().unwrap();
         assert_eq!(c["ports"][0]["containerPort"], port, "{ctx}");
         assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{ctx}");

@@ -10,10 +10,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, PostParams};
-use portdrift::desired::watch::kube_client;
-use portdrift::finding::{Finding, Kind, Severity};
-use portdrift::kube_report::{ConditionConfig, EventsConfig, KubeReporter, ReportConfig, ReportMetrics};
-use portdrift::model::Protocol;
+use portdrift::agent::kube_report::{
+    ConditionConfig, EventsConfig, KubeReporter, ReportConfig, ReportMetrics,
+};
+use portdrift::agent::watch::kube_client;
+use portdrift::heart::finding::{Finding, Kind, Severity};
+use portdrift::heart::model::Protocol;
 use serde_json::Value;
 use support::fake_apiserver::{Failure, FakeApiServer, Kind as ApiKind, objects};
 use support::{eventually, scenario};

@@ -251,21 +251,25 @@ fn a_generated_node_with_drift_reads_the_same_over_netlink() {
     if !support::require_root("iptables netlink, generated") {
         return;
     }
-    let node = portdrift::synth::SynthConfig {
+    let node = portdrift::testing::synth::SynthConfig {
         services: 300,
         endpoints_per_service: 3,
         ..Default::default()
     };
     // The cluster lost its last three Services; their rules are still on the node.
-    let cluster = portdrift::synth::SynthConfig {
+    let cluster = portdrift::testing::synth::SynthConfig {
         services: 297,
         ..node.clone()
     };
     let dir = tempfile::tempdir().unwrap();
     let cluster_json = dir.path().join("cluster.json");
-    std::fs::write(&cluster_json, portdrift::synth::generate(&cluster).cluster_json).unwrap();
+    std::fs::write(
+        &cluster_json,
+        portdrift::testing::synth::generate(&cluster).cluster_json,
+    )
+    .unwrap();
     let both = read_both_ways(
-        &portdrift::synth::generate(&node).iptables_save,
+        &portdrift::testing::synth::generate(&node).iptables_save,
         false,
         Some(&cluster_json),
     );

@@ -5,11 +5,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use portdrift::kube_proxy::nft_service_chain;
-use portdrift::model::{
+use portdrift::decode::nftables::{NftError, parse_ruleset_json, parse_ruleset_text};
+use portdrift::heart::kube_proxy::nft_service_chain;
+use portdrift::heart::model::{
     Backend, DestMatch, Family, NodePortRule, Protocol, RuleIdentity, RuleSource, ServicePortRef, Verdict,
 };
-use portdrift::observed::nftables::{NftError, parse_ruleset_json, parse_ruleset_text};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

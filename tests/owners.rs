@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use portdrift::model::Protocol;
-use portdrift::observed::owners::{Owners, find_owners, parse_cgroup};
-use portdrift::observed::sockets::parse_proc_net;
+use portdrift::decode::sockets::parse_proc_net;
+use portdrift::heart::model::Protocol;
+use portdrift::sources::owners::{Owners, find_owners, parse_cgroup};
 
 /// Listens on 127.0.0.1:<any>, prints `<port> <worker pid>`, and waits for stdin to
 /// close. With `fork`, a worker process shares the listening socket.

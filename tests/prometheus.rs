@@ -247,7 +247,7 @@ fn a_real_prometheus_scrapes_the_agent_and_evaluates_the_alerts() {
     let findings = samples(dir, "findings.json");
     assert_eq!(
         findings.len(),
-        portdrift::finding::Kind::ALL.len(),
+        portdrift::heart::finding::Kind::ALL.len(),
         "a gauge for every kind: {findings:?}"
     );
     for (labels, value) in &findings {

@@ -1,5 +1,5 @@
 //! Properties over generated nodes: random Services (names, ports, endpoints, traffic
-//! policies) rendered into rules the way kube-proxy writes them (`portdrift::synth`),
+//! policies) rendered into rules the way kube-proxy writes them (`portdrift::testing::synth`),
 //! with random drift added on top.
 //!
 //! - the iptables-save parser gives back what kube-proxy wrote: every Service's
@@ -14,14 +14,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::SocketAddr;
 
-use portdrift::detect::DetectConfig;
-use portdrift::finding::{Finding, Kind, Severity};
-use portdrift::kube_proxy;
-use portdrift::model::{Backend, Family, Protocol, ServicePortRef, Verdict};
-use portdrift::observed::iptables::{SourceHint, parse_save_str};
-use portdrift::repair::plan::{Op, PlanContext, Rulesets, plan};
-use portdrift::repair::ruleset::IptablesRuleset;
-use portdrift::synth::{SynthConfig, generate};
+use portdrift::decode::iptables::{SourceHint, parse_save_str};
+use portdrift::heart::detect::DetectConfig;
+use portdrift::heart::finding::{Finding, Kind, Severity};
+use portdrift::heart::kube_proxy;
+use portdrift::heart::model::{Backend, Family, Protocol, ServicePortRef, Verdict};
+use portdrift::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
+use portdrift::heart::repair::ruleset::IptablesRuleset;
+use portdrift::testing::synth::{SynthConfig, generate};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -69,9 +69,9 @@ fn node_config() -> impl Strategy<Value = SynthConfig> {
                 // Both orders a kernel can hold the chains in; what is read must not
                 // depend on it.
                 chain_order: if nodes % 2 == 0 {
-                    portdrift::synth::ChainOrder::Grouped
+                    portdrift::testing::synth::ChainOrder::Grouped
                 } else {
-                    portdrift::synth::ChainOrder::Sorted
+                    portdrift::testing::synth::ChainOrder::Sorted
                 },
             }
         })
@@ -170,14 +170,14 @@ fn with_noise(dump: &str, noise: &[Noise]) -> String {
     out.join("\n") + "\n"
 }
 
-fn scan(dump: &str, cluster_json: &str) -> (Vec<Finding>, portdrift::desired::DesiredState) {
+fn scan(dump: &str, cluster_json: &str) -> (Vec<Finding>, portdrift::heart::desired::DesiredState) {
     let dir = tempfile::TempDir::new().unwrap();
     std::fs::write(dir.path().join("iptables-nft-save.txt"), dump).unwrap();
     std::fs::write(dir.path().join("cluster.json"), cluster_json).unwrap();
     std::fs::write(dir.path().join("node"), NODE).unwrap();
-    let input = portdrift::snapshot::read_bundle(dir.path(), None).unwrap();
+    let input = portdrift::scan::input::read_bundle(dir.path(), None).unwrap();
     let desired = input.desired.clone().unwrap();
-    let report = portdrift::scan::run_scan(input, &DetectConfig::default());
+    let report = portdrift::heart::outcome::run_scan(input, &DetectConfig::default());
     (report.findings, desired)
 }
 

@@ -12,8 +12,8 @@ mod support;
 use std::collections::BTreeSet;
 use std::process::Output;
 
-use portdrift::kube_proxy;
-use portdrift::model::{Protocol, ServicePortRef};
+use portdrift::heart::kube_proxy;
+use portdrift::heart::model::{Protocol, ServicePortRef};
 use serde_json::{Value, json};
 use support::netns::{Lab, POD_IP, POD_PORT};
 

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice, ForZone};
-use portdrift::desired::watch::{
+use portdrift::agent::watch::{
     ClusterView, DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchOptions, kube_client,
     kube_config, load_once, pods_on_node,
 };
-use portdrift::desired::{DesiredState, desired_state};
+use portdrift::heart::desired::{DesiredState, desired_state};
 use support::fake_apiserver::{Failure, FakeApiServer, Kind, objects, query_param};
 use support::{eventually, scenario};
 use tokio::time::Instant;
@@ -653,10 +653,10 @@ async fn pods_are_listed_for_this_node_only() {
 
 /// A node whose only NodePort rule is for a port no Service owns: stale once the
 /// cluster state says so, and only then.
-fn node_with_a_leftover_rule() -> portdrift::observed::Observed {
+fn node_with_a_leftover_rule() -> portdrift::heart::observed::Observed {
     let dump = "*nat\n:KUBE-NODEPORTS - [0:0]\n:KUBE-SERVICES - [0:0]\n-A KUBE-NODEPORTS -p tcp -m tcp --dport 31999 -j DNAT --to-destination 10.244.9.9:80\nCOMMIT\n";
-    let source = portdrift::observed::iptables::parse_save_str(dump, "iptables-nft-save", Default::default());
-    portdrift::observed::Observed {
+    let source = portdrift::decode::iptables::parse_save_str(dump, "iptables-nft-save", Default::default());
+    portdrift::heart::observed::Observed {
         sources: vec![source],
         ..Default::default()
     }
@@ -664,8 +664,8 @@ fn node_with_a_leftover_rule() -> portdrift::observed::Observed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_stale_or_missing_verdict_comes_from_an_unsynced_cache() {
-    use portdrift::detect::{DetectConfig, detect};
-    use portdrift::finding::Kind as FindingKind;
+    use portdrift::heart::detect::{DetectConfig, detect};
+    use portdrift::heart::finding::Kind as FindingKind;
     scenario(async {
         let (server, _) = serve_cluster().await;
         server.hold_lists(true);

@@ -1,0 +1,517 @@
+//! What becomes a Kubernetes Event, decided without I/O: which findings qualify, the
+//! reason each kind is reported under, which object an Event regards, de-duplication
+//! across scans, and the rate limit.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+use crate::agent::repair::{ActionOutcome, RepairResult};
+use crate::heart::finding::{Finding, Identity, Kind, Severity};
+
+/// The API server's limit on an Event's `note` (`message`), in bytes.
+pub const NOTE_LIMIT: usize = 1024;
+
+/// The API server's limit on `reportingInstance`, `action` and `reason`, in bytes.
+pub const FIELD_LIMIT: usize = 128;
+
+/// `reportingController` (and `source.component` for core Events).
+pub const CONTROLLER: &str = "portdrift";
+
+/// `action`: what portdrift did when it noticed the drift.
+pub const ACTION: &str = "Scan";
+
+/// The Event reason for a finding kind, UpperCamelCase as Kubernetes reasons are.
+pub fn reason(kind: Kind) -> &'static str {
+    match kind {
+        Kind::StaleNodeport => "StaleNodePortRule",
+        Kind::StaleEndpoint => "StaleEndpointRule",
+        Kind::MissingEndpoint => "MissingEndpointRule",
+        Kind::MissingRule => "MissingNodePortRule",
+        Kind::DuplicateRule => "DuplicateNodePortRule",
+        Kind::BackendSplit => "IptablesBackendSplit",
+        Kind::Squatter => "NodePortSquatter",
+        Kind::NodeportCollision => "NodePortCollision",
+        Kind::OrphanChain => "OrphanChain",
+        Kind::UnparsedRule => "UnparsedRule",
+        Kind::HostportConflict => "HostPortConflict",
+        Kind::PortRangeOverlap => "PortRangeOverlap",
+        Kind::MalformedRule => "MalformedRule",
+    }
+}
+
+/// The Event `type` for a severity; `None`: no Event at all. Info findings are
+/// harmless leftovers (orphan chains kube-proxy collects lazily, a leftover REJECT) or
+/// differences still inside their grace window: an Event for each would be noise that
+/// buries the ones to act on.
+pub fn event_type(severity: Severity) -> Option<&'static str> {
+    match severity {
+        Severity::Critical | Severity::Warning => Some("Warning"),
+        Severity::Info => None,
+    }
+}
+
+/// Whether a finding is worth an Event now. Pending findings are `info` already; a
+/// finding drawn from a cluster state the watch cannot keep current may be an artefact
+/// of that state, and an Event cannot be taken back: it waits until the view is fresh.
+pub fn qualifies(f: &Finding) -> bool {
+    event_type(f.severity).is_some() && f.pending_seconds.is_none() && !f.on_stale_cluster_state
+}
+
+/// The object an Event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Regarding {
+    /// The Service the finding names.
+    Service { namespace: String, name: String },
+    /// This node: for findings that concern no Service (squatters on unallocated
+    /// ports, backend split, orphan chains, ...).
+    Node,
+}
+
+/// The Service a finding names (`namespace/name`), else this node.
+pub fn regarding(f: &Finding) -> Regarding {
+    let service = f.service.as_deref().and_then(|s| s.split_once('/'));
+    match service {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() => Regarding::Service {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        },
+        _ => Regarding::Node,
+    }
+}
+
+/// An Event to write, before the API's identities (UIDs) are looked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventDraft {
+    pub reason: &'static str,
+    pub type_: &'static str,
+    pub note: String,
+    pub regarding: Regarding,
+}
+
+impl EventDraft {
+    /// The draft for a finding, `None` when it makes no Event (see [`event_type`]).
+    pub fn of(f: &Finding) -> Option<EventDraft> {
+        Some(EventDraft {
+            reason: reason(f.kind),
+            type_: event_type(f.severity)?,
+            note: truncate(&f.message, NOTE_LIMIT),
+            regarding: regarding(f),
+        })
+    }
+}
+
+/// The Event for one repair action that ran: on this Node, whose rules it changed.
+/// A dry run, or an action skipped, changed nothing and makes none.
+pub fn repair_draft(outcome: &ActionOutcome) -> Option<EventDraft> {
+    let (reason, type_, verb) = match &outcome.result {
+        RepairResult::Applied => ("NodePortRuleRemoved", "Normal", "removed".to_string()),
+        RepairResult::Failed(why) => (
+            "NodePortRepairFailed",
+            "Warning",
+            format!("could not remove ({why})"),
+        ),
+        RepairResult::DryRun | RepairResult::Skipped(_) => return None,
+    };
+    let action = &outcome.action;
+    let note = format!(
+        "portdrift {verb}: {}; for: {}",
+        action.describe(),
+        action.reasons.join("; ")
+    );
+    Some(EventDraft {
+        reason,
+        type_,
+        note: truncate(&note, NOTE_LIMIT),
+        regarding: Regarding::Node,
+    })
+}
+
+/// The reference to this Node that Events regard. Its `uid` is the node's name, as the
+/// kubelet and node-problem-detector write it: `kubectl describe node` looks for
+/// Events with exactly that reference.
+pub fn node_reference(node: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.into()),
+        uid: Some(node.into()),
+        ..ObjectReference::default()
+    }
+}
+
+/// The `events.k8s.io/v1` Event for `draft` about `regarding` (the Service, with its
+/// UID when known, or the Node), `related` to this Node when it regards a Service.
+/// `stamp` is its `eventTime`, and names it as client-go names Events
+/// (`<object>.<nanoseconds in hex>`); a cluster-scoped object's Events live in
+/// `default`.
+pub fn k8s_event(
+    draft: &EventDraft,
+    regarding: ObjectReference,
+    related: Option<ObjectReference>,
+    node: &str,
+    stamp: Timestamp,
+) -> Event {
+    let object = regarding.name.as_deref().unwrap_or(CONTROLLER);
+    let suffix = format!(".{:x}", stamp.as_nanosecond());
+    // A name is at most 253 characters.
+    let base = truncate_bytes(object, 253 - suffix.len());
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{base}{suffix}")),
+            namespace: Some(regarding.namespace.clone().unwrap_or_else(|| "default".into())),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(stamp)),
+        type_: Some(draft.type_.into()),
+        reason: Some(draft.reason.into()),
+        note: Some(draft.note.clone()),
+        action: Some(ACTION.into()),
+        reporting_controller: Some(CONTROLLER.into()),
+        reporting_instance: Some(truncate_bytes(node, FIELD_LIMIT).into()),
+        regarding: Some(regarding),
+        related,
+        ..Event::default()
+    }
+}
+
+/// The longest prefix of `text` within `limit` bytes (on a character boundary).
+fn truncate_bytes(text: &str, limit: usize) -> &str {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// `text` cut to at most `limit` bytes on a character boundary, with an ellipsis when
+/// cut, so the API server does not refuse it.
+pub fn truncate(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    const ELLIPSIS: &str = "…";
+    format!(
+        "{}{ELLIPSIS}",
+        truncate_bytes(text, limit.saturating_sub(ELLIPSIS.len()))
+    )
+}
+
+/// A token bucket: `capacity` Events at once, then one every `refill_every`.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    capacity: u32,
+    refill_every: Duration,
+    tokens: u32,
+    /// When the last whole token was added (or the bucket was last full).
+    refilled_at: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    pub fn new(capacity: u32, refill_every: Duration, now: Instant) -> TokenBucket {
+        TokenBucket {
+            capacity,
+            refill_every,
+            tokens: capacity,
+            refilled_at: now,
+        }
+    }
+
+    /// Takes a token if there is one.
+    pub fn try_take(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+
+    fn refill(&mut self, now: Instant) {
+        if self.tokens >= self.capacity {
+            // A full bucket earns nothing: the refill clock starts when one is taken.
+            self.refilled_at = now;
+            return;
+        }
+        let elapsed = now.saturating_duration_since(self.refilled_at);
+        let earned = match self.refill_every.as_nanos() {
+            0 => u128::from(self.capacity),
+            every => elapsed.as_nanos() / every,
+        };
+        if earned == 0 {
+            return;
+        }
+        let room = self.capacity - self.tokens;
+        if earned >= u128::from(room) {
+            self.tokens = self.capacity;
+            self.refilled_at = now;
+        } else {
+            // `earned < room <= u32::MAX`, so these conversions are exact.
+            let earned = earned as u32;
+            self.tokens += earned;
+            self.refilled_at += self.refill_every * earned;
+        }
+    }
+}
+
+/// What one scan gave the Event writer.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Admitted {
+    /// Events to write, one per finding that newly qualifies.
+    pub events: Vec<EventDraft>,
+    /// New findings whose Event the rate limit dropped.
+    pub dropped: u64,
+    /// This scan began a run of drops (after none): the moment to log it, once.
+    pub drops_began: bool,
+    /// A run of drops ended (an Event passed again): how many it dropped.
+    pub drops_ended: Option<u64>,
+}
+
+/// De-duplication and rate limit: one Event per finding when it starts to qualify
+/// (see [`qualifies`]); none while it persists; a new one if it clears and returns.
+#[derive(Debug)]
+pub struct EventGate {
+    /// Findings that qualified in the last scan.
+    qualified: BTreeSet<Identity>,
+    bucket: TokenBucket,
+    /// Drops since the last Event that passed.
+    dropping: u64,
+}
+
+impl EventGate {
+    pub fn new(bucket: TokenBucket) -> EventGate {
+        EventGate {
+            qualified: BTreeSet::new(),
+            bucket,
+            dropping: 0,
+        }
+    }
+
+    /// The Events one scan's findings call for.
+    pub fn admit(&mut self, findings: &[Finding], now: Instant) -> Admitted {
+        let mut admitted = Admitted::default();
+        let mut qualified = BTreeSet::new();
+        for f in findings.iter().filter(|f| qualifies(f)) {
+            let identity = f.identity();
+            let new = !self.qualified.contains(&identity);
+            // A finding listed twice (two backends' copies share an identity) counts once.
+            if !qualified.insert(identity) || !new {
+                continue;
+            }
+            let Some(draft) = EventDraft::of(f) else { continue };
+            if self.bucket.try_take(now) {
+                if self.dropping > 0 {
+                    admitted.drops_ended = Some(std::mem::take(&mut self.dropping));
+                }
+                admitted.events.push(draft);
+            } else {
+                admitted.drops_began |= self.dropping == 0;
+                self.dropping += 1;
+                admitted.dropped += 1;
+            }
+        }
+        self.qualified = qualified;
+        admitted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finding(kind: Kind, severity: Severity, port: u16, service: Option<&str>) -> Finding {
+        let mut f = Finding::new(kind, severity, format!("{kind} on {port}"));
+        f.port = Some(port);
+        f.service = service.map(str::to_string);
+        f
+    }
+
+    fn gate(burst: u32, every: Duration, now: Instant) -> EventGate {
+        EventGate::new(TokenBucket::new(burst, every, now))
+    }
+
+    #[test]
+    fn every_kind_has_an_upper_camel_case_reason_within_the_limit() {
+        let mut seen = BTreeSet::new();
+        for kind in Kind::ALL {
+            let r = reason(kind);
+            assert!(
+                r.len() <= FIELD_LIMIT && r.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{r}"
+            );
+            assert!(r.starts_with(|c: char| c.is_ascii_uppercase()), "{r}");
+            assert!(seen.insert(r), "{r} twice");
+        }
+        assert_eq!(reason(Kind::BackendSplit), "IptablesBackendSplit");
+        assert_eq!(reason(Kind::MissingRule), "MissingNodePortRule");
+    }
+
+    #[test]
+    fn warnings_and_criticals_qualify_info_pending_and_stale_do_not() {
+        assert!(qualifies(&finding(
+            Kind::StaleEndpoint,
+            Severity::Critical,
+            1,
+            None
+        )));
+        assert!(qualifies(&finding(
+            Kind::MissingEndpoint,
+            Severity::Warning,
+            1,
+            None
+        )));
+        assert!(!qualifies(&finding(Kind::OrphanChain, Severity::Info, 1, None)));
+        let mut pending = finding(Kind::MissingRule, Severity::Info, 1, None);
+        pending.pending_seconds = Some(12);
+        assert!(!qualifies(&pending));
+        let mut stale = finding(Kind::MissingRule, Severity::Critical, 1, None);
+        stale.on_stale_cluster_state = true;
+        assert!(!qualifies(&stale));
+    }
+
+    #[test]
+    fn a_service_finding_regards_the_service_a_node_finding_the_node() {
+        let f = finding(Kind::StaleEndpoint, Severity::Critical, 30080, Some("shop/web"));
+        assert_eq!(
+            regarding(&f),
+            Regarding::Service {
+                namespace: "shop".into(),
+                name: "web".into()
+            }
+        );
+        assert_eq!(
+            regarding(&finding(Kind::Squatter, Severity::Warning, 31000, None)),
+            Regarding::Node
+        );
+        // A malformed name is not guessed at.
+        assert_eq!(
+            regarding(&finding(Kind::Squatter, Severity::Warning, 31000, Some("web"))),
+            Regarding::Node
+        );
+    }
+
+    #[test]
+    fn an_event_regards_its_object_in_its_namespace_and_names_the_node() {
+        let f = finding(Kind::StaleEndpoint, Severity::Critical, 30080, Some("shop/web"));
+        let draft = EventDraft::of(&f).unwrap();
+        let service = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            namespace: Some("shop".into()),
+            name: Some("web".into()),
+            uid: Some("u-1".into()),
+            ..ObjectReference::default()
+        };
+        let stamp = Timestamp::from_second(1_800_000_000).unwrap();
+        let e = k8s_event(
+            &draft,
+            service.clone(),
+            Some(node_reference("worker-1")),
+            "worker-1",
+            stamp,
+        );
+        assert_eq!(e.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(e.metadata.name, Some(format!("web.{:x}", stamp.as_nanosecond())));
+        assert_eq!(e.regarding, Some(service));
+        assert_eq!(e.related.unwrap().uid.as_deref(), Some("worker-1"));
+        assert_eq!(
+            (e.type_.as_deref(), e.reason.as_deref(), e.action.as_deref()),
+            (Some("Warning"), Some("StaleEndpointRule"), Some(ACTION))
+        );
+        assert_eq!(e.reporting_controller.as_deref(), Some("portdrift"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("worker-1"));
+        assert_eq!(e.note.as_deref(), Some(f.message.as_str()));
+
+        let long_node = "n".repeat(300);
+        let e = k8s_event(&draft, node_reference(&long_node), None, &long_node, stamp);
+        assert_eq!(
+            e.metadata.namespace.as_deref(),
+            Some("default"),
+            "a Node's Events live in default"
+        );
+        assert!(e.metadata.name.unwrap().len() <= 253);
+        assert_eq!(e.reporting_instance.unwrap().len(), FIELD_LIMIT);
+    }
+
+    #[test]
+    fn long_notes_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(NOTE_LIMIT);
+        let cut = truncate(&long, NOTE_LIMIT);
+        assert!(cut.len() <= NOTE_LIMIT && cut.ends_with('…'), "{}", cut.len());
+        assert_eq!(truncate("short", NOTE_LIMIT), "short");
+    }
+
+    #[test]
+    fn a_persisting_finding_makes_one_event_and_a_returning_one_another() {
+        let t0 = Instant::now();
+        let mut g = gate(25, Duration::from_secs(10), t0);
+        let f = finding(Kind::StaleEndpoint, Severity::Critical, 30080, Some("shop/web"));
+        let first = g.admit(std::slice::from_ref(&f), t0);
+        assert_eq!(first.events.len(), 1);
+        assert_eq!(first.events[0].reason, "StaleEndpointRule");
+        assert_eq!(first.events[0].type_, "Warning");
+        assert!(g.admit(std::slice::from_ref(&f), t0).events.is_empty());
+        // Reworded, it is still the same finding.
+        let mut reworded = f.clone();
+        reworded.message.push_str(" (again)");
+        assert!(g.admit(&[reworded], t0).events.is_empty());
+        assert!(g.admit(&[], t0).events.is_empty());
+        assert_eq!(g.admit(&[f], t0).events.len(), 1);
+    }
+
+    #[test]
+    fn a_pending_finding_gets_its_event_when_its_grace_ends() {
+        let t0 = Instant::now();
+        let mut g = gate(25, Duration::from_secs(10), t0);
+        let mut f = finding(Kind::MissingRule, Severity::Info, 30081, Some("shop/api"));
+        f.pending_seconds = Some(20);
+        assert!(g.admit(std::slice::from_ref(&f), t0).events.is_empty());
+        f.pending_seconds = None;
+        f.severity = Severity::Critical;
+        assert_eq!(g.admit(&[f], t0).events.len(), 1);
+    }
+
+    #[test]
+    fn a_burst_beyond_the_bucket_is_capped_counted_and_reported_once() {
+        let t0 = Instant::now();
+        let mut g = gate(3, Duration::from_secs(10), t0);
+        let many: Vec<Finding> = (0..5)
+            .map(|i| finding(Kind::StaleNodeport, Severity::Warning, 30000 + i, None))
+            .collect();
+        let a = g.admit(&many, t0);
+        assert_eq!(
+            (a.events.len(), a.dropped, a.drops_began, a.drops_ended),
+            (3, 2, true, None)
+        );
+        // The dropped ones persist: no Event, no new drop.
+        let b = g.admit(&many, t0 + Duration::from_secs(1));
+        assert_eq!((b.events.len(), b.dropped, b.drops_began), (0, 0, false));
+        // Still empty: a new finding is dropped, but the run of drops goes on (no new log).
+        let mut more = many.clone();
+        more.push(finding(Kind::StaleNodeport, Severity::Warning, 30010, None));
+        let c = g.admit(&more, t0 + Duration::from_secs(2));
+        assert_eq!((c.events.len(), c.dropped, c.drops_began), (0, 1, false));
+        // One token later, the next new finding passes and the run's count is reported.
+        more.push(finding(Kind::StaleNodeport, Severity::Warning, 30011, None));
+        let d = g.admit(&more, t0 + Duration::from_secs(12));
+        assert_eq!((d.events.len(), d.drops_ended), (1, Some(3)));
+    }
+
+    #[test]
+    fn the_bucket_refills_one_token_per_period_up_to_its_capacity() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(2, Duration::from_secs(10), t0);
+        assert!(b.try_take(t0) && b.try_take(t0) && !b.try_take(t0));
+        assert!(!b.try_take(t0 + Duration::from_secs(9)));
+        assert!(b.try_take(t0 + Duration::from_secs(10)));
+        assert!(!b.try_take(t0 + Duration::from_secs(15)));
+        // A long quiet time fills it to capacity, not beyond.
+        let later = t0 + Duration::from_secs(1000);
+        assert!(b.try_take(later) && b.try_take(later) && !b.try_take(later));
+    }
+}

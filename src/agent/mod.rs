@@ -1,0 +1,9 @@
+//! The daemon: its loops, the API watch, HTTP, metrics, Events and the node condition,
+//! and repair's execution.
+
+pub mod daemon;
+pub mod http;
+pub mod kube_report;
+pub mod metrics;
+pub mod repair;
+pub mod watch;

@@ -1,0 +1,280 @@
+//! Streaming reader of a bundle's `cluster.json`: a v1 `List` as
+//! `kubectl get services,endpointslices -A -o json` prints it (optionally with `Node`
+//! items too).
+//!
+//! The `items` array is walked one item at a time: each item's text is held only
+//! while it is reduced into a [`DesiredBuilder`], so a 30 MB file never sits in memory
+//! as a whole, let alone as a `serde_json::Value`. An item that does not deserialize is
+//! reported and skipped; only a document that is not JSON, or not a List, is an error.
+
+use std::io::Read;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::decode::cluster::list_stream::{
+    ListEvent, Position, message_without_position, syntax_error, walk_list,
+};
+use crate::decode::cluster::probe::{ItemProbe, LabelProbe, LabelValue, probe_item};
+use crate::heart::desired::build::{DesiredBuilder, object_name};
+use crate::heart::desired::model::{DesiredState, ObjectProblem};
+use crate::heart::desired::slices::parse_api_protocol;
+use crate::heart::model::Protocol;
+
+/// Why a cluster state file could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterFileError {
+    #[error("cannot read the cluster state: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the cluster state ends early at line {line} column {column} (truncated?)")]
+    Truncated { line: u64, column: u64 },
+    #[error("the cluster state is not valid JSON at line {line} column {column}: {message}")]
+    Syntax { line: u64, column: u64, message: String },
+    #[error(
+        "the cluster state is not a v1 List (as `kubectl get services,endpointslices -A -o json` prints): {found}"
+    )]
+    NotAList { found: String },
+}
+
+/// Reads a `cluster.json` List from `reader` and computes the desired state of `node`
+/// (whose Node item, if present, gives the zone for topology hints).
+pub fn read_cluster_state<R: Read>(reader: R, node: Option<&str>) -> Result<DesiredState, ClusterFileError> {
+    let mut state = ReadState {
+        builder: DesiredBuilder::new(node),
+        node,
+        node_zone: None,
+        list_kind: None,
+        next_index: 0,
+    };
+    let kind = walk_list(reader, |event| match event {
+        ListEvent::Kind(kind) => {
+            state.list_kind = kind;
+            Ok(())
+        }
+        ListEvent::Item(bytes, at) => state.take_item(bytes, at),
+    })?;
+    if !is_list_kind(kind.as_deref()) {
+        let found = kind.map_or_else(|| "it has no kind".to_string(), |k| format!("its kind is {k:?}"));
+        return Err(ClusterFileError::NotAList { found });
+    }
+    Ok(state.builder.finish(state.node_zone.as_deref()))
+}
+
+fn is_list_kind(kind: Option<&str>) -> bool {
+    matches!(
+        kind,
+        Some("List" | "ServiceList" | "EndpointSliceList" | "NodeList")
+    )
+}
+
+/// What the reader carries from item to item.
+struct ReadState<'n> {
+    builder: DesiredBuilder,
+    node: Option<&'n str>,
+    node_zone: Option<String>,
+    /// The List's own kind, if it came before `items` (typed lists omit item kinds).
+    list_kind: Option<String>,
+    next_index: usize,
+}
+
+impl ReadState<'_> {
+    /// Reduces one item. Only a JSON syntax error in it is fatal.
+    fn take_item(&mut self, raw: &[u8], at: Position) -> Result<(), ClusterFileError> {
+        let index = self.next_index;
+        self.next_index += 1;
+        let probe = probe_item(raw).map_err(|e| syntax_error(&e, at))?;
+        let kind = probe.kind.clone().or_else(|| self.kind_from_list());
+        match kind.as_deref() {
+            Some("Service") => self.take_service(raw, &probe),
+            Some("EndpointSlice") => self.take_slice(raw, &probe),
+            Some("Node") => self.take_node(&probe),
+            Some(_) => {}
+            None => {
+                self.builder
+                    .problem(format!("item {index}"), "has no kind; skipped");
+                self.builder.mark_uncertain();
+            }
+        }
+        Ok(())
+    }
+
+    fn kind_from_list(&self) -> Option<String> {
+        let list = self.list_kind.as_deref()?;
+        list.strip_suffix("List")
+            .filter(|k| !k.is_empty())
+            .map(str::to_string)
+    }
+
+    fn take_service(&mut self, raw: &[u8], probe: &ItemProbe) {
+        match serde_json::from_slice::<Service>(raw) {
+            Ok(service) => self.builder.add_service(&service),
+            Err(e) => {
+                let object = object_name("Service", &probe.namespace, &probe.name);
+                let ports = lenient_node_ports(raw);
+                self.builder
+                    .unreadable_service(object, cannot_read(&e), ports.as_deref());
+            }
+        }
+    }
+
+    fn take_slice(&mut self, raw: &[u8], probe: &ItemProbe) {
+        match serde_json::from_slice::<EndpointSlice>(raw) {
+            Ok(slice) => self.builder.add_endpoint_slice(&slice),
+            Err(e) => {
+                let object = object_name("EndpointSlice", &probe.namespace, &probe.name);
+                let problem = cannot_read(&e);
+                match &probe.labels {
+                    // kube-proxy would have ignored this slice whatever it held.
+                    Some(labels) if labels.opted_out || labels.service_name == LabelValue::Absent => {
+                        self.builder
+                            .problem(object, format!("{problem}; kube-proxy ignores it anyway"));
+                    }
+                    Some(LabelProbe {
+                        service_name: LabelValue::Str(service),
+                        ..
+                    }) => {
+                        let namespace = probe.namespace.as_deref();
+                        self.builder
+                            .unreadable_slice(object, problem, namespace, Some(service));
+                    }
+                    _ => self.builder.unreadable_slice(object, problem, None, None),
+                }
+            }
+        }
+    }
+
+    fn take_node(&mut self, probe: &ItemProbe) {
+        if self.node.is_some() && probe.name.as_deref() == self.node {
+            self.node_zone = probe.labels.as_ref().and_then(|l| l.zone.clone());
+        }
+    }
+}
+
+/// `cannot be read: <serde's message>`.
+fn cannot_read(e: &serde_json::Error) -> String {
+    format!("cannot be read: {}", message_without_position(e))
+}
+
+/// The nodePorts of a Service item that does not deserialize, read as leniently as
+/// possible: integers or numeric strings, protocol defaulting to TCP. None when some
+/// port's nodePort or protocol cannot be made out.
+fn lenient_node_ports(raw: &[u8]) -> Option<Vec<(Protocol, u16)>> {
+    let item: serde_json::Value = serde_json::from_slice(raw).ok()?;
+    let ports = match item.get("spec") {
+        None | Some(serde_json::Value::Null) => return Some(Vec::new()),
+        Some(spec) => match spec.as_object()?.get("ports") {
+            None | Some(serde_json::Value::Null) => return Some(Vec::new()),
+            Some(ports) => ports.as_array()?,
+        },
+    };
+    let mut out = Vec::new();
+    for port in ports {
+        let port = port.as_object()?;
+        let node_port = match port.get("nodePort") {
+            None | Some(serde_json::Value::Null) => continue,
+            Some(serde_json::Value::Number(n)) => n.as_u64()?,
+            Some(serde_json::Value::String(s)) => s.trim().parse().ok()?,
+            Some(_) => return None,
+        };
+        if node_port == 0 {
+            continue;
+        }
+        let node_port = u16::try_from(node_port).ok()?;
+        let protocol = match port.get("protocol") {
+            None | Some(serde_json::Value::Null) => Protocol::Tcp,
+            Some(p) => parse_api_protocol(&p.as_str()?.to_ascii_uppercase())?,
+        };
+        out.push((protocol, node_port));
+    }
+    Some(out)
+}
+
+/// The Services of a cluster state file, every one of them: those kube-proxy skips
+/// hold nodePorts in the API server's allocation all the same.
+#[derive(Debug, Default)]
+pub struct ServiceList {
+    /// Trimmed as the API watch trims them ([`trim_service`](crate::agent::watch::trim_service)).
+    pub services: Vec<Service>,
+    /// Items that could not be read in full. A Service whose nodePorts could still be
+    /// made out is in `services` with just those ports.
+    pub problems: Vec<ObjectProblem>,
+}
+
+/// Reads every Service of a `cluster.json` List from `reader` (other kinds are
+/// skipped), with the same streaming walk and the same leniency as
+/// [`read_cluster_state`].
+pub fn read_services<R: Read>(reader: R) -> Result<ServiceList, ClusterFileError> {
+    let mut out = ServiceList::default();
+    let mut list_kind: Option<String> = None;
+    let kind = walk_list(reader, |event| match event {
+        ListEvent::Kind(kind) => {
+            list_kind = kind;
+            Ok(())
+        }
+        ListEvent::Item(raw, at) => {
+            let probe = probe_item(raw).map_err(|e| syntax_error(&e, at))?;
+            let item_kind = probe.kind.clone().or_else(|| {
+                let list = list_kind.as_deref()?;
+                list.strip_suffix("List").map(str::to_string)
+            });
+            if item_kind.as_deref() == Some("Service") {
+                take_any_service(raw, &probe, &mut out);
+            }
+            Ok(())
+        }
+    })?;
+    if !is_list_kind(kind.as_deref()) {
+        let found = kind.map_or_else(|| "it has no kind".to_string(), |k| format!("its kind is {k:?}"));
+        return Err(ClusterFileError::NotAList { found });
+    }
+    Ok(out)
+}
+
+/// One Service item into `out`: whole, or as much of its nodePorts as can be read.
+fn take_any_service(raw: &[u8], probe: &ItemProbe, out: &mut ServiceList) {
+    match serde_json::from_slice::<Service>(raw) {
+        Ok(mut service) => {
+            crate::agent::watch::trim_service(&mut service);
+            out.services.push(service);
+        }
+        Err(e) => {
+            let object = object_name("Service", &probe.namespace, &probe.name);
+            let ports = lenient_node_ports(raw);
+            let problem = match &ports {
+                Some(_) => format!("{}; its nodePorts are counted", cannot_read(&e)),
+                None => format!("{}; its nodePorts cannot be made out", cannot_read(&e)),
+            };
+            out.problems.push(ObjectProblem { object, problem });
+            if let Some(ports) = ports {
+                out.services.push(service_with_node_ports(probe, &ports));
+            }
+        }
+    }
+}
+
+/// A stand-in for an unreadable Service: its name and the nodePorts read leniently.
+fn service_with_node_ports(probe: &ItemProbe, ports: &[(Protocol, u16)]) -> Service {
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    Service {
+        metadata: ObjectMeta {
+            name: probe.name.clone(),
+            namespace: probe.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(protocol, node_port)| ServicePort {
+                        protocol: Some(protocol.as_str().to_ascii_uppercase()),
+                        node_port: Some(i32::from(*node_port)),
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}

@@ -1,0 +1,11 @@
+//! Pure decoders: rule dumps (iptables-save and `-S` text, nft JSON and text), the
+//! kernel's `/proc/net` tables and sysctls, cluster JSON and manifests, into the
+//! heart's values. Bytes or readers in, values out.
+
+pub mod cluster;
+pub mod iptables;
+pub mod lines;
+pub mod manifests;
+pub mod nftables;
+pub mod node;
+pub mod sockets;

@@ -1,0 +1,873 @@
+//! `nft -j list ruleset` → kube-proxy's tables in the shared intermediate form.
+//!
+//! Hand-rolled serde types rather than the `nftables` crate: its `Statement` and
+//! `Expression` enums are closed (the version looked at has no catch-all variant, and
+//! `tproxy`, `last`, `secmark` are still to do), so one statement it does not know,
+//! anywhere in the ruleset (another program's table, a newer nft), fails the whole
+//! parse, while portdrift must keep going and report what it cannot read as `unparsed`.
+//!
+//! The dump is read in layers to stay cheap on a 10,000-Service node (tens of MB): the
+//! `nftables` array is split into borrowed raw objects (`&RawValue`); each object's kind
+//! and envelope (family, table, chain, handle) are read in one pass into a typed struct
+//! with its `expr`/`elem` payload left raw; only the payloads of kube-proxy's own tables
+//! are parsed further, into a borrowed expression tree ([`Expr`]), because nft's
+//! expression schema is open-ended (any expression may nest in any other).
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::marker::PhantomData;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::decode::nftables::{
+    DnatIr, ElementIr, ElementVerdict, MapIr, NftError, ParsedRuleset, RuleIr, TableIr, kube_proxy_family,
+    unparsed,
+};
+
+/// `{"nftables": [ {...}, ... ]}`: the objects stay raw until each is looked at alone, so
+/// one odd object costs an `unparsed` entry rather than the whole dump.
+#[derive(Deserialize)]
+struct Document<'a> {
+    #[serde(borrow)]
+    nftables: Vec<&'a RawValue>,
+}
+
+/// Reads one `nft -j` document, or several one after another (the live reader lists
+/// each kube-proxy table with its own `nft -j list table` call).
+pub(super) fn parse<'a>(input: &'a [u8], origin: &str) -> Result<ParsedRuleset<'a>, NftError> {
+    let mut parsed = ParsedRuleset::default();
+    let mut index = 0;
+    let mut documents = 0;
+    for document in serde_json::Deserializer::from_slice(input).into_iter::<Document<'a>>() {
+        let document = document.map_err(|e| classify_error(e, origin))?;
+        documents += 1;
+        for object in document.nftables.iter() {
+            read_object(&mut parsed, index, object);
+            index += 1;
+        }
+    }
+    if documents == 0 {
+        // Nothing but blanks: report it as the truncated document it is.
+        if let Err(e) = serde_json::from_slice::<Document<'a>>(input) {
+            return Err(classify_error(e, origin));
+        }
+    }
+    Ok(parsed)
+}
+
+/// Syntax errors and truncation mean "not JSON"; a type mismatch means JSON of the
+/// wrong shape (not an `nft -j` dump at all).
+fn classify_error(source: serde_json::Error, origin: &str) -> NftError {
+    match source.classify() {
+        serde_json::error::Category::Data => NftError::NotARuleset {
+            origin: origin.to_string(),
+            source,
+        },
+        _ => NftError::InvalidJson {
+            origin: origin.to_string(),
+            source,
+        },
+    }
+}
+
+/// A string that borrows from the input unless it had escapes to undo. (serde only
+/// borrows a bare `Cow<str>` field, not one inside an `Option`.)
+struct BStr<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for BStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = BStr<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(BStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(BStr(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(BStr(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(V(PhantomData))
+    }
+}
+
+/// One element of the `nftables` array: an object with exactly one key naming its kind
+/// (`{"rule": {...}}`), with the body read as `T`.
+struct Tagged<'a, T> {
+    kind: Cow<'a, str>,
+    body: T,
+}
+
+impl<'de: 'a, 'a, T: Deserialize<'de>> Deserialize<'de> for Tagged<'a, T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<'a, T>(PhantomData<(&'a (), T)>);
+        impl<'de: 'a, 'a, T: Deserialize<'de>> Visitor<'de> for V<'a, T> {
+            type Value = Tagged<'a, T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object with one key, such as {\"rule\": {...}}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let Some(BStr(kind)) = map.next_key::<BStr<'a>>()? else {
+                    return Err(de::Error::invalid_length(0, &self));
+                };
+                let body: T = map.next_value()?;
+                if map.next_key::<IgnoredAny>()?.is_some() {
+                    return Err(de::Error::custom("object has more than one key"));
+                }
+                Ok(Tagged { kind, body })
+            }
+        }
+        deserializer.deserialize_map(V(PhantomData))
+    }
+}
+
+/// The fields of every object kind this parser reads (table, chain, rule, set, map),
+/// with rule expressions and map elements left raw until the table is known.
+#[derive(Deserialize)]
+struct ObjectBody<'a> {
+    #[serde(borrow, default)]
+    family: Option<BStr<'a>>,
+    #[serde(borrow, default)]
+    table: Option<BStr<'a>>,
+    #[serde(borrow, default)]
+    name: Option<BStr<'a>>,
+    #[serde(borrow, default)]
+    chain: Option<BStr<'a>>,
+    #[serde(default)]
+    handle: Option<u64>,
+    #[serde(borrow, default)]
+    comment: Option<BStr<'a>>,
+    #[serde(borrow, default)]
+    expr: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    elem: Option<&'a RawValue>,
+}
+
+/// Object kinds that can sit in kube-proxy's table but hold nothing NodePorts depend on.
+const IGNORED_KINDS: [&str; 12] = [
+    "table",
+    "set",
+    "element",
+    "counter",
+    "quota",
+    "limit",
+    "flowtable",
+    "ct helper",
+    "ct timeout",
+    "ct expectation",
+    "secmark",
+    "synproxy",
+];
+
+fn read_object<'a>(parsed: &mut ParsedRuleset<'a>, index: usize, raw: &'a RawValue) {
+    let odd = |reason: String| unparsed(0, raw.get(), format!("nftables[{index}]: {reason}"));
+    // One pass reads the kind and the envelope; only a failure is parsed again, step by
+    // step, to say what is wrong with it.
+    let Ok(Tagged { kind, body }) = serde_json::from_str::<Tagged<'a, ObjectBody<'a>>>(raw.get()) else {
+        return parsed.unattributed.push(odd(explain_unreadable(raw)));
+    };
+    if kind == "metainfo" {
+        return;
+    }
+    // A table object names itself in `name`; everything inside a table names it in `table`.
+    let table_name = if kind == "table" {
+        body.name.as_ref()
+    } else {
+        body.table.as_ref()
+    };
+    let (Some(BStr(family)), Some(BStr(table_name))) = (body.family.as_ref(), table_name) else {
+        return parsed
+            .unattributed
+            .push(odd(format!("`{}` object names no table", kind)));
+    };
+    let Some(family) = kube_proxy_family(family, table_name) else {
+        return; // Not kube-proxy's nftables mode (iptables-nft's tables, firewalld, ...).
+    };
+    let table = parsed.table_mut(family);
+    match kind.as_ref() {
+        "chain" => match body.name {
+            Some(BStr(name)) => {
+                table.chain_mut(name, 0);
+            }
+            None => table.unparsed.push(odd("chain without a name".to_string())),
+        },
+        "rule" => read_rule(table, body, &odd),
+        "map" => read_map(table, body, &odd),
+        kind if IGNORED_KINDS.contains(&kind) => {}
+        kind => table.unparsed.push(odd(format!("unknown object kind `{kind}`"))),
+    }
+}
+
+fn explain_unreadable(raw: &RawValue) -> String {
+    match serde_json::from_str::<Tagged<'_, &RawValue>>(raw.get()) {
+        Err(e) => format!("not an nft object: {e}"),
+        Ok(tagged) => match serde_json::from_str::<ObjectBody<'_>>(tagged.body.get()) {
+            Err(e) => format!("unreadable `{}` object: {e}", tagged.kind),
+            Ok(_) => "unreadable object".to_string(),
+        },
+    }
+}
+
+fn read_rule<'a>(
+    table: &mut TableIr<'a>,
+    body: ObjectBody<'a>,
+    odd: &dyn Fn(String) -> crate::decode::nftables::Unparsed,
+) {
+    let Some(BStr(chain)) = body.chain else {
+        return table.unparsed.push(odd("rule without a chain".to_string()));
+    };
+    let statements: Vec<Expr<'a>> = match body.expr.map(|raw| serde_json::from_str(raw.get())).transpose() {
+        Ok(statements) => statements.unwrap_or_default(),
+        Err(e) => {
+            return table
+                .unparsed
+                .push(odd(format!("unreadable rule expression: {e}")));
+        }
+    };
+    let comment = body.comment.map(|BStr(c)| c);
+    add_rule(table, chain, body.handle, comment.as_deref(), &statements);
+}
+
+/// Adds one rule, given as nft's JSON statements, to its chain: the netlink reader
+/// builds the same statements from the kernel's expressions and comes here too, so both
+/// paths reduce a rule the same way.
+pub(super) fn add_rule<'a>(
+    table: &mut TableIr<'a>,
+    chain: Cow<'a, str>,
+    handle: Option<u64>,
+    comment: Option<&str>,
+    statements: &[Expr<'a>],
+) {
+    let (rule, problem) = reduce_rule(handle, comment, statements);
+    table.unparsed.extend(problem);
+    table.chain_mut(chain, 0).rules.push(rule);
+}
+
+/// One rule, given as nft's JSON statements, reduced to what its table keeps, with what
+/// of it could not be read.
+pub(crate) fn reduce_rule<'a>(
+    handle: Option<u64>,
+    comment: Option<&str>,
+    statements: &[Expr<'a>],
+) -> (RuleIr<'a>, Option<crate::heart::model::Unparsed>) {
+    let (mut rule, problem) = lower_rule(statements);
+    rule.handle = handle;
+    if let Some(dnat) = rule.dnat.as_mut() {
+        dnat.text = render_rule(statements, comment).into();
+    }
+    let problem = problem.map(|reason| unparsed(0, &render_rule(statements, comment), reason));
+    // Most rules jump nowhere or to one chain: no spare capacity is kept.
+    rule.jumps.shrink_to_fit();
+    (rule, problem)
+}
+
+/// Reads where a rule can send a packet: its `goto`/`jump` verdicts (also inside an
+/// inline verdict map) and its DNAT. A DNAT portdrift cannot read (to a map lookup, or
+/// without a port) is returned as a problem; the rule's jumps are still kept.
+fn lower_rule<'a>(statements: &[Expr<'a>]) -> (RuleIr<'a>, Option<String>) {
+    let mut rule = RuleIr::default();
+    let mut problem = None;
+    for statement in statements {
+        let Some((kind, value)) = statement.single() else {
+            continue;
+        };
+        match kind {
+            "goto" | "jump" => rule.jumps.extend(value.get("target").and_then(Expr::as_str_cow)),
+            "vmap" => {
+                // `vmap @map` dispatches through a named map (kube-proxy's `services`
+                // chain); those maps are read as maps. Only inline maps are followed.
+                let entries = value
+                    .get("data")
+                    .and_then(|d| d.get("set"))
+                    .and_then(Expr::as_list);
+                for entry in entries.unwrap_or_default() {
+                    let verdict = entry.as_list().and_then(|pair| pair.get(1));
+                    rule.jumps.extend(verdict.and_then(verdict_chain));
+                }
+            }
+            "dnat" => match dnat_address(value) {
+                Ok(addr) => {
+                    rule.dnat = Some(Box::new(DnatIr {
+                        addr,
+                        text: Arc::from(""),
+                    }))
+                }
+                Err(reason) => problem = Some(reason),
+            },
+            _ => {}
+        }
+    }
+    (rule, problem)
+}
+
+/// `{"goto": {"target": "x"}}` or `{"jump": ...}` → `x`.
+fn verdict_chain<'a>(verdict: &Expr<'a>) -> Option<Cow<'a, str>> {
+    match verdict.single()? {
+        ("goto" | "jump", target) => target.get("target")?.as_str_cow(),
+        _ => None,
+    }
+}
+
+/// `{"addr": "10.180.0.3", "port": 80}` (and `"family": "ip6"` in inet tables).
+fn dnat_address(dnat: &Expr<'_>) -> Result<SocketAddr, String> {
+    let addr = dnat.get("addr").ok_or("DNAT without an address")?;
+    let Some(ip) = addr.as_str().and_then(|a| a.parse::<IpAddr>().ok()) else {
+        return Err(
+            "DNAT to a computed address (not a literal IP), which portdrift cannot resolve".to_string(),
+        );
+    };
+    match dnat.get("port") {
+        Some(Expr::Uint(port)) if *port <= u64::from(u16::MAX) => Ok(SocketAddr::new(ip, *port as u16)),
+        Some(_) => Err("DNAT to a computed or invalid port".to_string()),
+        None => Err(
+            "DNAT without a port (keeps the NodePort), which portdrift cannot pair with an endpoint"
+                .to_string(),
+        ),
+    }
+}
+
+fn read_map<'a>(
+    table: &mut TableIr<'a>,
+    body: ObjectBody<'a>,
+    odd: &dyn Fn(String) -> crate::decode::nftables::Unparsed,
+) {
+    let Some(BStr(name)) = body.name else {
+        return table.unparsed.push(odd("map without a name".to_string()));
+    };
+    let elements: Vec<Expr<'a>> = match body.elem.map(|raw| serde_json::from_str(raw.get())).transpose() {
+        Ok(elements) => elements.unwrap_or_default(),
+        Err(e) => {
+            return table
+                .unparsed
+                .push(odd(format!("unreadable elements of map {name}: {e}")));
+        }
+    };
+    let mut map = MapIr {
+        name,
+        elements: Vec::with_capacity(elements.len()),
+    };
+    for element in &elements {
+        match map_element(element) {
+            Some(e) => map.elements.push(e),
+            None => table.unparsed.push(unparsed(
+                0,
+                &render_expr_string(element),
+                format!("element of map {} is not a `key : value` pair", map.name),
+            )),
+        }
+    }
+    table.maps.push(map);
+}
+
+/// `[key, verdict]`, where a key with a comment is wrapped: `{"elem": {"val": key, "comment": "…"}}`.
+fn map_element<'a>(element: &Expr<'a>) -> Option<ElementIr<'a>> {
+    let [key, value] = element.as_list()? else {
+        return None;
+    };
+    let (key, comment) = match key.single() {
+        Some(("elem", wrapped)) => (
+            wrapped.get("val")?,
+            wrapped.get("comment").and_then(Expr::as_str_cow),
+        ),
+        _ => (key, None),
+    };
+    let verdict = match value.single() {
+        Some(("goto", t)) => ElementVerdict::Goto(t.get("target")?.as_str_cow()?),
+        Some(("jump", t)) => ElementVerdict::Jump(t.get("target")?.as_str_cow()?),
+        Some(("drop", _)) => ElementVerdict::Drop,
+        Some(("accept", _)) => ElementVerdict::Accept,
+        _ => ElementVerdict::Other(render_expr_string(value)),
+    };
+    Some(ElementIr {
+        key: render_expr_string(key),
+        comment,
+        verdict,
+        line: 0,
+    })
+}
+
+/// A JSON value with its strings borrowed from the input: nft's expressions nest freely,
+/// so the rule payloads of kube-proxy's tables are read into this rather than into one
+/// struct per expression kind. Objects keep their key order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Expr<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Str(Cow<'a, str>),
+    List(Vec<Expr<'a>>),
+    Object(Vec<(Cow<'a, str>, Expr<'a>)>),
+}
+
+impl<'a> Expr<'a> {
+    /// The kind and body of a one-key object such as `{"goto": {...}}`.
+    fn single(&self) -> Option<(&str, &Expr<'a>)> {
+        match self {
+            Expr::Object(fields) if fields.len() == 1 => Some((fields[0].0.as_ref(), &fields[0].1)),
+            _ => None,
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Expr<'a>> {
+        match self {
+            Expr::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Expr::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn as_str_cow(&self) -> Option<Cow<'a, str>> {
+        match self {
+            Expr::Str(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    fn as_list(&self) -> Option<&[Expr<'a>]> {
+        match self {
+            Expr::List(items) => Some(items),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Expr<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Expr<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an nft JSON expression")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Expr::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Expr::Null)
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(Expr::Bool(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(Expr::Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Expr::Uint(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(Expr::Float(v))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Expr::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Expr::Str(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Expr::Str(Cow::Owned(v)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Expr::List(items))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(1));
+                while let Some(BStr(key)) = map.next_key::<BStr<'a>>()? {
+                    fields.push((key, map.next_value()?));
+                }
+                Ok(Expr::Object(fields))
+            }
+        }
+        deserializer.deserialize_any(V(PhantomData))
+    }
+}
+
+// Rendering: rules and map elements as `nft list` prints them, so a finding shows the
+// rule the operator will see on the node, and the JSON and text front ends agree. This
+// covers what kube-proxy writes and common hand-written rules; anything else falls back
+// to its JSON.
+
+fn render_rule(statements: &[Expr<'_>], comment: Option<&str>) -> String {
+    let mut out = String::new();
+    for statement in statements {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        render_statement(statement, &mut out);
+    }
+    if let Some(comment) = comment {
+        let _ = write!(out, " comment \"{comment}\"");
+    }
+    out
+}
+
+fn render_statement(statement: &Expr<'_>, out: &mut String) {
+    let Some((kind, value)) = statement.single() else {
+        return render_json(statement, out);
+    };
+    match kind {
+        "match" => render_match(value, out),
+        "counter" => match (value.get("packets"), value.get("bytes")) {
+            (Some(p), Some(b)) => {
+                out.push_str("counter packets ");
+                render_expr(p, out);
+                out.push_str(" bytes ");
+                render_expr(b, out);
+            }
+            _ => {
+                out.push_str("counter name ");
+                render_expr(value, out);
+            }
+        },
+        "dnat" | "snat" => render_nat(kind, value, out),
+        "goto" | "jump" => {
+            out.push_str(kind);
+            out.push(' ');
+            match value.get("target") {
+                Some(target) => render_expr(target, out),
+                None => render_json(value, out),
+            }
+        }
+        "vmap" => {
+            render_field(value, "key", out);
+            out.push_str(" vmap ");
+            render_field(value, "data", out);
+        }
+        "accept" | "drop" | "return" | "continue" => out.push_str(kind),
+        "masquerade" => {
+            out.push_str("masquerade");
+            render_flags(value.get("flags"), out);
+        }
+        "reject" => render_reject(value, out),
+        "mangle" => {
+            render_field(value, "key", out);
+            out.push_str(" set ");
+            render_field(value, "value", out);
+        }
+        "set" => {
+            // `update @affinity-… { ip saddr }`
+            render_field(value, "op", out);
+            out.push(' ');
+            render_field(value, "set", out);
+            out.push_str(" { ");
+            render_field(value, "elem", out);
+            out.push_str(" }");
+        }
+        _ => render_json(statement, out),
+    }
+}
+
+/// `left op right`; nft leaves out the implicit `==` and `in`.
+fn render_match(value: &Expr<'_>, out: &mut String) {
+    render_field(value, "left", out);
+    match value.get("op").and_then(Expr::as_str) {
+        Some("==") | Some("in") | None => {}
+        Some(op) => {
+            out.push(' ');
+            out.push_str(op);
+        }
+    }
+    out.push(' ');
+    render_field(value, "right", out);
+}
+
+/// `dnat to 10.0.0.1:80`, `dnat to [fd00::1]:80`, `dnat ip to …` (inet tables).
+fn render_nat(kind: &str, value: &Expr<'_>, out: &mut String) {
+    out.push_str(kind);
+    if let Some(family) = value.get("family").and_then(Expr::as_str) {
+        out.push(' ');
+        out.push_str(family);
+    }
+    out.push_str(" to ");
+    let addr = value.get("addr");
+    let bracket = value.get("port").is_some() && addr.and_then(Expr::as_str).is_some_and(|a| a.contains(':'));
+    if bracket {
+        out.push('[');
+    }
+    render_field(value, "addr", out);
+    if bracket {
+        out.push(']');
+    }
+    if let Some(port) = value.get("port") {
+        out.push(':');
+        render_expr(port, out);
+    }
+    render_flags(value.get("flags"), out);
+}
+
+fn render_reject(value: &Expr<'_>, out: &mut String) {
+    out.push_str("reject");
+    // nft prints the family's default (port-unreachable) as a bare `reject`.
+    match (
+        value.get("type").and_then(Expr::as_str),
+        value.get("expr").and_then(Expr::as_str),
+    ) {
+        (_, None) | (_, Some("port-unreachable")) => {}
+        (Some(t), Some(e)) => {
+            let _ = write!(out, " with {t} {e}");
+        }
+        (None, Some(e)) => {
+            let _ = write!(out, " with {e}");
+        }
+    }
+}
+
+fn render_flags(flags: Option<&Expr<'_>>, out: &mut String) {
+    match flags {
+        Some(Expr::Str(flag)) => {
+            out.push(' ');
+            out.push_str(flag);
+        }
+        Some(Expr::List(flags)) => {
+            for flag in flags {
+                out.push(' ');
+                render_expr(flag, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Renders `value`'s field `name`, if it has one.
+fn render_field(value: &Expr<'_>, name: &str, out: &mut String) {
+    if let Some(field) = value.get(name) {
+        render_expr(field, out);
+    }
+}
+
+pub(crate) fn render_expr_string(expr: &Expr<'_>) -> String {
+    let mut out = String::new();
+    render_expr(expr, &mut out);
+    out
+}
+
+/// Keys nft prints without the `meta` prefix.
+const UNQUALIFIED_META_KEYS: [&str; 6] = ["iif", "oif", "iifname", "oifname", "iifgroup", "oifgroup"];
+
+fn render_expr(expr: &Expr<'_>, out: &mut String) {
+    match expr {
+        Expr::Null => {}
+        Expr::Bool(b) => {
+            let _ = write!(out, "{b}");
+        }
+        Expr::Int(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Expr::Uint(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Expr::Float(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Expr::Str(s) => out.push_str(s),
+        Expr::List(items) => render_joined(items, ", ", out),
+        Expr::Object(_) => render_object_expr(expr, out),
+    }
+}
+
+fn render_joined(items: &[Expr<'_>], separator: &str, out: &mut String) {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(separator);
+        }
+        render_expr(item, out);
+    }
+}
+
+fn render_object_expr(expr: &Expr<'_>, out: &mut String) {
+    let Some((kind, value)) = expr.single() else {
+        return render_json(expr, out);
+    };
+    let field = |name: &str| value.get(name).and_then(Expr::as_str).unwrap_or_default();
+    match kind {
+        "concat" => render_joined(value.as_list().unwrap_or_default(), " . ", out),
+        "payload" if value.get("protocol").is_some() => {
+            let _ = write!(out, "{} {}", field("protocol"), field("field"));
+        }
+        "meta" if UNQUALIFIED_META_KEYS.contains(&field("key")) => out.push_str(field("key")),
+        "meta" => {
+            let _ = write!(out, "meta {}", field("key"));
+        }
+        "ct" => {
+            let _ = write!(out, "ct {}", field("key"));
+        }
+        "fib" => {
+            out.push_str("fib ");
+            match value.get("flags") {
+                Some(Expr::List(flags)) => render_joined(flags, " . ", out),
+                Some(flag) => render_expr(flag, out),
+                None => {}
+            }
+            let _ = write!(out, " {}", field("result"));
+        }
+        "numgen" => {
+            let _ = write!(out, "numgen {} mod ", field("mode"));
+            render_field(value, "mod", out);
+            if let Some(offset) = value
+                .get("offset")
+                .filter(|o| !matches!(o, Expr::Uint(0) | Expr::Int(0)))
+            {
+                out.push_str(" offset ");
+                render_expr(offset, out);
+            }
+        }
+        "prefix" => {
+            render_field(value, "addr", out);
+            out.push('/');
+            render_field(value, "len", out);
+        }
+        "range" => render_joined(value.as_list().unwrap_or_default(), "-", out),
+        "set" => render_anonymous_set(value, out),
+        "elem" => render_field(value, "val", out),
+        "&" | "|" | "^" | "<<" | ">>" => {
+            render_joined(value.as_list().unwrap_or_default(), &format!(" {kind} "), out)
+        }
+        "goto" | "jump" => {
+            out.push_str(kind);
+            out.push(' ');
+            render_field(value, "target", out);
+        }
+        "accept" | "drop" | "return" | "continue" => out.push_str(kind),
+        _ => render_json(expr, out),
+    }
+}
+
+/// `{ 0 : goto a, 1 : goto b }` (verdict map) or `{ 10.0.0.0/8, … }` (set).
+fn render_anonymous_set(value: &Expr<'_>, out: &mut String) {
+    out.push_str("{ ");
+    let items = match value {
+        Expr::List(items) => items.as_slice(),
+        single => std::slice::from_ref(single),
+    };
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        match item.as_list() {
+            Some([key, data]) => {
+                render_expr(key, out);
+                out.push_str(" : ");
+                render_expr(data, out);
+            }
+            _ => render_expr(item, out),
+        }
+    }
+    out.push_str(" }");
+}
+
+/// Compact JSON, the fallback for expressions nft's text form is not reproduced for.
+fn render_json(expr: &Expr<'_>, out: &mut String) {
+    match expr {
+        Expr::Null => out.push_str("null"),
+        Expr::Str(s) => {
+            let _ = write!(out, "{}", serde_json::Value::String(s.to_string()));
+        }
+        Expr::List(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                render_json(item, out);
+            }
+            out.push(']');
+        }
+        Expr::Object(fields) => {
+            out.push('{');
+            for (i, (key, value)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{}:", serde_json::Value::String(key.to_string()));
+                render_json(value, out);
+            }
+            out.push('}');
+        }
+        scalar => render_expr(scalar, out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn statements(json: &str) -> Vec<Expr<'_>> {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn renders_kube_proxy_dnat_rules_as_nft_prints_them() {
+        let s = statements(
+            r#"[{"match":{"op":"==","left":{"meta":{"key":"l4proto"}},"right":"tcp"}},{"dnat":{"addr":"10.180.0.3","port":80}}]"#,
+        );
+        assert_eq!(render_rule(&s, None), "meta l4proto tcp dnat to 10.180.0.3:80");
+        let s = statements(
+            r#"[{"match":{"op":"==","left":{"meta":{"key":"l4proto"}},"right":"tcp"}},{"dnat":{"addr":"fd00::1","port":80,"family":"ip6"}}]"#,
+        );
+        assert_eq!(render_rule(&s, None), "meta l4proto tcp dnat ip6 to [fd00::1]:80");
+        let (rule, problem) = lower_rule(&s);
+        assert_eq!(rule.dnat.unwrap().addr, "[fd00::1]:80".parse().unwrap());
+        assert!(problem.is_none());
+    }
+
+    #[test]
+    fn renders_numgen_vmaps_and_prefix_matches() {
+        let s = statements(
+            r#"[{"vmap":{"key":{"numgen":{"mode":"random","mod":2,"offset":0}},"data":{"set":[[0,{"goto":{"target":"a"}}],[1,{"goto":{"target":"b"}}]]}}}]"#,
+        );
+        assert_eq!(
+            render_rule(&s, None),
+            "numgen random mod 2 vmap { 0 : goto a, 1 : goto b }"
+        );
+        let (rule, _) = lower_rule(&s);
+        assert_eq!(rule.jumps, vec!["a", "b"]);
+        let s = statements(
+            r#"[{"match":{"op":"!=","left":{"payload":{"protocol":"ip","field":"saddr"}},"right":{"prefix":{"addr":"10.0.0.0","len":8}}}},{"jump":{"target":"mark-for-masquerade"}}]"#,
+        );
+        assert_eq!(
+            render_rule(&s, Some("c")),
+            "ip saddr != 10.0.0.0/8 jump mark-for-masquerade comment \"c\""
+        );
+    }
+
+    #[test]
+    fn unreadable_dnats_are_problems_not_targets() {
+        let s = statements(r#"[{"dnat":{"addr":"10.0.0.1"}}]"#);
+        let (rule, problem) = lower_rule(&s);
+        assert!(rule.dnat.is_none());
+        assert!(problem.unwrap().contains("without a port"));
+        let s = statements(
+            r#"[{"dnat":{"addr":{"map":{"key":{"payload":{"protocol":"tcp","field":"dport"}},"data":"@m"}},"port":80}}]"#,
+        );
+        assert!(lower_rule(&s).1.unwrap().contains("computed address"));
+        let s = statements(r#"[{"dnat":{"addr":"10.0.0.1","port":99999}}]"#);
+        assert!(lower_rule(&s).1.is_some());
+    }
+
+    #[test]
+    fn strings_with_escapes_are_owned_not_lost() {
+        let e: Expr<'_> =
+            serde_json::from_str(r#"{"goto":{"target":"endpoint-X-ns\/svc\/tcp\/p"}}"#).unwrap();
+        assert_eq!(verdict_chain(&e).as_deref(), Some("endpoint-X-ns/svc/tcp/p"));
+    }
+}

@@ -1,0 +1,296 @@
+//! Node-wide facts that are not rules or sockets: the kernel's local port sysctls and
+//! kube-proxy's own health report.
+//!
+//! Both are read the same way offline (bundle files) and live (`/proc/sys`, kube-proxy's
+//! `/healthz`); the parsers here are pure and tolerate anything.
+
+use std::ops::RangeInclusive;
+use std::time::SystemTime;
+
+use crate::heart::observed::KubeProxyHealth;
+
+/// Why a sysctl value could not be understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SysctlParseError {
+    #[error("expected two port numbers (\"FIRST LAST\"), got {0:?}")]
+    NotARange(String),
+    #[error("{0:?} is not a port number")]
+    NotAPort(String),
+    #[error("the range {0}-{1} is empty")]
+    Reversed(u16, u16),
+}
+
+fn port(word: &str) -> Result<u16, SysctlParseError> {
+    word.parse()
+        .map_err(|_| SysctlParseError::NotAPort(word.chars().take(40).collect()))
+}
+
+/// Parses `ip_local_port_range`: two numbers separated by whitespace (the kernel prints
+/// `32768\t60999`).
+pub fn parse_local_port_range(text: &str) -> Result<RangeInclusive<u16>, SysctlParseError> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let [first, last] = words[..] else {
+        return Err(SysctlParseError::NotARange(
+            text.trim().chars().take(80).collect(),
+        ));
+    };
+    let (first, last) = (port(first)?, port(last)?);
+    if first > last {
+        return Err(SysctlParseError::Reversed(first, last));
+    }
+    Ok(first..=last)
+}
+
+/// Parses `ip_local_reserved_ports`: comma-separated ports and `FIRST-LAST` ranges, or
+/// nothing at all. Items that cannot be understood are returned as errors beside the
+/// ones that could, so one odd item does not hide the others.
+pub fn parse_reserved_ports(text: &str) -> (Vec<RangeInclusive<u16>>, Vec<SysctlParseError>) {
+    let mut ranges = Vec::new();
+    let mut errors = Vec::new();
+    for item in text.split([',', '\n']).map(str::trim).filter(|i| !i.is_empty()) {
+        let parsed = match item.split_once('-') {
+            Some((a, b)) => port(a.trim()).and_then(|a| {
+                let b = port(b.trim())?;
+                if a > b {
+                    Err(SysctlParseError::Reversed(a, b))
+                } else {
+                    Ok(a..=b)
+                }
+            }),
+            None => port(item).map(|p| p..=p),
+        };
+        match parsed {
+            Ok(r) => ranges.push(r),
+            Err(e) => errors.push(e),
+        }
+    }
+    (ranges, errors)
+}
+
+/// The IPVS dummy interface kube-proxy creates.
+pub const IPVS_INTERFACE: &str = "kube-ipvs0";
+
+/// Whether `/proc/net/dev` lists `name` (lines `  name: counters...` after two headers).
+pub fn net_dev_has(text: &str, name: &str) -> bool {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .any(|(iface, _)| iface.trim() == name)
+}
+
+/// Counts the virtual servers of `/proc/net/ip_vs`: one line per service (`TCP
+/// 0A600001:01BB rr`), each followed by its real servers (`  -> ...`).
+pub fn count_ip_vs_services(text: &str) -> usize {
+    text.lines()
+        .filter(|l| {
+            let first = l.split_whitespace().next().unwrap_or("");
+            matches!(first, "TCP" | "UDP" | "SCTP" | "FWM")
+        })
+        .count()
+}
+
+impl KubeProxyHealth {
+    /// Reads a `/healthz` body. Errors only when the body is not a JSON object.
+    pub fn from_body(healthy: bool, body: &[u8]) -> Result<KubeProxyHealth, String> {
+        let value: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let obj = value.as_object().ok_or("the body is not a JSON object")?;
+        let text = |k: &str| obj.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        let last_updated = text("lastUpdated");
+        let current_time = text("currentTime");
+        let since_last_update = match (
+            last_updated.as_deref().and_then(parse_go_time),
+            current_time.as_deref().and_then(parse_go_time),
+        ) {
+            (Some(l), Some(c)) => c.duration_since(l).ok(),
+            _ => None,
+        };
+        Ok(KubeProxyHealth {
+            healthy,
+            last_updated,
+            current_time,
+            since_last_update,
+            node_eligible: obj.get("nodeEligible").and_then(|v| v.as_bool()),
+        })
+    }
+}
+
+/// Reads a time as kube-proxy prints it: Go's `time.Time.String()` through `%q`
+/// (`2025-11-30 10:00:00.123456789 +0000 UTC m=+12.345678901`), or RFC 3339. None for
+/// anything else, and for Go's zero time (kube-proxy has never synced).
+pub fn parse_go_time(text: &str) -> Option<SystemTime> {
+    let mut words = text.split_whitespace();
+    let (date, time) = (words.next()?, words.next());
+    let timestamp = match time {
+        // RFC 3339: `2025-11-30T10:00:00.5Z` or with an offset.
+        None => date.parse::<jiff::Timestamp>().ok()?,
+        Some(time) => {
+            let offset = match words.next() {
+                Some(o) => parse_offset(o)?,
+                None => 0,
+            };
+            let local: jiff::civil::DateTime = format!("{date}T{time}").parse().ok()?;
+            let offset = jiff::tz::Offset::from_seconds(offset).ok()?;
+            offset.to_timestamp(local).ok()?
+        }
+    };
+    // Go's zero time (year 1) is "never", not a time.
+    if timestamp.as_second() < 0 {
+        return None;
+    }
+    Some(SystemTime::from(timestamp))
+}
+
+/// `+0100`, `-07:00` → seconds east of UTC.
+fn parse_offset(text: &str) -> Option<i32> {
+    let (sign, digits) = match text.as_bytes().first()? {
+        b'+' => (1, &text[1..]),
+        b'-' => (-1, &text[1..]),
+        _ => return None,
+    };
+    let digits: String = digits.chars().filter(|c| *c != ':').collect();
+    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let hours: i32 = digits[..2].parse().ok()?;
+    let minutes: i32 = digits[2..].parse().ok()?;
+    Some(sign * (hours * 3600 + minutes * 60))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::heart::observed::IpvsTraces;
+    use std::time::Duration;
+
+    #[test]
+    fn ipvs_traces_are_read_from_proc_net() {
+        let dev = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:  1296      16    0    0    0     0          0         0     1296      16    0    0    0     0       0          0\nkube-ipvs0:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n";
+        assert!(net_dev_has(dev, "kube-ipvs0"));
+        assert!(net_dev_has(dev, "lo"));
+        assert!(!net_dev_has(dev, "eth0"));
+        assert!(!net_dev_has(dev, "Receive"));
+        let ip_vs = "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\nTCP  0A600001:01BB rr\n  -> AC110002:192B      Masq    1      0          0\nUDP  0A60000A:0035 rr\n";
+        assert_eq!(count_ip_vs_services(ip_vs), 2);
+        assert_eq!(count_ip_vs_services(""), 0);
+        let traces = IpvsTraces {
+            interface: true,
+            virtual_servers: Some(2),
+        };
+        assert_eq!(
+            traces.describe(),
+            ["interface kube-ipvs0", "2 IPVS virtual servers"]
+        );
+        assert!(IpvsTraces::default().describe().is_empty());
+    }
+
+    #[test]
+    fn the_local_port_range_parses_as_the_kernel_prints_it() {
+        assert_eq!(parse_local_port_range("32768\t60999\n"), Ok(32768..=60999));
+        assert_eq!(parse_local_port_range("  1024   65535  "), Ok(1024..=65535));
+        assert_eq!(parse_local_port_range("30000 30000"), Ok(30000..=30000));
+    }
+
+    #[test]
+    fn odd_local_port_ranges_are_errors() {
+        assert!(matches!(
+            parse_local_port_range(""),
+            Err(SysctlParseError::NotARange(_))
+        ));
+        assert!(matches!(
+            parse_local_port_range("32768"),
+            Err(SysctlParseError::NotARange(_))
+        ));
+        assert!(matches!(
+            parse_local_port_range("1 2 3"),
+            Err(SysctlParseError::NotARange(_))
+        ));
+        assert!(matches!(
+            parse_local_port_range("32768 70000"),
+            Err(SysctlParseError::NotAPort(_))
+        ));
+        assert!(matches!(
+            parse_local_port_range("-1 5"),
+            Err(SysctlParseError::NotAPort(_))
+        ));
+        assert_eq!(
+            parse_local_port_range("60999 32768"),
+            Err(SysctlParseError::Reversed(60999, 32768))
+        );
+        assert!(parse_local_port_range("\u{0}\u{ff}garbage").is_err());
+    }
+
+    #[test]
+    fn reserved_ports_parse_ports_and_ranges() {
+        assert_eq!(parse_reserved_ports(""), (vec![], vec![]));
+        assert_eq!(parse_reserved_ports("\n"), (vec![], vec![]));
+        assert_eq!(
+            parse_reserved_ports("8080,30000-32767\n"),
+            (vec![8080..=8080, 30000..=32767], vec![])
+        );
+        assert_eq!(
+            parse_reserved_ports(" 22 , 1000 - 1010,,"),
+            (vec![22..=22, 1000..=1010], vec![])
+        );
+    }
+
+    #[test]
+    fn odd_reserved_ports_keep_the_good_items() {
+        let (ranges, errors) = parse_reserved_ports("80,abc,90-70,65536,100-,443");
+        assert_eq!(ranges, vec![80..=80, 443..=443]);
+        assert_eq!(errors.len(), 4, "{errors:?}");
+        assert!(errors.contains(&SysctlParseError::Reversed(90, 70)));
+    }
+
+    #[test]
+    fn go_and_rfc3339_times_parse() {
+        let t = |s| parse_go_time(s).map(|t| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs());
+        assert_eq!(t("1970-01-01 00:01:00 +0000 UTC"), Some(60));
+        assert_eq!(t("1970-01-01 01:01:00.999 +0100 CET m=+0.5"), Some(60));
+        assert_eq!(t("1970-01-01 00:00:00 -0001 X"), Some(60));
+        assert_eq!(t("1970-01-01T00:01:00Z"), Some(60));
+        assert_eq!(t("1970-01-01T00:01:00.5Z"), Some(60));
+        assert_eq!(t("1970-01-01T01:01:00+01:00"), Some(60));
+        assert_eq!(t("0001-01-01 00:00:00 +0000 UTC"), None);
+        assert_eq!(t("yesterday"), None);
+        assert_eq!(t(""), None);
+        assert_eq!(t("1970-01-01 00:01:00 +01 UTC"), None);
+    }
+
+    #[test]
+    fn kube_proxy_health_reads_what_it_can() {
+        let h = KubeProxyHealth::from_body(
+            true,
+            br#"{"lastUpdated": "2025-11-30 10:00:00.123456789 +0000 UTC m=+12.3", "currentTime": "x"}"#,
+        )
+        .unwrap();
+        assert_eq!(h.since_last_update, None);
+        assert!(h.last_updated.is_some());
+
+        let h = KubeProxyHealth::from_body(
+            false,
+            br#"{"lastUpdated":"2025-11-30T10:00:00.5Z","currentTime":"2025-11-30T10:02:05.5Z","nodeEligible":false,"extra":[1]}"#,
+        )
+        .unwrap();
+        assert!(!h.healthy);
+        assert_eq!(h.since_last_update, Some(Duration::from_secs(125)));
+        assert_eq!(h.node_eligible, Some(false));
+        assert!(
+            h.describe().iter().any(|n| n.contains("2m 5s")),
+            "{:?}",
+            h.describe()
+        );
+
+        // What kube-proxy really prints: Go's time.Time.String() through %q.
+        let h = KubeProxyHealth::from_body(
+            true,
+            br#"{"lastUpdated": "2025-11-30 10:00:00.25 +0100 CET m=+3.1","currentTime": "2025-11-30 09:00:07.25 +0000 UTC m=+10.1", "nodeEligible": true}"#,
+        )
+        .unwrap();
+        assert_eq!(h.since_last_update, Some(Duration::from_secs(7)));
+        assert_eq!(h.node_eligible, Some(true));
+
+        assert!(KubeProxyHealth::from_body(true, b"ok").is_err());
+        assert!(KubeProxyHealth::from_body(true, b"[1,2]").is_err());
+        assert!(KubeProxyHealth::from_body(true, b"{}").unwrap().describe().len() == 1);
+    }
+}

@@ -1,0 +1,462 @@
+//! EndpointSlices reduced to what kube-proxy reads from them, and merged per Service
+//! port the way kube-proxy's `EndpointSliceCache` (pkg/proxy/endpointslicecache.go)
+//! merges them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::heart::model::{Family, Protocol};
+
+/// The label naming the Service an EndpointSlice belongs to.
+pub(crate) const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// The annotation the EndpointSlice controller sets to the time of the change that
+/// triggered the slice's last update.
+pub(crate) const ANNOTATION_LAST_CHANGE_TRIGGER: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// A zone name, interned: thousands of endpoints share a handful of zones.
+pub(crate) type ZoneId = u32;
+
+/// Zone names seen in topology hints, each stored once.
+#[derive(Debug, Default)]
+pub(crate) struct ZoneTable {
+    ids: HashMap<String, ZoneId>,
+}
+
+impl ZoneTable {
+    fn intern(&mut self, zone: &str) -> ZoneId {
+        if let Some(id) = self.ids.get(zone) {
+            return *id;
+        }
+        let id = ZoneId::try_from(self.ids.len()).unwrap_or(ZoneId::MAX);
+        self.ids.insert(zone.to_string(), id);
+        id
+    }
+
+    /// The id of `zone`, if any hint named it.
+    pub(crate) fn lookup(&self, zone: &str) -> Option<ZoneId> {
+        self.ids.get(zone).copied()
+    }
+}
+
+/// How an endpoint's node hints (`hints.forNodes`) relate to this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeHint {
+    /// No node hints.
+    Absent,
+    /// Hinted for other nodes only (or this node is unknown).
+    Elsewhere,
+    /// Hinted for this node.
+    ThisNode,
+}
+
+/// One endpoint of a slice: its first address and the conditions kube-proxy reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SliceEndpoint {
+    pub ip: IpAddr,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    /// `nodeName` equals this node.
+    pub local: bool,
+    pub zone_hints: Vec<ZoneId>,
+    pub node_hint: NodeHint,
+}
+
+/// One port of a slice (`nil`/0 ports are dropped when reading).
+#[derive(Debug, Clone)]
+pub(crate) struct SlicePort {
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+}
+
+/// An EndpointSlice of an IP family, reduced to what kube-proxy reads.
+#[derive(Debug, Clone)]
+pub(crate) struct SliceSummary {
+    pub name: String,
+    pub family: Family,
+    pub ports: Vec<SlicePort>,
+    pub endpoints: Vec<SliceEndpoint>,
+    /// The newest of the slice's creation time and its last-change-trigger-time.
+    pub last_change: Option<Timestamp>,
+}
+
+/// What reading one EndpointSlice gave.
+#[derive(Debug)]
+pub(crate) enum SliceRead {
+    /// A slice kube-proxy uses, for Service `namespace/service`.
+    Use {
+        namespace: String,
+        service: String,
+        summary: SliceSummary,
+        problems: Vec<String>,
+    },
+    /// A slice kube-proxy ignores (no Service label, FQDN addresses, opted out by label).
+    Ignore,
+    /// A slice that cannot be read; `service` names its Service when the label can be read.
+    Broken {
+        namespace: Option<String>,
+        service: Option<String>,
+        problem: String,
+    },
+}
+
+/// Labels with which a Service or EndpointSlice opts out of kube-proxy: its informers
+/// select `!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name`.
+pub(crate) const OPT_OUT_LABELS: [&str; 2] = [
+    "service.kubernetes.io/service-proxy-name",
+    "service.kubernetes.io/headless",
+];
+
+/// Reduces `slice` to what kube-proxy reads from it.
+pub(crate) fn read_slice(slice: &EndpointSlice, node: Option<&str>, zones: &mut ZoneTable) -> SliceRead {
+    let labels = slice.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key));
+    let Some(service) = label(LABEL_SERVICE_NAME).filter(|s| !s.is_empty()) else {
+        // kube-proxy cannot tie such a slice to a Service and drops it.
+        return SliceRead::Ignore;
+    };
+    if OPT_OUT_LABELS.iter().any(|key| label(key).is_some()) {
+        return SliceRead::Ignore;
+    }
+    let namespace = slice.metadata.namespace.as_deref().filter(|s| !s.is_empty());
+    let name = slice.metadata.name.as_deref().filter(|s| !s.is_empty());
+    let (Some(namespace), Some(name)) = (namespace, name) else {
+        return SliceRead::Broken {
+            namespace: namespace.map(str::to_string),
+            service: Some(service.clone()),
+            problem: "has no metadata.name or metadata.namespace".to_string(),
+        };
+    };
+    let family = match slice.address_type.as_str() {
+        "IPv4" => Family::Ipv4,
+        "IPv6" => Family::Ipv6,
+        "FQDN" => return SliceRead::Ignore,
+        "" => {
+            return SliceRead::Broken {
+                namespace: Some(namespace.to_string()),
+                service: Some(service.clone()),
+                problem: "has no addressType".to_string(),
+            };
+        }
+        // kube-proxy ignores address types it does not know; so do we.
+        _ => return SliceRead::Ignore,
+    };
+    let mut problems = Vec::new();
+    let ports = slice.ports.iter().flatten().filter_map(read_slice_port).collect();
+    let endpoints = read_endpoints(&slice.endpoints, family, node, zones, &mut problems);
+    SliceRead::Use {
+        namespace: namespace.to_string(),
+        service: service.clone(),
+        summary: SliceSummary {
+            name: name.to_string(),
+            family,
+            ports,
+            endpoints,
+            last_change: slice_last_change(slice),
+        },
+        problems,
+    }
+}
+
+/// A slice port as kube-proxy keys it. The API server defaults a missing name to ""
+/// and a missing protocol to TCP, so kube-proxy never sees them nil; a nil or 0 port
+/// is ignored, as kube-proxy ignores it.
+fn read_slice_port(port: &EndpointPort) -> Option<SlicePort> {
+    let number = port
+        .port
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p != 0)?;
+    let protocol = match port.protocol.as_deref() {
+        None => Protocol::Tcp,
+        Some(p) => parse_api_protocol(p)?,
+    };
+    Some(SlicePort {
+        name: port.name.clone().unwrap_or_default(),
+        protocol,
+        port: number,
+    })
+}
+
+/// Parses an API protocol (`TCP`, `UDP`, `SCTP`; case-sensitive in the API).
+pub(crate) fn parse_api_protocol(protocol: &str) -> Option<Protocol> {
+    match protocol {
+        "TCP" => Some(Protocol::Tcp),
+        "UDP" => Some(Protocol::Udp),
+        "SCTP" => Some(Protocol::Sctp),
+        _ => None,
+    }
+}
+
+fn read_endpoints(
+    endpoints: &[Endpoint],
+    family: Family,
+    node: Option<&str>,
+    zones: &mut ZoneTable,
+    problems: &mut Vec<String>,
+) -> Vec<SliceEndpoint> {
+    let mut out = Vec::with_capacity(endpoints.len());
+    for endpoint in endpoints {
+        // kube-proxy looks at the first address only.
+        let Some(address) = endpoint.addresses.first() else {
+            continue;
+        };
+        let Some(ip) = parse_ip_sloppy(address) else {
+            problems.push(format!(
+                "endpoint address {address:?} is not an IP address; ignored"
+            ));
+            continue;
+        };
+        if Family::of(&ip) != family {
+            problems.push(format!("endpoint address {address} is not {family}; ignored"));
+            continue;
+        }
+        out.push(read_endpoint(endpoint, ip, node, zones));
+    }
+    out
+}
+
+fn read_endpoint(
+    endpoint: &Endpoint,
+    ip: IpAddr,
+    node: Option<&str>,
+    zones: &mut ZoneTable,
+) -> SliceEndpoint {
+    let conditions = endpoint.conditions.as_ref();
+    let hints = endpoint.hints.as_ref();
+    let zone_hints = hints
+        .and_then(|h| h.for_zones.as_ref())
+        .map(|z| z.iter().map(|zone| zones.intern(&zone.name)).collect())
+        .unwrap_or_default();
+    let node_hint = match hints.and_then(|h| h.for_nodes.as_ref()).filter(|n| !n.is_empty()) {
+        None => NodeHint::Absent,
+        Some(nodes) if node.is_some_and(|this| nodes.iter().any(|n| n.name == this)) => NodeHint::ThisNode,
+        Some(_) => NodeHint::Elsewhere,
+    };
+    SliceEndpoint {
+        ip,
+        ready: conditions.and_then(|c| c.ready).unwrap_or(true),
+        serving: conditions.and_then(|c| c.serving).unwrap_or(true),
+        terminating: conditions.and_then(|c| c.terminating).unwrap_or(false),
+        local: node.is_some_and(|this| endpoint.node_name.as_deref() == Some(this)),
+        zone_hints,
+        node_hint,
+    }
+}
+
+/// Parses an IP the way Go's `netutils.ParseIPSloppy` does: IPv4 octets may carry
+/// leading zeros (read as decimal), and an IPv4-mapped IPv6 address is IPv4.
+pub(crate) fn parse_ip_sloppy(text: &str) -> Option<IpAddr> {
+    let ip = match text.parse::<IpAddr>() {
+        Ok(ip) => ip,
+        Err(_) => IpAddr::V4(parse_ipv4_leading_zeros(text)?),
+    };
+    Some(match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    })
+}
+
+fn parse_ipv4_leading_zeros(text: &str) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = text.split('.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 3 || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *octet = part.parse().ok()?;
+    }
+    parts.next().is_none().then_some(Ipv4Addr::from(octets))
+}
+
+/// The newest time the API records for an object: its creation, or the last write of
+/// any field manager (`managedFields[].time`, which an update of the spec moves on).
+pub(crate) fn last_recorded_change(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<Timestamp> {
+    let created = meta.creation_timestamp.as_ref().map(|t| t.0);
+    let managed = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.time.as_ref().map(|t| t.0))
+        .max();
+    created.max(managed)
+}
+
+fn slice_last_change(slice: &EndpointSlice) -> Option<Timestamp> {
+    let created = last_recorded_change(&slice.metadata);
+    let triggered = slice
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LAST_CHANGE_TRIGGER))
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    created.max(triggered)
+}
+
+/// One endpoint of one Service port after merging all slices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MergedEndpoint {
+    pub addr: SocketAddr,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    pub local: bool,
+    pub zone_hints: Vec<ZoneId>,
+    pub node_hint: NodeHint,
+}
+
+/// The endpoints of one Service port in one family, merged from all its slices.
+#[derive(Debug, Default)]
+pub(crate) struct MergedPort {
+    /// Sorted by address, one entry per `ip:port`.
+    pub endpoints: Vec<MergedEndpoint>,
+    /// Addresses listed twice with conditions kube-proxy chooses between arbitrarily.
+    pub ambiguous: Vec<SocketAddr>,
+}
+
+/// Merges the endpoints of every slice of `family` for the Service port named
+/// `port_name`/`protocol`.
+///
+/// When one `ip:port` appears more than once, kube-proxy keeps the non-terminating
+/// copy (`!exists || !terminating`). Between two non-terminating copies (or two
+/// terminating ones) its choice depends on Go's map order: if such copies differ, the
+/// address is reported as ambiguous.
+pub(crate) fn merge_port(
+    slices: &[SliceSummary],
+    family: Family,
+    port_name: &str,
+    protocol: Protocol,
+) -> MergedPort {
+    let mut chosen: BTreeMap<SocketAddr, (MergedEndpoint, bool)> = BTreeMap::new();
+    let matching_ports = slices.iter().filter(|s| s.family == family).flat_map(|slice| {
+        slice
+            .ports
+            .iter()
+            .filter(|p| p.name == port_name && p.protocol == protocol)
+            .map(move |p| (slice, p.port))
+    });
+    for (slice, port) in matching_ports {
+        for endpoint in &slice.endpoints {
+            let candidate = merged_endpoint(endpoint, port);
+            match chosen.get_mut(&candidate.addr) {
+                None => {
+                    chosen.insert(candidate.addr, (candidate, false));
+                }
+                Some((current, ambiguous)) => pick_duplicate(current, ambiguous, candidate),
+            }
+        }
+    }
+    let mut merged = MergedPort::default();
+    for (addr, (endpoint, ambiguous)) in chosen {
+        if ambiguous {
+            merged.ambiguous.push(addr);
+        }
+        merged.endpoints.push(endpoint);
+    }
+    merged
+}
+
+fn merged_endpoint(endpoint: &SliceEndpoint, port: u16) -> MergedEndpoint {
+    MergedEndpoint {
+        addr: SocketAddr::new(endpoint.ip, port),
+        ready: endpoint.ready,
+        serving: endpoint.serving,
+        terminating: endpoint.terminating,
+        local: endpoint.local,
+        zone_hints: endpoint.zone_hints.clone(),
+        node_hint: endpoint.node_hint,
+    }
+}
+
+/// Applies kube-proxy's duplicate rule to `current` and a second copy `candidate`.
+fn pick_duplicate(current: &mut MergedEndpoint, ambiguous: &mut bool, candidate: MergedEndpoint) {
+    match (current.terminating, candidate.terminating) {
+        // A non-terminating copy always wins over a terminating one.
+        (true, false) => {
+            *current = candidate;
+            *ambiguous = false;
+        }
+        (false, true) => {}
+        // Same class: which copy wins depends on iteration order.
+        _ => {
+            if *current != candidate {
+                *ambiguous = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sloppy_ip_parsing_matches_go() {
+        assert_eq!(parse_ip_sloppy("10.0.0.1"), Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(
+            parse_ip_sloppy("010.000.000.001"),
+            Some("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(parse_ip_sloppy("fd00::1"), Some("fd00::1".parse().unwrap()));
+        assert_eq!(
+            parse_ip_sloppy("::ffff:10.0.0.1"),
+            Some("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(parse_ip_sloppy("10.0.0"), None);
+        assert_eq!(parse_ip_sloppy("10.0.0.256"), None);
+        assert_eq!(parse_ip_sloppy("example.com"), None);
+        assert_eq!(parse_ip_sloppy(""), None);
+    }
+}
+
+#[cfg(test)]
+mod last_change_tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
+
+    use super::*;
+
+    fn at(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    #[test]
+    fn the_last_write_of_any_manager_counts() {
+        let meta = ObjectMeta {
+            creation_timestamp: Some(at("2025-01-01T00:00:00Z")),
+            managed_fields: Some(vec![
+                ManagedFieldsEntry {
+                    time: Some(at("2025-03-01T00:00:00Z")),
+                    ..Default::default()
+                },
+                ManagedFieldsEntry {
+                    time: Some(at("2025-02-01T00:00:00Z")),
+                    ..Default::default()
+                },
+                ManagedFieldsEntry {
+                    time: None,
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(
+            last_recorded_change(&meta),
+            Some("2025-03-01T00:00:00Z".parse().unwrap())
+        );
+        let bare = ObjectMeta {
+            creation_timestamp: Some(at("2025-01-01T00:00:00Z")),
+            ..Default::default()
+        };
+        assert_eq!(
+            last_recorded_change(&bare),
+            Some("2025-01-01T00:00:00Z".parse().unwrap())
+        );
+        assert_eq!(last_recorded_change(&ObjectMeta::default()), None);
+    }
+}

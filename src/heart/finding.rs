@@ -1,0 +1,219 @@
+//! Findings: what the detector reports, and their JSON form (a contract relied on by
+//! outside checks: fields may be added, never renamed or removed).
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::heart::model::{Backend, Family, ProcessInfo, Protocol};
+
+/// The kinds of drift portdrift knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    StaleNodeport,
+    StaleEndpoint,
+    MissingEndpoint,
+    MissingRule,
+    DuplicateRule,
+    BackendSplit,
+    Squatter,
+    NodeportCollision,
+    OrphanChain,
+    /// A rule line the parser could not understand: the analysis around it is incomplete.
+    UnparsedRule,
+    /// A CNI hostPort mapping on a port a Service uses as its nodePort.
+    HostportConflict,
+    /// The node's ephemeral port range overlaps the NodePort range without reserving it.
+    PortRangeOverlap,
+    /// A rule in kube-proxy's chains that kube-proxy never writes (a DNAT to nowhere, a
+    /// jump to an undeclared chain).
+    MalformedRule,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 13] = [
+        Kind::StaleNodeport,
+        Kind::StaleEndpoint,
+        Kind::MissingEndpoint,
+        Kind::MissingRule,
+        Kind::DuplicateRule,
+        Kind::BackendSplit,
+        Kind::Squatter,
+        Kind::NodeportCollision,
+        Kind::OrphanChain,
+        Kind::UnparsedRule,
+        Kind::HostportConflict,
+        Kind::PortRangeOverlap,
+        Kind::MalformedRule,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::StaleNodeport => "stale-nodeport",
+            Kind::StaleEndpoint => "stale-endpoint",
+            Kind::MissingEndpoint => "missing-endpoint",
+            Kind::MissingRule => "missing-rule",
+            Kind::DuplicateRule => "duplicate-rule",
+            Kind::BackendSplit => "backend-split",
+            Kind::Squatter => "squatter",
+            Kind::NodeportCollision => "nodeport-collision",
+            Kind::OrphanChain => "orphan-chain",
+            Kind::UnparsedRule => "unparsed-rule",
+            Kind::HostportConflict => "hostport-conflict",
+            Kind::PortRangeOverlap => "port-range-overlap",
+            Kind::MalformedRule => "malformed-rule",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How urgent a finding is. Ordered from most to least severe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Traffic for a live Service is going to the wrong place right now.
+    Critical,
+    /// Drift that will hurt later or that kube-proxy should have fixed.
+    Warning,
+    /// Harmless leftovers and changes still settling.
+    Info,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// See [`Finding::identity`].
+pub type Identity = (String, Option<u16>, String, String, String, String);
+
+/// One difference between what the cluster says and what the node does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub kind: Kind,
+    pub severity: Severity,
+    pub protocol: Option<Protocol>,
+    /// The NodePort; null only for node-wide findings that concern no single port.
+    pub port: Option<u16>,
+    pub family: Option<Family>,
+    pub backend: Option<Backend>,
+    /// `namespace/name`.
+    pub service: Option<String>,
+    /// The Service's port name as kube-proxy names it (empty for an unnamed port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_port: Option<String>,
+    /// Every Service the finding concerns when there are several (a nodeport-collision's
+    /// claimants; `service` holds the first).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
+    /// Every NodePort the finding concerns when it is about several (a backend-split).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+    /// `ip:port` of a DNAT target, `[v6]:port` for IPv6.
+    pub target: Option<String>,
+    /// The rule as its backend prints it.
+    pub rule: Option<String>,
+    /// Where the rule was found: `file:line`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule_source: Option<String>,
+    pub process: Option<ProcessInfo>,
+    /// The socket inode of a squatting listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+    /// Seconds left in the grace window when the difference is still settling (the
+    /// Service changed recently); such a finding is `info` until then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_seconds: Option<u64>,
+    /// The finding was drawn from a cluster state that is no longer current.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub on_stale_cluster_state: bool,
+    /// One human sentence: what is wrong and what to do.
+    pub message: String,
+    /// Supporting facts beyond the fields above (chain path, other rules), for people.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+impl Finding {
+    /// A finding with only its kind, severity and message set; callers fill the rest.
+    pub fn new(kind: Kind, severity: Severity, message: impl Into<String>) -> Finding {
+        Finding {
+            kind,
+            severity,
+            protocol: None,
+            port: None,
+            family: None,
+            backend: None,
+            service: None,
+            service_port: None,
+            services: Vec::new(),
+            ports: Vec::new(),
+            target: None,
+            rule: None,
+            rule_source: None,
+            process: None,
+            inode: None,
+            pending_seconds: None,
+            on_stale_cluster_state: false,
+            message: message.into(),
+            evidence: Vec::new(),
+        }
+    }
+
+    /// The finding's identity across scans: what stays the same while the same drift
+    /// persists (its message, evidence and severity may change, e.g. when a pending
+    /// difference's grace window ends).
+    pub fn identity(&self) -> Identity {
+        (
+            self.kind.as_str().to_string(),
+            self.port,
+            self.protocol.map(|p| format!("{p:?}")).unwrap_or_default(),
+            self.backend.map(|b| format!("{b:?}")).unwrap_or_default(),
+            self.service.clone().unwrap_or_default(),
+            format!("{}|{:?}", self.target.as_deref().unwrap_or(""), self.family),
+        )
+    }
+
+    /// Sort key: by port, then most severe first, then kind, so reports group by port;
+    /// rule positions by file, then line number (line 97 before line 100).
+    pub fn sort_key(&self) -> impl Ord + '_ {
+        (
+            self.port.unwrap_or(u16::MAX),
+            self.protocol,
+            self.severity,
+            self.kind,
+            self.backend,
+            self.family,
+            self.target.as_deref(),
+            self.rule_source.as_deref().map(position),
+        )
+    }
+}
+
+/// `file:line` as (file, line), so positions order by number; a source without a line
+/// number sorts before its lines.
+fn position(at: &str) -> (&str, u64) {
+    match at.rsplit_once(':') {
+        Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => {
+            (file, line.parse().unwrap_or(u64::MAX))
+        }
+        _ => (at, 0),
+    }
+}

@@ -1,0 +1,177 @@
+//! kube-proxy's naming rules, recomputed so chains can be attributed to Services even
+//! when kube-proxy leaves out its comments (above 1,000 endpoints).
+//!
+//! iptables mode (`pkg/proxy/iptables/proxier.go`): the per-service-port chains share
+//! the suffix `base32(sha256(svcPortName + protocol))[:16]`; an endpoint chain adds the
+//! endpoint (`ip:port`, `[v6]:port`) to the hashed string. nftables mode
+//! (`pkg/proxy/nftables/proxier.go`) hashes the chain's own name to 8 characters.
+
+use std::net::SocketAddr;
+
+use data_encoding::BASE32;
+use sha2::{Digest, Sha256};
+
+use crate::heart::model::{Protocol, ServicePortRef};
+
+fn base32_sha256_prefix(input: &[u8], len: usize) -> String {
+    let digest = Sha256::digest(input);
+    let mut encoded = BASE32.encode(&digest);
+    encoded.truncate(len);
+    encoded
+}
+
+/// The 16-character suffix of `KUBE-SVC-`, `KUBE-SVL-`, `KUBE-EXT-` and `KUBE-FW-`
+/// chains for one Service port.
+pub fn service_chain_hash(svc: &ServicePortRef, protocol: Protocol) -> String {
+    let hash = service_chain_hash_bytes(svc, protocol);
+    String::from_utf8_lossy(&hash).into_owned()
+}
+
+/// [`service_chain_hash`] without allocating, for indexing every Service of a large
+/// cluster: the hash as 16 ASCII bytes.
+pub fn service_chain_hash_bytes(svc: &ServicePortRef, protocol: Protocol) -> [u8; 16] {
+    let mut hasher = Sha256::new();
+    hasher.update(svc.namespace.as_bytes());
+    hasher.update(b"/");
+    hasher.update(svc.name.as_bytes());
+    if !svc.port_name.is_empty() {
+        hasher.update(b":");
+        hasher.update(svc.port_name.as_bytes());
+    }
+    hasher.update(protocol.as_str().as_bytes());
+    let digest = hasher.finalize();
+    // 10 bytes of digest encode to exactly 16 base32 characters.
+    let mut out = [0u8; 16];
+    BASE32.encode_mut(&digest[..10], &mut out);
+    out
+}
+
+/// The 16-character suffix of a `KUBE-SEP-` chain.
+pub fn endpoint_chain_hash(svc: &ServicePortRef, protocol: Protocol, endpoint: &SocketAddr) -> String {
+    let mut input = svc.kube_proxy_name();
+    input.push_str(protocol.as_str());
+    input.push_str(&endpoint.to_string());
+    base32_sha256_prefix(input.as_bytes(), 16)
+}
+
+/// The per-service chain prefixes kube-proxy's iptables mode creates and deletes.
+pub const SERVICE_CHAIN_PREFIXES: [&str; 5] =
+    ["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
+
+/// The hash suffix of a per-service iptables chain (`KUBE-EXT-ABC...` → `ABC...`).
+pub fn chain_hash(chain: &str) -> Option<&str> {
+    SERVICE_CHAIN_PREFIXES
+        .iter()
+        .find_map(|p| chain.strip_prefix(p))
+        .filter(|h| h.len() == 16)
+}
+
+/// nftables mode's service chain name, e.g. `service-ULMVA6XW-ns1/svc1/tcp/p80`.
+pub fn nft_service_chain(prefix: &str, svc: &ServicePortRef, protocol: Protocol) -> String {
+    let name = format!(
+        "{}/{}/{}/{}",
+        svc.namespace,
+        svc.name,
+        protocol.as_str(),
+        svc.port_name
+    );
+    format!("{prefix}-{}-{name}", base32_sha256_prefix(name.as_bytes(), 8))
+}
+
+/// The hash kube-proxy puts in an nftables chain name, over the part after the prefix
+/// (`ns1/svc1/tcp/p80__10.180.0.1/80` → `5OJB2KTY`).
+pub fn nft_chain_hash(name: &str) -> String {
+    base32_sha256_prefix(name.as_bytes(), 8)
+}
+
+/// Parses an nftables-mode per-service chain name (`external-HASH-ns/svc/tcp/port`, and
+/// the `service-`, `local-`, `firewall-`, `endpoint-` forms) into its Service port and
+/// protocol. Endpoint chains carry `__ip/port` after the port, which is ignored here.
+pub fn parse_nft_service_chain(chain: &str) -> Option<(ServicePortRef, Protocol)> {
+    let (_prefix, rest) = chain.split_once('-')?;
+    let (_hash, name) = rest.split_once('-')?;
+    let name = name.split("__").next()?;
+    let mut parts = name.split('/');
+    let namespace = parts.next()?;
+    let svc = parts.next()?;
+    let protocol = Protocol::parse(parts.next()?)?;
+    let port_name = parts.next()?;
+    if parts.next().is_some() || namespace.is_empty() || svc.is_empty() {
+        return None;
+    }
+    Some((
+        ServicePortRef {
+            namespace: namespace.to_string(),
+            name: svc.to_string(),
+            port_name: port_name.to_string(),
+        },
+        protocol,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(s: &str) -> ServicePortRef {
+        ServicePortRef::parse(s).unwrap()
+    }
+
+    // Expectations from kube-proxy's own proxier tests and real dumps.
+    #[test]
+    fn iptables_hashes_match_kube_proxy() {
+        assert_eq!(
+            service_chain_hash(&svc("ns1/svc1:p80"), Protocol::Tcp),
+            "XPGD46QRK7WJZT7O"
+        );
+        assert_eq!(
+            service_chain_hash(&svc("ns2/svc2:p80"), Protocol::Tcp),
+            "GNZBNJ2PO5MGZ6GT"
+        );
+        assert_eq!(
+            service_chain_hash(&svc("kube-system/kube-dns:dns"), Protocol::Udp),
+            "TCOU7JCQXEZGVUNU"
+        );
+        assert_eq!(
+            service_chain_hash(&svc("default/kubernetes:https"), Protocol::Tcp),
+            "NPX46M4PTMTKRN6Y"
+        );
+        assert_eq!(
+            service_chain_hash(&svc("default/nginx"), Protocol::Tcp),
+            "2CMXP7HKUVJN7L6M"
+        );
+        let ep: SocketAddr = "10.180.0.1:80".parse().unwrap();
+        assert_eq!(
+            endpoint_chain_hash(&svc("ns1/svc1:p80"), Protocol::Tcp, &ep),
+            "SXIVWICOYRO3J4NJ"
+        );
+        let ep: SocketAddr = "10.180.0.3:80".parse().unwrap();
+        assert_eq!(
+            endpoint_chain_hash(&svc("ns5/svc5:p80"), Protocol::Tcp, &ep),
+            "I77PXRDZVX7PMWMN"
+        );
+    }
+
+    #[test]
+    fn nftables_names_match_kube_proxy() {
+        assert_eq!(
+            nft_service_chain("service", &svc("ns1/svc1:p80"), Protocol::Tcp),
+            "service-ULMVA6XW-ns1/svc1/tcp/p80"
+        );
+        assert_eq!(
+            nft_service_chain("external", &svc("ns2/svc2:p80"), Protocol::Tcp),
+            "external-42NFTM6N-ns2/svc2/tcp/p80"
+        );
+        let (s, p) = parse_nft_service_chain("endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80").unwrap();
+        assert_eq!((s.kube_proxy_name().as_str(), p), ("ns1/svc1:p80", Protocol::Tcp));
+        let (s, _) = parse_nft_service_chain("external-AAAAAAAA-default/nginx/tcp/").unwrap();
+        assert_eq!(s.kube_proxy_name(), "default/nginx");
+    }
+
+    #[test]
+    fn chain_hash_only_for_service_chains() {
+        assert_eq!(chain_hash("KUBE-EXT-XPGD46QRK7WJZT7O"), Some("XPGD46QRK7WJZT7O"));
+        assert_eq!(chain_hash("KUBE-NODEPORTS"), None);
+        assert_eq!(chain_hash("KUBE-MARK-MASQ"), None);
+    }
+}

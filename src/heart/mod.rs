@@ -1,0 +1,16 @@
+//! The pure heart: the model, the desired state with kube-proxy's semantics, the
+//! detector, findings, coverage, repair planning and rendering. Values in, values out:
+//! no I/O, no clock, no async runtime.
+
+pub mod coverage;
+pub mod desired;
+pub mod detect;
+pub mod finding;
+pub mod kube_proxy;
+pub mod model;
+pub mod observed;
+pub mod outcome;
+pub mod proxy_mode;
+pub mod render;
+pub mod repair;
+pub mod views;

@@ -1,0 +1,305 @@
+//! Which Service proxy programs the node: kube-proxy in iptables, nftables or IPVS
+//! mode, a kube-proxy replacement, or nothing. Pure: decided from what was read.
+//!
+//! kube-proxy's own answer (`/proxyMode` on its metrics server) wins when it gave one.
+//! Otherwise the rules say it: both the iptables and the IPVS proxier rewrite nat
+//! `KUBE-SERVICES` on every sync, so its dispatch names the one that synced last; then
+//! the backend that holds kube-proxy's NodePort rules best; then IPVS's traces; then a
+//! replacement's own chains where kube-proxy's dispatch is absent.
+
+use std::collections::BTreeMap;
+
+use crate::heart::model::{Backend, Family, ProxyMode, RuleSource};
+use crate::heart::observed::Observed;
+
+/// The decision, with what it rests on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyDecision {
+    pub mode: ProxyMode,
+    /// What the decision rests on, a phrase for people (`kube-proxy's /proxyMode`,
+    /// `nat KUBE-SERVICES in iptables-nft ipv4 dispatches to IPVS`).
+    pub evidence: String,
+    /// What the rules show that the decided mode leaves unjudged or contradicts, as
+    /// sentences: each makes the check incomplete.
+    pub unjudged: Vec<String>,
+}
+
+/// Whether a source's NodePort rules are ones kube-proxy's iptables or nftables mode
+/// writes now (and so may be compared with the cluster state): nftables tables, and
+/// iptables dumps with iptables-mode chains whose `KUBE-SERVICES` IPVS mode has not
+/// taken over.
+pub fn holds_live_dispatch(source: &RuleSource) -> bool {
+    source.backend == Backend::Nftables
+        || (source.signals.iptables_mode && source.signals.services_dispatch != Some(ProxyMode::Ipvs))
+}
+
+/// Decides the node's mode. `primaries` are, per family, the sources judged to be what
+/// kube-proxy writes now (among those [`holds_live_dispatch`] admits).
+pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> ProxyDecision {
+    let sources = &observed.sources;
+    let reported = observed.kube_proxy_mode.as_deref().and_then(parse_reported);
+    let ipvs_dispatch = sources
+        .iter()
+        .find(|s| s.signals.services_dispatch == Some(ProxyMode::Ipvs));
+    let primary = primaries
+        .get(&Family::Ipv4)
+        .or_else(|| primaries.values().next())
+        .map(|&i| &sources[i]);
+    let from_rules = if let Some(s) = ipvs_dispatch {
+        Some((
+            ProxyMode::Ipvs,
+            format!(
+                "nat KUBE-SERVICES in {} {} dispatches to IPVS ({})",
+                s.backend,
+                s.family,
+                s.signals.ipvs.join(", ")
+            ),
+        ))
+    } else if let Some(s) = primary {
+        let mode = if s.backend == Backend::Nftables {
+            ProxyMode::Nftables
+        } else {
+            ProxyMode::Iptables
+        };
+        Some((
+            mode,
+            format!("kube-proxy's {mode}-mode rules in {} {}", s.backend, s.family),
+        ))
+    } else if let Some(s) = sources.iter().find(|s| s.signals.iptables_mode) {
+        // kube-proxy's chains without their dispatch: a fragment, or one table alone.
+        Some((
+            ProxyMode::Iptables,
+            format!(
+                "kube-proxy's iptables-mode chains in {} {} (without their dispatch)",
+                s.backend, s.family
+            ),
+        ))
+    } else {
+        let mut traces: Vec<String> = sources
+            .iter()
+            .flat_map(|s| s.signals.ipvs.iter().cloned())
+            .collect();
+        if let Some(node) = &observed.ipvs {
+            traces.extend(node.describe());
+        }
+        traces.dedup();
+        if !traces.is_empty() {
+            Some((ProxyMode::Ipvs, traces.join(", ")))
+        } else {
+            // A replacement is told by kube-proxy's dispatch being absent, which only a
+            // whole dump can show.
+            sources
+                .iter()
+                .filter(|s| s.complete)
+                .find_map(|s| s.signals.replacement.as_ref())
+                .map(|(who, chain)| (ProxyMode::Replaced, format!("{who}: chain {chain}")))
+        }
+    };
+    let mut unjudged = Vec::new();
+    let (mode, evidence) = match (reported, from_rules) {
+        (Some(mode), rules) => {
+            let evidence = format!("kube-proxy's /proxyMode answered {mode}");
+            match rules {
+                Some((seen, why)) if seen != mode => unjudged.push(format!(
+                    "kube-proxy says it runs in {mode} mode, but the rules show {seen} ({why}): the node's rules do not match its kube-proxy"
+                )),
+                None if mode.is_read() => unjudged.push(format!(
+                    "kube-proxy says it runs in {mode} mode, but none of its {mode}-mode NodePort rules were found: nothing could be compared with the cluster state, and if Services have endpoints, their NodePorts reach nothing on this node"
+                )),
+                _ => {}
+            }
+            (mode, evidence)
+        }
+        (None, Some(found)) => found,
+        (None, None) => (ProxyMode::None, nothing_found(sources)),
+    };
+    if mode == ProxyMode::Ipvs {
+        for s in sources.iter().filter(|s| {
+            s.signals.iptables_mode
+                && s.signals.services_dispatch == Some(ProxyMode::Ipvs)
+                && !s.nodeports.is_empty()
+        }) {
+            unjudged.push(format!(
+                "{} also holds {} of kube-proxy's iptables-mode NodePort rules, which IPVS mode's KUBE-SERVICES no longer leads to: leftovers of an earlier mode, not judged",
+                s.origin,
+                s.nodeports.len()
+            ));
+        }
+    }
+    ProxyDecision {
+        mode,
+        evidence,
+        unjudged,
+    }
+}
+
+/// What a node without a known Service proxy shows: kube-proxy's chains that do not tell
+/// its mode, or a replacement's in a dump too partial to show kube-proxy's are absent.
+fn nothing_found(sources: &[RuleSource]) -> String {
+    if let Some(chain) = sources.iter().find_map(|s| s.signals.kube_proxy_chain.as_ref()) {
+        return format!("kube-proxy's chain {chain}, but none that tell how it forwards Services");
+    }
+    if let Some((who, chain)) = sources.iter().find_map(|s| s.signals.replacement.as_ref()) {
+        return format!(
+            "{who}'s chain {chain} in a partial dump, which cannot show whether kube-proxy's are there too"
+        );
+    }
+    "no kube-proxy chains or table, no IPVS, no known replacement".to_string()
+}
+
+/// kube-proxy's `/proxyMode` answer (`iptables`, `ipvs`, `nftables`; `kernelspace` on
+/// Windows); None for anything else.
+pub fn parse_reported(answer: &str) -> Option<ProxyMode> {
+    match answer.trim() {
+        "iptables" => Some(ProxyMode::Iptables),
+        "nftables" => Some(ProxyMode::Nftables),
+        "ipvs" => Some(ProxyMode::Ipvs),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::heart::model::{ProxySignals, RuleSource};
+    use crate::heart::observed::IpvsTraces;
+
+    fn source(backend: Backend, signals: ProxySignals) -> RuleSource {
+        let mut s = RuleSource::empty("dump", backend, Family::Ipv4);
+        s.signals = signals;
+        s
+    }
+
+    fn iptables_mode() -> ProxySignals {
+        ProxySignals {
+            iptables_mode: true,
+            services_dispatch: Some(ProxyMode::Iptables),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn kube_proxys_answer_wins_and_a_disagreement_is_said() {
+        let observed = Observed {
+            sources: vec![source(Backend::IptablesNft, iptables_mode())],
+            kube_proxy_mode: Some("ipvs\n".into()),
+            ..Default::default()
+        };
+        let d = decide(&observed, &BTreeMap::from([(Family::Ipv4, 0)]));
+        assert_eq!(d.mode, ProxyMode::Ipvs);
+        assert!(d.evidence.contains("/proxyMode"), "{d:?}");
+        assert_eq!(d.unjudged.len(), 1, "{d:?}");
+    }
+
+    #[test]
+    fn a_reported_mode_without_its_rules_is_not_an_all_clear() {
+        let observed = Observed {
+            kube_proxy_mode: Some("iptables".into()),
+            ..Default::default()
+        };
+        let d = decide(&observed, &BTreeMap::new());
+        assert_eq!(d.mode, ProxyMode::Iptables);
+        assert!(d.unjudged[0].contains("none of its iptables-mode"), "{d:?}");
+    }
+
+    #[test]
+    fn ipvs_dispatch_in_kube_services_beats_iptables_leftovers() {
+        let observed = Observed {
+            sources: vec![
+                source(
+                    Backend::IptablesNft,
+                    ProxySignals {
+                        iptables_mode: true,
+                        services_dispatch: Some(ProxyMode::Ipvs),
+                        ipvs: vec!["chain KUBE-NODE-PORT".into()],
+                        ..Default::default()
+                    },
+                ),
+                source(Backend::IptablesLegacy, iptables_mode()),
+            ],
+            ..Default::default()
+        };
+        let d = decide(&observed, &BTreeMap::from([(Family::Ipv4, 1)]));
+        assert_eq!(d.mode, ProxyMode::Ipvs);
+        assert!(d.evidence.contains("KUBE-NODE-PORT"), "{d:?}");
+    }
+
+    #[test]
+    fn the_primary_backend_names_iptables_or_nftables() {
+        let observed = Observed {
+            sources: vec![
+                source(Backend::IptablesNft, iptables_mode()),
+                source(Backend::Nftables, ProxySignals::default()),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            decide(&observed, &BTreeMap::from([(Family::Ipv4, 1)])).mode,
+            ProxyMode::Nftables
+        );
+        assert_eq!(
+            decide(&observed, &BTreeMap::from([(Family::Ipv4, 0)])).mode,
+            ProxyMode::Iptables
+        );
+    }
+
+    #[test]
+    fn ipvs_traces_replacements_and_nothing() {
+        let ipvs_node = Observed {
+            ipvs: Some(IpvsTraces {
+                interface: true,
+                virtual_servers: Some(3),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(decide(&ipvs_node, &BTreeMap::new()).mode, ProxyMode::Ipvs);
+        let cilium = Observed {
+            sources: vec![source(
+                Backend::IptablesNft,
+                ProxySignals {
+                    replacement: Some(("Cilium", "CILIUM_PRE_nat".into())),
+                    ..Default::default()
+                },
+            )],
+            ..Default::default()
+        };
+        let d = decide(&cilium, &BTreeMap::new());
+        assert_eq!(d.mode, ProxyMode::Replaced);
+        assert!(d.evidence.contains("Cilium"));
+        let bare = Observed::default();
+        assert_eq!(decide(&bare, &BTreeMap::new()).mode, ProxyMode::None);
+        // IPVS's module loaded with no virtual server says nothing.
+        let idle = Observed {
+            ipvs: Some(IpvsTraces {
+                interface: false,
+                virtual_servers: Some(0),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(decide(&idle, &BTreeMap::new()).mode, ProxyMode::None);
+    }
+
+    #[test]
+    fn only_live_dispatch_is_compared() {
+        assert!(holds_live_dispatch(&source(
+            Backend::IptablesNft,
+            iptables_mode()
+        )));
+        assert!(holds_live_dispatch(&source(
+            Backend::Nftables,
+            ProxySignals::default()
+        )));
+        assert!(!holds_live_dispatch(&source(
+            Backend::IptablesNft,
+            ProxySignals {
+                iptables_mode: true,
+                services_dispatch: Some(ProxyMode::Ipvs),
+                ..Default::default()
+            }
+        )));
+        assert!(!holds_live_dispatch(&source(
+            Backend::IptablesLegacy,
+            ProxySignals::default()
+        )));
+    }
+}

@@ -1,0 +1,332 @@
+//! `portdrift snapshot`: captures a [`Source`] (the live node) into a bundle directory.
+//!
+//! Each dump is streamed into its file while the tool prints it, exactly as printed.
+//! A backend that printed nothing (no tables) leaves no file; `snapshot.json` records
+//! for every source whether it was read, empty, absent, failed, timed out or too large,
+//! so that the bundle says what could not be read and a scan of it reports the same.
+
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::heart::observed::SOCKET_FILES;
+use crate::heart::outcome::SourceState;
+use crate::scan::input::SnapshotError;
+use crate::sources::bundle::{
+    HEALTHZ_FILE, IP_VS_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, NET_DEV_FILE, PROXY_MODE_FILE,
+    RESERVED_PORTS_FILE,
+};
+use crate::sources::bundle::{MANIFEST_FILE, Manifest, ManifestEntry, Source};
+
+/// What `snapshot` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotOptions {
+    /// The node's name for the `node` file (default: what the source says, the hostname).
+    pub node: Option<String>,
+    /// Replace the bundle files of a non-empty directory.
+    pub force: bool,
+}
+
+/// The manifest's format version.
+const MANIFEST_VERSION: u32 = 1;
+
+/// Every file name a bundle may hold: with `--force` these are removed first, so no
+/// file of an older capture survives into the new one (an old `nft.txt` would be read
+/// in place of a missing `nft.json`).
+fn bundle_files() -> Vec<&'static str> {
+    let mut names: Vec<&str> = IPTABLES_FILES.iter().map(|(n, _, _)| *n).collect();
+    names.extend(["nft.json", "nft.txt"]);
+    names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
+    names.extend([
+        LOCAL_PORT_RANGE_FILE,
+        RESERVED_PORTS_FILE,
+        HEALTHZ_FILE,
+        PROXY_MODE_FILE,
+        NET_DEV_FILE,
+        IP_VS_FILE,
+        "cluster.json",
+        "node",
+        MANIFEST_FILE,
+    ]);
+    names
+}
+
+/// What one capture wrote.
+#[derive(Debug)]
+struct Teed {
+    bytes: u64,
+    /// The marker of a table was seen (for `nft.json`).
+    found: bool,
+    /// Reading the source stopped with this error (the size limit, a broken pipe).
+    read_error: Option<String>,
+}
+
+/// Finds a needle in a stream of chunks, across chunk boundaries.
+struct Finder {
+    needle: &'static [u8],
+    carry: Vec<u8>,
+    found: bool,
+}
+
+impl Finder {
+    fn feed(&mut self, chunk: &[u8]) {
+        if self.found || self.needle.is_empty() {
+            self.found = true;
+            return;
+        }
+        let keep = self.needle.len() - 1;
+        let mut joined = std::mem::take(&mut self.carry);
+        joined.extend_from_slice(&chunk[..chunk.len().min(keep)]);
+        if memchr::memmem::find(&joined, self.needle).is_some()
+            || memchr::memmem::find(chunk, self.needle).is_some()
+        {
+            self.found = true;
+            return;
+        }
+        if chunk.len() >= keep {
+            self.carry = chunk[chunk.len() - keep..].to_vec();
+        } else {
+            // The chunk is shorter than the needle: `joined` is the old carry + chunk.
+            let cut = joined.len().saturating_sub(keep);
+            self.carry = joined.split_off(cut);
+        }
+    }
+}
+
+/// Marks an error of writing the bundle (as opposed to reading the source).
+#[derive(Debug)]
+struct WriteFailed(io::Error);
+
+impl std::fmt::Display for WriteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for WriteFailed {}
+
+fn written<T>(r: io::Result<T>) -> io::Result<T> {
+    r.map_err(|e| io::Error::new(e.kind(), WriteFailed(e)))
+}
+
+/// Copies the stream into `path`. Write errors fail; read errors end the copy and are
+/// returned in the result, beside what was read until then.
+fn tee(r: &mut dyn BufRead, path: &Path, needle: Option<&'static [u8]>) -> io::Result<Teed> {
+    let mut out = BufWriter::with_capacity(256 << 10, written(File::create(path))?);
+    let mut finder = needle.map(|needle| Finder {
+        needle,
+        carry: Vec::new(),
+        found: false,
+    });
+    let mut bytes = 0u64;
+    let mut read_error = None;
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok([]) => break,
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                read_error = Some(e.to_string());
+                break;
+            }
+        };
+        written(out.write_all(chunk))?;
+        if let Some(f) = &mut finder {
+            f.feed(chunk);
+        }
+        let n = chunk.len();
+        bytes += n as u64;
+        r.consume(n);
+    }
+    written(out.flush())?;
+    written(out.into_inner().map_err(|e| e.into_error()))?;
+    Ok(Teed {
+        bytes,
+        found: finder.is_none_or(|f| f.found),
+        read_error,
+    })
+}
+
+fn write_error(path: &Path) -> impl FnOnce(io::Error) -> SnapshotError + '_ {
+    move |source| SnapshotError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn prepare(out: &Path, force: bool) -> Result<(), SnapshotError> {
+    match fs::read_dir(out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                if !force {
+                    return Err(SnapshotError::NotEmpty(out.to_path_buf()));
+                }
+                for name in bundle_files() {
+                    let path = out.join(name);
+                    match fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(write_error(&path)(e)),
+                    }
+                }
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(out).map_err(write_error(out)),
+        Err(_) if out.exists() && !out.is_dir() => Err(SnapshotError::NotADirectory(out.to_path_buf())),
+        Err(e) => Err(write_error(out)(e)),
+    }
+}
+
+/// Captures `src` into the bundle directory `out` and returns the manifest written
+/// there. Fails only when `out` cannot be used or written; a source that cannot be
+/// read is an entry of the manifest.
+pub fn write_snapshot<S: Source>(
+    src: &mut S,
+    out: &Path,
+    opts: &SnapshotOptions,
+) -> Result<Manifest, SnapshotError> {
+    prepare(out, opts.force)?;
+    let mut manifest = Manifest {
+        version: MANIFEST_VERSION,
+        portdrift: env!("CARGO_PKG_VERSION").to_string(),
+        captured_at: jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
+        node: None,
+        sources: Vec::new(),
+    };
+    let mut names: Vec<&str> = IPTABLES_FILES[..4].iter().map(|(n, _, _)| *n).collect();
+    names.push("nft.json");
+    names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
+    names.extend([
+        LOCAL_PORT_RANGE_FILE,
+        RESERVED_PORTS_FILE,
+        HEALTHZ_FILE,
+        PROXY_MODE_FILE,
+        NET_DEV_FILE,
+        IP_VS_FILE,
+        "cluster.json",
+    ]);
+    for name in names {
+        if let Some(entry) = capture(src, out, name)? {
+            manifest.sources.push(entry);
+        }
+    }
+
+    let node = opts.node.clone().or_else(|| {
+        let text = src.fetch("node", crate::scan::input::read_small).value?.ok()?;
+        let name = text.trim();
+        (!name.is_empty()).then(|| name.to_string())
+    });
+    if let Some(node) = &node {
+        let path = out.join("node");
+        fs::write(&path, format!("{node}\n")).map_err(write_error(&path))?;
+    }
+    manifest.node = node;
+
+    let path = out.join(MANIFEST_FILE);
+    let mut text = serde_json::to_string_pretty(&manifest).map_err(|e| write_error(&path)(e.into()))?;
+    text.push('\n');
+    fs::write(&path, text).map_err(write_error(&path))?;
+    Ok(manifest)
+}
+
+/// Captures one bundle file. None when the source has nothing to say about it.
+fn capture<S: Source>(
+    src: &mut S,
+    out: &Path,
+    name: &'static str,
+) -> Result<Option<ManifestEntry>, SnapshotError> {
+    let dest = out.join(name);
+    let parent = dest.parent().unwrap_or(out).to_path_buf();
+    fs::create_dir_all(&parent).map_err(write_error(&parent))?;
+    let tmp: PathBuf = parent.join(format!(
+        ".{}.partial",
+        dest.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    let needle: Option<&'static [u8]> = (name == "nft.json").then_some(br#"{"table":"#);
+    let tmp_for_consumer = tmp.clone();
+    let fetched = src.fetch(name, move |r| tee(r, &tmp_for_consumer, needle));
+    let Some(mut state) = fetched.state else {
+        let _ = fs::remove_file(&tmp);
+        return Ok(None);
+    };
+    let mut notes = fetched.notes;
+    let teed = match fetched.value {
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            let _ = fs::remove_file(&tmp);
+            if e.get_ref().is_some_and(|inner| inner.is::<WriteFailed>()) {
+                return Err(write_error(&dest)(e));
+            }
+            // The source could not be opened or read.
+            state = SourceState::Error;
+            notes.push(e.to_string());
+            None
+        }
+        None => None,
+    };
+    let mut keep = false;
+    if let Some(t) = &teed {
+        if let Some(e) = &t.read_error
+            && state != SourceState::TooLarge
+        {
+            notes.push(format!("reading stopped: {e}"));
+            if state == SourceState::Ok {
+                state = SourceState::Error;
+            }
+        }
+        if state == SourceState::Ok && !t.found {
+            // `nft -j list ruleset` on a node without any table.
+            state = SourceState::Empty;
+        }
+        keep = t.bytes > 0 && !matches!(state, SourceState::Empty | SourceState::Absent);
+    }
+    if keep {
+        fs::rename(&tmp, &dest).map_err(write_error(&dest))?;
+    } else {
+        let _ = fs::remove_file(&tmp);
+    }
+    let label = src.label(name);
+    Ok(Some(ManifestEntry {
+        source: name.to_string(),
+        origin: (label != name).then_some(label),
+        status: state,
+        file: keep,
+        bytes: fetched.bytes,
+        duration_ms: fetched.elapsed.map(|d| d.as_millis() as u64),
+        notes,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_finder_sees_needles_across_chunks() {
+        let needle: &'static [u8] = br#"{"table":"#;
+        let text = br#"{"nftables": [{"metainfo": {}}, {"table": {"family": "ip"}}]}"#;
+        for size in 1..text.len() {
+            let mut f = Finder {
+                needle,
+                carry: Vec::new(),
+                found: false,
+            };
+            for chunk in text.chunks(size) {
+                f.feed(chunk);
+            }
+            assert!(f.found, "chunks of {size}");
+        }
+        let mut f = Finder {
+            needle,
+            carry: Vec::new(),
+            found: false,
+        };
+        for chunk in br#"{"nftables": [{"rule": {"family": "ip", "table": "nat"}}]}"#.chunks(3) {
+            f.feed(chunk);
+        }
+        assert!(!f.found);
+    }
+}

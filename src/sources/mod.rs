@@ -1,0 +1,11 @@
+//! All I/O that reads the node: the kernel over netlink, the dump tools, `/proc`,
+//! kube-proxy's HTTP endpoints and bundle files, behind one [`bundle::Source`] trait;
+//! and the fleet's agents and manifest files for the cluster-wide views.
+
+pub mod bundle;
+pub mod fleet_client;
+pub mod live;
+pub mod manifest_files;
+pub mod netlink;
+pub mod owners;
+pub mod rule_changes;

@@ -1,0 +1,371 @@
+//! Fuzz targets: every reader of text another program wrote, as a function of raw
+//! bytes. The same functions serve three drivers: `cargo fuzz` (libFuzzer, the
+//! targets under `fuzz/`), the stable-toolchain mutation driver (`examples/fuzz.rs`),
+//! and the regression test that replays every input that once failed
+//! (`tests/fuzz_regressions.rs`).
+//!
+//! A target fails by panicking: on a crash of the code under test, or when one of the
+//! invariants checked here does not hold. Bad input itself is never a failure: the
+//! readers must turn it into statuses, unparsed lines and errors.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{self, BufRead, Cursor};
+
+use crate::decode::iptables::{SourceHint, parse_save};
+use crate::decode::nftables::{parse_ruleset_json, parse_ruleset_text, table_views_json};
+use crate::decode::sockets::{WordOrder, parse_proc_net_with};
+use crate::heart::detect::DetectConfig;
+use crate::heart::model::{Backend, Family, Protocol};
+use crate::heart::outcome::{SourceState, run_scan};
+use crate::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
+use crate::heart::repair::ruleset::IptablesRuleset;
+use crate::scan::input::read_input;
+use crate::sources::bundle::{Fetched, Source};
+
+/// A fuzz target: raw bytes in; a panic is a finding.
+pub type Target = fn(&[u8]);
+
+/// Every target by name (the names of `fuzz/fuzz_targets/*.rs`).
+pub const TARGETS: [(&str, Target); 5] = [
+    ("iptables_save", iptables_save),
+    ("nftables_json", nftables_json),
+    ("nftables_text", nftables_text),
+    ("proc_net", proc_net),
+    ("bundle", bundle),
+];
+
+/// The target called `name`.
+pub fn target(name: &str) -> Option<Target> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+/// The iptables-save parser (the scan's streaming one) and repair's whole-ruleset
+/// reader, on the same bytes. Checks that every line either side reports exists, and
+/// that a rule's delete command stays one line: what an `iptables-restore` script
+/// holds is decided by its line breaks.
+pub fn iptables_save(data: &[u8]) {
+    let lines = data.split(|&b| b == b'\n').count() as u32;
+    let source = parse_save(data, "fuzz", SourceHint::default()).expect("reading from memory cannot fail");
+    for rule in &source.nodeports {
+        assert!(
+            rule.rule.line >= 1 && rule.rule.line <= lines,
+            "rule line {} of {lines}",
+            rule.rule.line
+        );
+        assert!(!rule.rule.text.contains('\n'), "a rule spans lines");
+    }
+    for u in &source.unparsed {
+        assert!(u.line <= lines, "unparsed line {} of {lines}", u.line);
+    }
+    let text = String::from_utf8_lossy(data);
+    let ruleset = IptablesRuleset::parse(&text);
+    check_iptables_plan(&ruleset);
+}
+
+/// Plans the deletion of every rule and chain in `ruleset`, as if a finding named each
+/// (against an empty cluster state, so that nothing is explained), and checks what
+/// comes out: each action names objects that are in the ruleset, and each delete
+/// command is exactly one line of the script.
+fn check_iptables_plan(ruleset: &IptablesRuleset) {
+    let mut rulesets = Rulesets::default();
+    rulesets
+        .iptables
+        .insert((Backend::IptablesNft, Family::Ipv4), ruleset.clone());
+    let desired = crate::heart::desired::DesiredState::default();
+    let mut findings = Vec::new();
+    for table in &ruleset.tables {
+        for chain in &table.chains {
+            findings.push(finding(
+                crate::heart::finding::Kind::OrphanChain,
+                &format!(":{}", chain.name),
+            ));
+            for rule in chain.rules.iter().take(64) {
+                findings.push(finding(crate::heart::finding::Kind::StaleNodeport, &rule.line));
+            }
+        }
+    }
+    findings.truncate(512);
+    let refs: Vec<&crate::heart::finding::Finding> = findings.iter().collect();
+    let planned = plan(
+        &refs,
+        PlanContext {
+            desired: &desired,
+            rulesets: &rulesets,
+            nudge: &BTreeSet::new(),
+        },
+    );
+    if !ruleset.complete() {
+        assert!(planned.actions.is_empty(), "an action on an incomplete read");
+    }
+    for action in &planned.actions {
+        let script = action.script();
+        match &action.op {
+            Op::IptDeleteRule { table, chain, rule } => {
+                assert!(
+                    ruleset
+                        .table(table)
+                        .and_then(|t| t.chain(chain))
+                        .is_some_and(|c| c.rules.iter().any(|r| &r.line == rule)),
+                    "planned a rule that is not in the ruleset: {rule}"
+                );
+                assert_eq!(script.lines().count(), 3, "{script:?}");
+            }
+            Op::IptDeleteChain { table, chain, rules } => {
+                let held = ruleset.table(table).and_then(|t| t.chain(chain));
+                assert!(held.is_some(), "planned a chain that is not in the ruleset");
+                assert_eq!(script.lines().count(), rules.len() + 3, "{script:?}");
+            }
+            _ => {}
+        }
+    }
+}
+
+fn finding(kind: crate::heart::finding::Kind, rule: &str) -> crate::heart::finding::Finding {
+    let mut f = crate::heart::finding::Finding::new(kind, crate::heart::finding::Severity::Critical, "fuzz");
+    f.backend = Some(Backend::IptablesNft);
+    f.family = Some(Family::Ipv4);
+    f.protocol = Some(Protocol::Tcp);
+    f.port = Some(30080);
+    f.rule = Some(rule.to_string());
+    f
+}
+
+/// `nft -j list ruleset`: the scan's parser and repair's table view.
+pub fn nftables_json(data: &[u8]) {
+    let _ = parse_ruleset_json(data, "fuzz");
+    if let Ok(views) = table_views_json(data, "fuzz") {
+        for view in &views {
+            let label = match view.family {
+                Family::Ipv4 => "ip kube-proxy",
+                Family::Ipv6 => "ip6 kube-proxy",
+            };
+            assert_eq!(view.table, label);
+        }
+    }
+}
+
+/// `nft list ruleset` text.
+pub fn nftables_text(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(sources) = parse_ruleset_text(&text, "fuzz") {
+        let lines = text.lines().count() as u32 + 1;
+        for s in &sources {
+            for r in &s.nodeports {
+                assert!(r.rule.line <= lines, "rule line {} of {lines}", r.rule.line);
+            }
+        }
+    }
+}
+
+/// `/proc/net/{tcp,tcp6,udp,udp6}`: the first byte picks the file and word order.
+pub fn proc_net(data: &[u8]) {
+    let Some((&pick, body)) = data.split_first() else {
+        return;
+    };
+    let protocol = if pick & 1 == 0 {
+        Protocol::Tcp
+    } else {
+        Protocol::Udp
+    };
+    let v6 = pick & 2 != 0;
+    let order = if pick & 4 == 0 {
+        WordOrder::Little
+    } else {
+        WordOrder::Big
+    };
+    let (listeners, unparsed) = parse_proc_net_with(body, protocol, v6, "fuzz", order);
+    let lines = body.split(|&b| b == b'\n').count();
+    assert!(
+        listeners.len() + unparsed.len() <= lines,
+        "more entries than lines"
+    );
+    for l in &listeners {
+        assert_eq!(l.protocol, protocol);
+        assert_eq!(l.addr.is_ipv6(), v6, "{l:?}");
+    }
+}
+
+/// A whole bundle: `==> NAME <==` header lines (as `head` prints several files)
+/// followed by each file's bytes. Read as a scan reads a bundle, detected, rendered as
+/// text and JSON, and planned for repair with the bundle's own iptables dumps.
+pub fn bundle(data: &[u8]) {
+    let files = split_bundle(data);
+    let mut source = MemoryBundle { files: files.clone() };
+    let Ok(input) = read_input(&mut source, None) else {
+        return;
+    };
+    let desired = input.desired.clone();
+    let report = run_scan(input, &DetectConfig::default());
+    let _ = crate::heart::render::render_text(&report);
+    serde_json::to_string(&report).expect("a report always serialises");
+    let Some(desired) = desired else {
+        return;
+    };
+    let mut rulesets = Rulesets::default();
+    for (name, backend, family) in crate::sources::bundle::IPTABLES_FILES {
+        if let Some(bytes) = files.get(name) {
+            let backend = backend.unwrap_or(Backend::IptablesNft);
+            rulesets.iptables.insert(
+                (backend, family),
+                IptablesRuleset::parse(&String::from_utf8_lossy(bytes)),
+            );
+        }
+    }
+    let findings: Vec<&crate::heart::finding::Finding> = report.findings.iter().collect();
+    let planned = plan(
+        &findings,
+        PlanContext {
+            desired: &desired,
+            rulesets: &rulesets,
+            nudge: &BTreeSet::new(),
+        },
+    );
+    for action in &planned.actions {
+        if let Op::IptDeleteRule { rule, .. } = &action.op {
+            let rs = &rulesets.iptables[&(action.backend, action.family)];
+            assert!(rs.complete(), "an action on an incomplete read");
+            assert!(
+                rs.locate(rule).count() == 1,
+                "planned a rule not in the ruleset: {rule}"
+            );
+        }
+    }
+}
+
+/// Splits the bundle form of [`bundle`] into files by name.
+pub fn split_bundle(data: &[u8]) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    let mut current: Option<(String, Vec<u8>)> = None;
+    for line in data.split_inclusive(|&b| b == b'\n') {
+        let header = line
+            .strip_suffix(b"\n")
+            .and_then(|l| l.strip_prefix(b"==> "))
+            .and_then(|l| l.strip_suffix(b" <=="));
+        match header.and_then(|h| std::str::from_utf8(h).ok()) {
+            Some(name) => {
+                if let Some((n, c)) = current.take() {
+                    files.insert(n, c);
+                }
+                current = Some((name.to_string(), Vec::new()));
+            }
+            None => {
+                if let Some((_, c)) = current.as_mut() {
+                    c.extend_from_slice(line);
+                }
+            }
+        }
+    }
+    if let Some((n, c)) = current {
+        files.insert(n, c);
+    }
+    files
+}
+
+/// Joins files into the bundle form of [`bundle`] (to seed the fuzzers from `testdata/`).
+pub fn join_bundle(files: &BTreeMap<String, Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, content) in files {
+        out.extend_from_slice(format!("==> {name} <==\n").as_bytes());
+        out.extend_from_slice(content);
+        if !content.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// A bundle held in memory: name → bytes.
+struct MemoryBundle {
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+impl Source for MemoryBundle {
+    fn fetch<T, F>(&mut self, name: &str, consume: F) -> Fetched<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+    {
+        let Some(content) = self.files.get(name) else {
+            return Fetched::not_present();
+        };
+        let state = if content.is_empty() {
+            SourceState::Empty
+        } else {
+            SourceState::Ok
+        };
+        Fetched {
+            state: Some(state),
+            value: Some(consume(&mut Cursor::new(content.clone()))),
+            notes: Vec::new(),
+            bytes: Some(content.len() as u64),
+            elapsed: None,
+        }
+    }
+}
+
+/// Seeds for each target from a checkout's `testdata/`: target name → inputs.
+pub fn seeds(testdata: &std::path::Path) -> io::Result<HashMap<&'static str, Vec<Vec<u8>>>> {
+    let mut out: HashMap<&'static str, Vec<Vec<u8>>> = HashMap::new();
+    let mut bundles: Vec<_> = std::fs::read_dir(testdata)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    bundles.sort();
+    for dir in bundles {
+        let mut files = BTreeMap::new();
+        collect_files(&dir, &dir, &mut files)?;
+        // A bundle's own records of how it was made (`source/`), its expectations and
+        // notes are not inputs portdrift reads.
+        files.retain(|name, _| {
+            !name.starts_with("source/") && !name.ends_with("expected.json") && !name.ends_with(".md")
+        });
+        for (name, content) in &files {
+            let base = name.rsplit('/').next().unwrap_or(name);
+            let target = if base.ends_with("-save.txt") || base.ends_with(".iptables") {
+                "iptables_save"
+            } else if base.ends_with(".json")
+                && !matches!(base, "cluster.json" | "snapshot.json")
+                && !base.starts_with("kube-proxy")
+            {
+                "nftables_json"
+            } else if base.ends_with(".txt") || base.ends_with(".nft") {
+                "nftables_text"
+            } else if name.starts_with("proc/net/") {
+                let pick = match base {
+                    "tcp" => 0u8,
+                    "udp" => 1,
+                    "tcp6" => 2,
+                    _ => 3,
+                } | if cfg!(target_endian = "big") { 4 } else { 0 };
+                let mut input = vec![pick];
+                input.extend_from_slice(content);
+                out.entry("proc_net").or_default().push(input);
+                continue;
+            } else {
+                continue;
+            };
+            out.entry(target).or_default().push(content.clone());
+        }
+        if !files.is_empty() {
+            out.entry("bundle").or_default().push(join_bundle(&files));
+        }
+    }
+    Ok(out)
+}
+
+fn collect_files(
+    root: &std::path::Path,
+    dir: &std::path::Path,
+    out: &mut BTreeMap<String, Vec<u8>>,
+) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_files(root, &path, out)?;
+        } else if let Ok(rel) = path.strip_prefix(root) {
+            out.insert(rel.to_string_lossy().into_owned(), std::fs::read(&path)?);
+        }
+    }
+    Ok(())
+}
