@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""The layering check of ARCHITECTURE.md: imports point down only, nothing loops, the
+pure layers stay pure, test support stays out of the shipped code.
+
+Reads every `src/**/*.rs` outside test code (files named `tests.rs` or under a `tests/`
+directory, and inline `mod tests { ... }` blocks), resolves each `crate::...` and
+`super::...` path to the module it names, and fails on:
+
+- an import from a layer above the importing file's own;
+- an import loop between modules (a module using what an ancestor module declares is
+  the tree itself, not a loop);
+- in `heart` and `decode`, anything that does I/O, reads the clock, or needs a runtime;
+- shipped code using `testing` (test support is compiled for tests only);
+- a non-test file over LIMIT lines whose first comment does not say it is one
+  cohesive thing ("One cohesive ...").
+
+Prints the module-level import loops it finds with `--loops`, for the closing notes of
+a refactor. Standard library only, so it runs before anything is built.
+"""
+
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+LAYERS = ["heart", "decode", "sources", "scan", "agent", "cli"]
+LIMIT = 600
+# What the pure layers must not name: I/O, processes, sockets, threads, the clock, the
+# environment, async runtimes and clients. Address types (std::net::IpAddr) are values.
+IMPURE = re.compile(
+    r"\b(tokio|hyper|hyper_util|kube|netlink_sys|rustix|libc|tracing)::"
+    r"|\bstd::(fs|process|thread|env)\b"
+    r"|\bstd::net::(TcpStream|TcpListener|UdpSocket|ToSocketAddrs)\b"
+    r"|\b(Instant|SystemTime)::now\b"
+    r"|\bFile::(open|create)\b"
+)
+PATH = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+COHESIVE = re.compile(r"one cohesive", re.IGNORECASE)
+
+
+def module_of(rel):
+    """src-relative file path -> module path tuple."""
+    parts = rel[:-3].split("/")
+    if parts[-1] in ("mod", "lib", "main"):
+        parts = parts[:-1]
+    return tuple(parts)
+
+
+def is_test_file(rel):
+    parts = rel.split("/")
+    return parts[-1] == "tests.rs" or "tests" in parts[:-1]
+
+
+def shipped_lines(text):
+    """The lines outside inline test modules, with comments dropped; and the rest."""
+    out = []
+    depth = None
+    pending_cfg_test = False
+    for n, line in enumerate(text.split("\n"), 1):
+        stripped = line.strip()
+        if depth is not None:
+            depth += line.count("{") - line.count("}")
+            if depth <= 0:
+                depth = None
+            continue
+        if stripped == "#[cfg(test)]":
+            pending_cfg_test = True
+            continue
+        if pending_cfg_test and re.match(r"(pub(\([a-z]+\))? )?mod \w+ \{", stripped):
+            depth = line.count("{") - line.count("}")
+            pending_cfg_test = False
+            if depth <= 0:
+                depth = None
+            continue
+        if pending_cfg_test and re.match(r"(pub(\([a-z]+\))? )?mod \w+;", stripped):
+            pending_cfg_test = False
+            continue
+        pending_cfg_test = False
+        code = line.split("//", 1)[0] if not stripped.startswith("//") else ""
+        out.append((n, code))
+    return out
+
+
+def main():
+    files = {}
+    for dirpath, _, names in os.walk(ROOT):
+        for name in names:
+            if name.endswith(".rs"):
+                full = os.path.join(dirpath, name)
+                files[os.path.relpath(full, ROOT)] = open(full, encoding="utf-8").read()
+    modules = {module_of(rel): rel for rel in files}
+    problems = []
+    edges = {}
+
+    def resolve(mod, root, segs):
+        if root == "super":
+            base = list(mod[:-1])
+            while segs and segs[0] == "super":
+                base = base[:-1]
+                segs = segs[1:]
+        else:
+            base = []
+        path = base + list(segs)
+        # The longest prefix that is a module file.
+        for k in range(len(path), 0, -1):
+            if tuple(path[:k]) in modules:
+                return tuple(path[:k])
+        return tuple(path[:1])
+
+    for rel, text in sorted(files.items()):
+        mod = module_of(rel)
+        if is_test_file(rel) or not mod or mod[0] == "testing":
+            continue
+        layer = mod[0]
+        rank = LAYERS.index(layer) if layer in LAYERS else len(LAYERS)
+        lines = shipped_lines(text)
+        total = text.count("\n")
+        if total > LIMIT and layer in LAYERS:
+            head = "\n".join(l for l in text.split("\n")[:12] if l.startswith("//!"))
+            if not COHESIVE.search(head):
+                problems.append(f"{rel}: {total} lines (over {LIMIT}) and its first comment does not say it is one cohesive thing")
+        for n, code in lines:
+            if layer in ("heart", "decode"):
+                m = IMPURE.search(code)
+                if m:
+                    problems.append(f"{rel}:{n}: the pure layer `{layer}` names `{m.group(0)}`")
+            for m in PATH.finditer(code):
+                segs = m.group(2).split("::")[1:]
+                target = resolve(mod, m.group(1), segs)
+                if not target:
+                    continue
+                if target[0] == "testing":
+                    problems.append(f"{rel}:{n}: shipped code uses test support `{'::'.join(target)}`")
+                    continue
+                if target[0] in LAYERS and layer in LAYERS and LAYERS.index(target[0]) > rank:
+                    problems.append(f"{rel}:{n}: `{layer}` imports `{'::'.join(target)}` from the layer above")
+                if target != mod and target != mod[: len(target)]:
+                    edges.setdefault(mod, set()).add(target)
+
+    loops = find_loops(edges)
+    for loop in loops:
+        problems.append("import loop: " + " -> ".join("::".join(m) for m in loop + [loop[0]]))
+    if "--loops" in sys.argv:
+        print(f"{len(loops)} import loops")
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"layering check: {len(problems)} problems (see ARCHITECTURE.md)", file=sys.stderr)
+        return 1
+    print(f"layering check: {len(files)} files, {len(LAYERS)} layers, no problems")
+    return 0
+
+
+def find_loops(edges):
+    """Strongly connected components of more than one module (Tarjan), each as a list."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+
+use super::*;
+use crate::heart::outcome::SourceState;
+
+fn finding(kind: Kind, severity: Severity, port: Option<u16>) -> Finding {
+    let mut f = Finding::new(kind, severity, "test");
+    f.port = port;
+    f.protocol = port.map(|_| Protocol::Tcp);
+    f.backend = port.map(|_| Backend::IptablesNft);
+    f.service = port.map(|p| format!("ns/svc-{p}"));
+    f
+}
+
+fn report(findings: Vec<Finding>) -> ScanReport {
+    ScanReport {
+        node: None,
+        summary: Default::default(),
+        findings,
+        sources: Vec::new(),
+        coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
+        kube_proxy: None,
+    }
+}
+
+fn times(ms: u64) -> ScanTimes {
+    ScanTimes {
+        total: Duration::from_millis(ms),
+        read_node: Duration::from_millis(ms / 2),
+        build_desired: Duration::from_millis(ms / 4),
+        detect: Duration::from_millis(ms / 4),
+    }
+}
+
+/// The sample lines of `name` (with labels, without the value).
+fn series<'t>(text: &'t str, name: &str) -> Vec<&'t str> {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .map(|l| l.rsplit_once(' ').map_or(l, |(s, _)| s))
+        .collect()
+}
+
+fn assert_promtool(text: &str) {
+    if let Some((ok, said)) = crate::testing::promtool::check(text) {
+        assert!(ok, "promtool check metrics failed: {said}\n{text}");
+    }
+}
+
+#[test]
+fn encoded_metrics_pass_promtool() {
+    let m = Metrics::new();
+    let w = |k| Finding::new(k, Severity::Warning, "test");
+    m.scan_done(
+        &report(vec![w(Kind::StaleEndpoint), w(Kind::StaleEndpoint)]),
+        &times(12),
+        1.7e9,
+    );
+    m.scan_failed("node");
+    m.set_api(true, false);
+    let text = m.encode_text().unwrap();
+    for needle in [
+        "portdrift_findings{kind=\"stale-endpoint\"} 2",
+        "portdrift_findings{kind=\"port-range-overlap\"} 0",
+        "portdrift_scans_total 1",
+        "portdrift_scan_errors_total{source=\"node\"} 1",
+        "portdrift_scan_duration_seconds_bucket",
+        "portdrift_last_scan_timestamp_seconds ",
+        "portdrift_repairs_total{result=\"applied\"} 0",
+        "portdrift_build_info{version=\"",
+        "portdrift_api_synced 1",
+        "portdrift_api_fresh 0",
+        "portdrift_events_total{result=\"dropped\"} 0",
+        "portdrift_node_condition_patches_total{result=\"failed\"} 0",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    assert_promtool(&text);
+    // A later scan without findings sets the gauge back to 0.
+    m.scan_done(&report(vec![]), &times(1), 1.7e9);
+    let text = m.encode_text().unwrap();
+    assert!(
+        text.contains("portdrift_findings{kind=\"stale-endpoint\"} 0"),
+        "{text}"
+    );
+    assert!(m.encode_openmetrics().unwrap().ends_with("# EOF\n"));
+}
+
+#[test]
+fn coverage_and_proxy_mode_follow_the_last_scan() {
+    let m = Metrics::new();
+    let text = m.encode_text().unwrap();
+    assert!(series(&text, "portdrift_coverage_complete").is_empty(), "{text}");
+    m.scan_done(&report(vec![]), &times(1), 1.7e9);
+    let text = m.encode_text().unwrap();
+    assert!(text.contains("portdrift_coverage_complete 1"), "{text}");
+    assert!(text.contains("portdrift_coverage_not_checked 0"), "{text}");
+    assert!(
+        text.contains("portdrift_proxy_mode_info{mode=\"iptables\"} 1"),
+        "{text}"
+    );
+    let mut incomplete = report(vec![]);
+    incomplete.coverage = Coverage {
+        proxy_mode: crate::heart::model::ProxyMode::Ipvs,
+        proxy_mode_evidence: "chain KUBE-NODE-PORT".into(),
+        cluster_state: false,
+        complete: false,
+        not_checked: vec!["a".into(), "b".into()],
+    };
+    m.scan_done(&incomplete, &times(1), 1.7e9);
+    let text = m.encode_text().unwrap();
+    assert!(text.contains("portdrift_coverage_complete 0"), "{text}");
+    assert!(text.contains("portdrift_coverage_not_checked 2"), "{text}");
+    // One mode at a time: the last scan's.
+    assert_eq!(
+        series(&text, "portdrift_proxy_mode_info"),
+        ["portdrift_proxy_mode_info{mode=\"ipvs\"}"],
+        "{text}"
+    );
+    assert_promtool(&text);
+}
+
+#[test]
+fn phases_are_timed_and_findings_broken_down() {
+    let m = Metrics::new();
+    let mut split = finding(Kind::BackendSplit, Severity::Warning, None);
+    split.backend = None;
+    m.scan_done(
+        &report(vec![
+            finding(Kind::StaleEndpoint, Severity::Critical, Some(30514)),
+            finding(Kind::StaleEndpoint, Severity::Critical, Some(30080)),
+            split,
+        ]),
+        &times(40),
+        1.7e9,
+    );
+    let text = m.encode_text().unwrap();
+    for needle in [
+        "portdrift_scan_phase_duration_seconds_count{phase=\"read-node\"} 1",
+        "portdrift_scan_phase_duration_seconds_count{phase=\"build-desired\"} 1",
+        "portdrift_scan_phase_duration_seconds_count{phase=\"detect\"} 1",
+        "portdrift_scan_phase_duration_seconds_sum{phase=\"read-node\"} 0.02",
+        "portdrift_findings_by_backend{kind=\"stale-endpoint\",backend=\"iptables-nft\"} 2",
+        "portdrift_findings_by_backend{kind=\"backend-split\",backend=\"none\"} 1",
+        "portdrift_findings_by_severity{kind=\"stale-endpoint\",severity=\"critical\"} 2",
+        "portdrift_findings_by_severity{kind=\"backend-split\",severity=\"warning\"} 1",
+        "portdrift_finding{kind=\"stale-endpoint\",severity=\"critical\",protocol=\"tcp\",port=\"30080\",service=\"ns/svc-30080\",backend=\"iptables-nft\"} 1",
+        "portdrift_finding{kind=\"backend-split\",severity=\"warning\",protocol=\"\",port=\"\",service=\"\",backend=\"none\"} 1",
+        "portdrift_findings_not_detailed 0",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    // Only combinations that occur are exported.
+    assert_eq!(series(&text, "portdrift_findings_by_backend").len(), 2, "{text}");
+    assert_promtool(&text);
+}
+
+#[test]
+fn cleared_findings_leave_no_series() {
+    let m = Metrics::new();
+    m.scan_done(
+        &report(vec![
+            finding(Kind::StaleNodeport, Severity::Critical, Some(30001)),
+            finding(Kind::Squatter, Severity::Warning, Some(30002)),
+        ]),
+        &times(4),
+        1.7e9,
+    );
+    let text = m.encode_text().unwrap();
+    assert_eq!(series(&text, "portdrift_finding").len(), 2, "{text}");
+    // The squatter is gone; the stale rule stays.
+    m.scan_done(
+        &report(vec![finding(
+            Kind::StaleNodeport,
+            Severity::Critical,
+            Some(30001),
+        )]),
+        &times(4),
+        1.7e9,
+    );
+    let text = m.encode_text().unwrap();
+    assert_eq!(
+        series(&text, "portdrift_finding"),
+        [
+            "portdrift_finding{kind=\"stale-nodeport\",severity=\"critical\",protocol=\"tcp\",port=\"30001\",service=\"ns/svc-30001\",backend=\"iptables-nft\"}"
+        ],
+        "{text}"
+    );
+    assert!(!text.contains("kind=\"squatter\",backend"), "{text}");
+    assert!(!text.contains("kind=\"squatter\",severity"), "{text}");
+    assert!(text.contains("portdrift_findings{kind=\"squatter\"} 0"), "{text}");
+    // All cleared.
+    m.scan_done(&report(vec![]), &times(4), 1.7e9);
+    let text = m.encode_text().unwrap();
+    assert!(series(&text, "portdrift_finding").is_empty(), "{text}");
+    assert!(
+        series(&text, "portdrift_findings_by_backend").is_empty(),
+        "{text}"
+    );
+    assert!(
+        series(&text, "portdrift_findings_by_severity").is_empty(),
+        "{text}"
+    );
+    assert_promtool(&text);
+}
+
+#[test]
+fn the_cap_keeps_the_most_severe_lowest_ports_and_counts_the_rest() {
+    let m = Metrics::with_max_series(3);
+    let mut findings: Vec<Finding> = (0..10)
+        .map(|i| finding(Kind::OrphanChain, Severity::Info, Some(30100 + i)))
+        .collect();
+    findings.push(finding(Kind::Squatter, Severity::Warning, Some(30000)));
+    findings.push(finding(Kind::StaleEndpoint, Severity::Critical, Some(32000)));
+    findings.push(finding(Kind::StaleEndpoint, Severity::Critical, Some(31000)));
+    // The input order must not matter.
+    findings.reverse();
+    m.scan_done(&report(findings.clone()), &times(4), 1.7e9);
+    let text = m.encode_text().unwrap();
+    let shown: Vec<&str> = series(&text, "portdrift_finding")
+        .into_iter()
+        .map(|l| l.split("port=\"").nth(1).unwrap().split('"').next().unwrap())
+        .collect();
+    let mut shown_sorted = shown.clone();
+    shown_sorted.sort_unstable();
+    assert_eq!(shown_sorted, ["30000", "31000", "32000"], "{text}");
+    assert!(text.contains("portdrift_findings_not_detailed 10"), "{text}");
+
+    findings.reverse();
+    let again = Metrics::with_max_series(3);
+    again.scan_done(&report(findings), &times(4), 1.7e9);
+    // The same series (the family's own order is a hash map's).
+    let sorted = |text: &str| {
+        let mut s: Vec<String> = series(text, "portdrift_finding")
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        s.sort_unstable();
+        s
+    };
+    assert_eq!(sorted(&again.encode_text().unwrap()), sorted(&text));
+
+    let off = Metrics::with_max_series(0);
+    off.scan_done(
+        &report(vec![finding(Kind::Squatter, Severity::Critical, Some(30000))]),
+        &times(4),
+        1.7e9,
+    );
+    let text = off.encode_text().unwrap();
+    assert!(series(&text, "portdrift_finding").is_empty(), "{text}");
+    assert!(text.contains("portdrift_findings_not_detailed 1"), "{text}");
+}
+
+fn status(source: &str, state: SourceState, items: Option<usize>) -> SourceStatus {
+    let mut s = SourceStatus::new(source, state);
+    s.items = items;
+    s
+}
+
+#[test]
+fn sources_rules_and_listeners_are_exported_with_bounded_labels() {
+    let m = Metrics::new();
+    let mut nft4 = status("nft.json", SourceState::Ok, Some(3));
+    nft4.backend = Some(Backend::Nftables);
+    nft4.family = Some(IpFamily::Ipv4);
+    let mut nft6 = status("nft.json", SourceState::TimedOut, Some(0));
+    nft6.backend = Some(Backend::Nftables);
+    nft6.family = Some(IpFamily::Ipv6);
+    let mut legacy = status("iptables-legacy-save.txt", SourceState::Ok, Some(2));
+    legacy.backend = Some(Backend::IptablesLegacy);
+    legacy.family = Some(IpFamily::Ipv4);
+    let mut r = report(vec![]);
+    r.sources = vec![
+        nft4,
+        nft6,
+        legacy,
+        status("proc/net/tcp", SourceState::Ok, Some(7)),
+        status("proc/net/udp6", SourceState::Ok, Some(1)),
+        status("ip6tables-legacy-save.txt", SourceState::Absent, None),
+        status("/some/unexpected path", SourceState::Failed, None),
+        status(API_SOURCE, SourceState::Ok, Some(5)),
+    ];
+    r.kube_proxy = Some(KubeProxyHealth {
+        healthy: false,
+        since_last_update: Some(Duration::from_secs(125)),
+        node_eligible: Some(true),
+        ..Default::default()
+    });
+    m.scan_done(&r, &times(4), 1.7e9);
+    let text = m.encode_text().unwrap();
+    for needle in [
+        // One part of nft.json timed out: the source is down.
+        "portdrift_source_up{source=\"nft.json\"} 0",
+        "portdrift_source_up{source=\"iptables-legacy-save.txt\"} 1",
+        "portdrift_source_up{source=\"ip6tables-legacy-save.txt\"} 1",
+        "portdrift_source_up{source=\"other\"} 0",
+        "portdrift_source_up{source=\"cluster (API server)\"} 1",
+        "portdrift_scan_errors_total{source=\"nft.json\"} 1",
+        "portdrift_scan_errors_total{source=\"other\"} 1",
+        "portdrift_nodeport_rules{backend=\"nftables\",family=\"ipv4\"} 3",
+        "portdrift_nodeport_rules{backend=\"iptables-legacy\",family=\"ipv4\"} 2",
+        "portdrift_nodeport_rules{backend=\"iptables-nft\",family=\"ipv6\"} 0",
+        "portdrift_listeners{protocol=\"tcp\",family=\"ipv4\"} 7",
+        "portdrift_listeners{protocol=\"udp\",family=\"ipv6\"} 1",
+        "portdrift_listeners{protocol=\"tcp\",family=\"ipv6\"} 0",
+        "portdrift_kube_proxy_healthy 0",
+        "portdrift_kube_proxy_last_sync_age_seconds 125",
+        "portdrift_kube_proxy_node_eligible 1",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    assert!(!text.contains("unexpected"), "{text}");
+    assert_promtool(&text);
+
+    // A scan without kube-proxy's answer or those sources drops their series.
+    m.scan_done(&report(vec![]), &times(4), 1.7e9);
+    let text = m.encode_text().unwrap();
+    assert!(series(&text, "portdrift_source_up").is_empty(), "{text}");
+    assert!(series(&text, "portdrift_kube_proxy_healthy").is_empty(), "{text}");
+    assert!(
+        series(&text, "portdrift_kube_proxy_last_sync_age_seconds").is_empty(),
+        "{text}"
+    );
+    assert!(
+        text.contains("portdrift_nodeport_rules{backend=\"nftables\",family=\"ipv4\"} 0"),
+        "{text}"
+    );
+    assert_promtool(&text);
+}
+
+#[test]
+fn api_watches_export_their_state_and_last_activity() {
+    let watch = |synced, ago: Option<u64>, errors| WatchStatus {
+        synced,
+        fresh: synced && ago.is_some_and(|a| a < 60),
+        failing: false,
+        relisting: false,
+        objects: 4,
+        since_last_event: None,
+        since_last_activity: ago.map(Duration::from_secs),
+        relists: 0,
+        errors,
+        errors_by_kind: Default::default(),
+        last_error: None,
+    };
+    let m = Metrics::new();
+    let view = ViewStatus {
+        synced: true,
+        fresh: false,
+        staleness: Duration::from_secs(60),
+        services: watch(true, Some(10), 0),
+        endpoint_slices: watch(true, Some(300), 3),
+        node: None,
+    };
+    m.set_api_watches(&view, 1000.0);
+    let text = m.encode_text().unwrap();
+    for needle in [
+        "portdrift_api_watch_synced{resource=\"services\"} 1",
+        "portdrift_api_watch_fresh{resource=\"endpointslices\"} 0",
+        "portdrift_api_watch_objects{resource=\"services\"} 4",
+        "portdrift_api_watch_last_activity_timestamp_seconds{resource=\"services\"} 990",
+        "portdrift_api_watch_last_activity_timestamp_seconds{resource=\"endpointslices\"} 700",
+        "portdrift_api_watch_errors_total{resource=\"endpointslices\"} 3",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    assert!(!text.contains("resource=\"node\""), "{text}");
+    // The counter follows the view's count; a never-heard watch is at time 0.
+    let view = ViewStatus {
+        endpoint_slices: watch(true, None, 5),
+        node: Some(watch(false, None, 0)),
+        ..view
+    };
+    m.set_api_watches(&view, 2000.0);
+    let text = m.encode_text().unwrap();
+    for needle in [
+        "portdrift_api_watch_errors_total{resource=\"endpointslices\"} 5",
+        "portdrift_api_watch_last_activity_timestamp_seconds{resource=\"endpointslices\"} 0",
+        "portdrift_api_watch_synced{resource=\"node\"} 0",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    assert_promtool(&text);
+}

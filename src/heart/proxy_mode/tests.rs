@@ -1,0 +1,143 @@
+
+use super::*;
+use crate::heart::model::{ProxySignals, RuleSource};
+use crate::heart::observed::IpvsTraces;
+
+fn source(backend: Backend, signals: ProxySignals) -> RuleSource {
+    let mut s = RuleSource::empty("dump", backend, Family::Ipv4);
+    s.signals = signals;
+    s
+}
+
+fn iptables_mode() -> ProxySignals {
+    ProxySignals {
+        iptables_mode: true,
+        services_dispatch: Some(ProxyMode::Iptables),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn kube_proxys_answer_wins_and_a_disagreement_is_said() {
+    let observed = Observed {
+        sources: vec![source(Backend::IptablesNft, iptables_mode())],
+        kube_proxy_mode: Some("ipvs\n".into()),
+        ..Default::default()
+    };
+    let d = decide(&observed, &BTreeMap::from([(Family::Ipv4, 0)]));
+    assert_eq!(d.mode, ProxyMode::Ipvs);
+    assert!(d.evidence.contains("/proxyMode"), "{d:?}");
+    assert_eq!(d.unjudged.len(), 1, "{d:?}");
+}
+
+#[test]
+fn a_reported_mode_without_its_rules_is_not_an_all_clear() {
+    let observed = Observed {
+        kube_proxy_mode: Some("iptables".into()),
+        ..Default::default()
+    };
+    let d = decide(&observed, &BTreeMap::new());
+    assert_eq!(d.mode, ProxyMode::Iptables);
+    assert!(d.unjudged[0].contains("none of its iptables-mode"), "{d:?}");
+}
+
+#[test]
+fn ipvs_dispatch_in_kube_services_beats_iptables_leftovers() {
+    let observed = Observed {
+        sources: vec![
+            source(
+                Backend::IptablesNft,
+                ProxySignals {
+                    iptables_mode: true,
+                    services_dispatch: Some(ProxyMode::Ipvs),
+                    ipvs: vec!["chain KUBE-NODE-PORT".into()],
+                    ..Default::default()
+                },
+            ),
+            source(Backend::IptablesLegacy, iptables_mode()),
+        ],
+        ..Default::default()
+    };
+    let d = decide(&observed, &BTreeMap::from([(Family::Ipv4, 1)]));
+    assert_eq!(d.mode, ProxyMode::Ipvs);
+    assert!(d.evidence.contains("KUBE-NODE-PORT"), "{d:?}");
+}
+
+#[test]
+fn the_primary_backend_names_iptables_or_nftables() {
+    let observed = Observed {
+        sources: vec![
+            source(Backend::IptablesNft, iptables_mode()),
+            source(Backend::Nftables, ProxySignals::default()),
+        ],
+        ..Default::default()
+    };
+    assert_eq!(
+        decide(&observed, &BTreeMap::from([(Family::Ipv4, 1)])).mode,
+        ProxyMode::Nftables
+    );
+    assert_eq!(
+        decide(&observed, &BTreeMap::from([(Family::Ipv4, 0)])).mode,
+        ProxyMode::Iptables
+    );
+}
+
+#[test]
+fn ipvs_traces_replacements_and_nothing() {
+    let ipvs_node = Observed {
+        ipvs: Some(IpvsTraces {
+            interface: true,
+            virtual_servers: Some(3),
+        }),
+        ..Default::default()
+    };
+    assert_eq!(decide(&ipvs_node, &BTreeMap::new()).mode, ProxyMode::Ipvs);
+    let cilium = Observed {
+        sources: vec![source(
+            Backend::IptablesNft,
+            ProxySignals {
+                replacement: Some(("Cilium", "CILIUM_PRE_nat".into())),
+                ..Default::default()
+            },
+        )],
+        ..Default::default()
+    };
+    let d = decide(&cilium, &BTreeMap::new());
+    assert_eq!(d.mode, ProxyMode::Replaced);
+    assert!(d.evidence.contains("Cilium"));
+    let bare = Observed::default();
+    assert_eq!(decide(&bare, &BTreeMap::new()).mode, ProxyMode::None);
+    // IPVS's module loaded with no virtual server says nothing.
+    let idle = Observed {
+        ipvs: Some(IpvsTraces {
+            interface: false,
+            virtual_servers: Some(0),
+        }),
+        ..Default::default()
+    };
+    assert_eq!(decide(&idle, &BTreeMap::new()).mode, ProxyMode::None);
+}
+
+#[test]
+fn only_live_dispatch_is_compared() {
+    assert!(holds_live_dispatch(&source(
+        Backend::IptablesNft,
+        iptables_mode()
+    )));
+    assert!(holds_live_dispatch(&source(
+        Backend::Nftables,
+        ProxySignals::default()
+    )));
+    assert!(!holds_live_dispatch(&source(
+        Backend::IptablesNft,
+        ProxySignals {
+            iptables_mode: true,
+            services_dispatch: Some(ProxyMode::Ipvs),
+            ..Default::default()
+        }
+    )));
+    assert!(!holds_live_dispatch(&source(
+        Backend::IptablesLegacy,
+        ProxySignals::default()
+    )));
+}
