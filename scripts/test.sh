@@ -49,6 +49,14 @@ export PATH
 
 echo "== cargo fmt"
 cargo fmt --all -- --check
+echo "== layering (ARCHITECTURE.md)"
+python3 scripts/check-layers.py
+# Test support reaches the tests, examples and benches through the dev-dependency on
+# this crate; the shipped build (normal edges only) must never turn it on.
+if cargo tree --locked -e features,normal -i portdrift | grep -q 'feature "test-support"'; then
+  echo "the release build enables test-support" >&2
+  exit 1
+fi
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== dependency policy (deps-policy.toml)"
