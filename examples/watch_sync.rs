@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use portdrift::agent::watch::{ClusterView, WatchOptions, kube_client, kube_config, load_once};
+use portdrift::agent::watch::{ClusterView, WatchOptions};
+use portdrift::sources::kube_client::{kube_client, kube_config, load_once};
 
 /// The binary's allocator, so that memory figures are the daemon's (see src/main.rs).
 #[global_allocator]

@@ -13,9 +13,9 @@ use kube::api::{Api, PostParams};
 use portdrift::agent::kube_report::{
     ConditionConfig, EventsConfig, KubeReporter, ReportConfig, ReportMetrics,
 };
-use portdrift::agent::watch::kube_client;
 use portdrift::heart::finding::{Finding, Kind, Severity};
 use portdrift::heart::model::Protocol;
+use portdrift::sources::kube_client::kube_client;
 use serde_json::Value;
 use support::fake_apiserver::{Failure, FakeApiServer, Kind as ApiKind, objects};
 use support::{eventually, scenario};

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice, ForZone};
-use portdrift::agent::watch::{
-    ClusterView, DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchOptions, kube_client,
-    kube_config, load_once, pods_on_node,
-};
+use portdrift::agent::watch::{ClusterView, WatchOptions};
 use portdrift::heart::desired::{DesiredState, desired_state};
+use portdrift::sources::kube_client::{
+    DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, kube_client, kube_config, load_once,
+    pods_on_node,
+};
 use support::fake_apiserver::{Failure, FakeApiServer, Kind, objects, query_param};
 use support::{eventually, scenario};
 use tokio::time::Instant;

@@ -25,6 +25,7 @@ use crate::heart::finding::{Finding, Severity};
 use crate::heart::outcome::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan_keeping_inputs};
 use crate::scan::input::{RuleCache, read_input_cached};
 use crate::sources::bundle::NF_TABLES_DUMPS;
+use crate::sources::kube_client;
 use crate::sources::live::{LiveConfig, LiveNode};
 use crate::sources::rule_changes::RuleChanges;
 
@@ -80,7 +81,7 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     let listener = crate::agent::http::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let kube = watch::kube_config(config.kubeconfig.as_deref())
+    let kube = kube_client::kube_config(config.kubeconfig.as_deref())
         .await
         .context("no API server configured")?;
     let api = kube.cluster_url.to_string();
@@ -91,7 +92,7 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     let reporter = match ReportConfig::for_flags(&config.node, config.events, config.node_condition) {
         Some(report) => {
             let client =
-                watch::kube_client(kube.clone()).context("cannot build a client to report findings")?;
+                kube_client::kube_client(kube.clone()).context("cannot build a client to report findings")?;
             Some(KubeReporter::start(
                 client,
                 report,

@@ -9,13 +9,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::agent::watch;
 use crate::heart::detect::{DetectConfig, Grace};
 use crate::heart::model::ProcessInfo;
 use crate::heart::outcome::{API_SOURCE, ScanInput, SourceState, SourceStatus, run_scan};
 use crate::heart::render::render_text;
 use crate::scan::capture::{SnapshotOptions, write_snapshot};
 use crate::scan::input::{read_bundle_with, read_input};
+use crate::sources::kube_client;
 use crate::sources::live::{self, LiveConfig, LiveNode, ToolLimits};
 use std::collections::HashMap;
 
@@ -718,7 +718,7 @@ fn list_cluster_to_file(
         .enable_all()
         .build()?;
     let listed = runtime.block_on(async {
-        let config = match watch::kube_config(kubeconfig).await {
+        let config = match kube_client::kube_config(kubeconfig).await {
             Ok(config) => config,
             Err(e) if kubeconfig.is_none() => {
                 eprintln!("portdrift: no cluster state in the snapshot: {e}");
@@ -726,8 +726,8 @@ fn list_cluster_to_file(
             }
             Err(e) => return Err(anyhow::Error::new(e)),
         };
-        let client = watch::kube_client(config)?;
-        Ok(Some(watch::list_once(client, node, timeout).await?))
+        let client = kube_client::kube_client(config)?;
+        Ok(Some(kube_client::list_once(client, node, timeout).await?))
     });
     let Some(objects) = listed.context("cannot list the cluster state from the API server")? else {
         return Ok(None);
@@ -753,16 +753,18 @@ fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeo
         .and_then(|runtime| {
             runtime
                 .block_on(async {
-                    let config = watch::kube_config(kubeconfig)
+                    let config = kube_client::kube_config(kubeconfig)
                         .await
                         .map_err(|e| (e.to_string(), true))?;
                     let url = config.cluster_url.to_string();
-                    let client = watch::kube_client(config).map_err(|e| (e.to_string(), false))?;
-                    let desired = watch::load_once(client.clone(), node.as_deref(), timeout)
+                    let client = kube_client::kube_client(config).map_err(|e| (e.to_string(), false))?;
+                    let desired = kube_client::load_once(client.clone(), node.as_deref(), timeout)
                         .await
                         .map_err(|e| (e.to_string(), false))?;
                     let pods = match node.as_deref() {
-                        Some(node) if pod_uids => Some(watch::pods_on_node(client, node, timeout).await),
+                        Some(node) if pod_uids => {
+                            Some(kube_client::pods_on_node(client, node, timeout).await)
+                        }
                         _ => None,
                     };
                     Ok((desired, url, pods))

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 
-use crate::agent::watch::{self, WatchError};
 use crate::decode::cluster::{ClusterFileError, read_services};
 use crate::heart::views::claims::{Claim, ClaimProblem, claims_of};
+use crate::sources::kube_client::{self, WatchError};
 
 /// Where the Services come from.
 #[derive(Debug, Clone)]
@@ -100,8 +100,8 @@ fn list_from_api(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Cluster
         .build()
         .map_err(ServicesError::Runtime)?;
     let services = runtime.block_on(async {
-        let config = watch::kube_config(kubeconfig).await?;
-        watch::list_every_service(watch::kube_client(config)?, timeout).await
+        let config = kube_client::kube_config(kubeconfig).await?;
+        kube_client::list_every_service(kube_client::kube_client(config)?, timeout).await
     })?;
     Ok(ClusterServices {
         services,

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
-use crate::agent::watch::{self, WatchError};
 use crate::heart::views::fleet::AgentAnswer;
+use crate::sources::kube_client::{self, WatchError};
 
 /// Which agents to ask, and how.
 #[derive(Debug, Clone)]
@@ -53,11 +53,11 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<Vec<AgentAnswer>, FleetError> {
         .build()
         .map_err(FleetError::Runtime)?;
     runtime.block_on(async {
-        let mut config = watch::kube_config(query.kubeconfig.as_deref()).await?;
+        let mut config = kube_client::kube_config(query.kubeconfig.as_deref()).await?;
         // A 503 from the pod proxy is an agent that cannot be reached: the view says
         // so. kube's default retries of it would only spend the agent's timeout.
         config.default_retry = false;
-        let client = watch::kube_client(config)?;
+        let client = kube_client::kube_client(config)?;
         let pods = list_agents(client.clone(), query).await?;
         let asked = futures::stream::iter(pods)
             .map(|pod| ask_agent(client.clone(), query, pod))

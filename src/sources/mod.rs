@@ -4,6 +4,7 @@
 
 pub mod bundle;
 pub mod fleet_client;
+pub mod kube_client;
 pub mod live;
 pub mod manifest_files;
 pub mod netlink;

@@ -3,7 +3,7 @@
 //! items too).
 //!
 //! The `items` array is walked one item at a time: each item's text is held only
-//! while it is reduced into a [`DesiredBuilder`], so a 30 MB file never sits in memory
+//! while it is reduced into a [`DesiredBuilder`], so a large file never sits in memory
 //! as a whole, let alone as a `serde_json::Value`. An item that does not deserialize is
 //! reported and skipped; only a document that is not JSON, or not a List, is an error.
 
@@ -12,29 +12,14 @@ use std::io::Read;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::decode::cluster::list_stream::{
-    ListEvent, Position, message_without_position, syntax_error, walk_list,
-};
+use crate::decode::cluster::error::{ClusterFileError, Position, message_without_position, syntax_error};
+use crate::decode::cluster::list_stream::{ListEvent, walk_list};
 use crate::decode::cluster::probe::{ItemProbe, LabelProbe, LabelValue, probe_item};
 use crate::heart::desired::build::{DesiredBuilder, object_name};
 use crate::heart::desired::model::{DesiredState, ObjectProblem};
 use crate::heart::desired::slices::parse_api_protocol;
+use crate::heart::desired::trim::trim_service;
 use crate::heart::model::Protocol;
-
-/// Why a cluster state file could not be read at all.
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterFileError {
-    #[error("cannot read the cluster state: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("the cluster state ends early at line {line} column {column} (truncated?)")]
-    Truncated { line: u64, column: u64 },
-    #[error("the cluster state is not valid JSON at line {line} column {column}: {message}")]
-    Syntax { line: u64, column: u64, message: String },
-    #[error(
-        "the cluster state is not a v1 List (as `kubectl get services,endpointslices -A -o json` prints): {found}"
-    )]
-    NotAList { found: String },
-}
 
 /// Reads a `cluster.json` List from `reader` and computes the desired state of `node`
 /// (whose Node item, if present, gives the zone for topology hints).
@@ -193,7 +178,7 @@ fn lenient_node_ports(raw: &[u8]) -> Option<Vec<(Protocol, u16)>> {
 /// hold nodePorts in the API server's allocation all the same.
 #[derive(Debug, Default)]
 pub struct ServiceList {
-    /// Trimmed as the API watch trims them ([`trim_service`](crate::agent::watch::trim_service)).
+    /// Trimmed as the API watch trims them ([`trim_service`]).
     pub services: Vec<Service>,
     /// Items that could not be read in full. A Service whose nodePorts could still be
     /// made out is in `services` with just those ports.
@@ -234,7 +219,7 @@ pub fn read_services<R: Read>(reader: R) -> Result<ServiceList, ClusterFileError
 fn take_any_service(raw: &[u8], probe: &ItemProbe, out: &mut ServiceList) {
     match serde_json::from_slice::<Service>(raw) {
         Ok(mut service) => {
-            crate::agent::watch::trim_service(&mut service);
+            trim_service(&mut service);
             out.services.push(service);
         }
         Err(e) => {

@@ -2,7 +2,7 @@
 //! object is scanned here, and each element of its `items` array is cut out whole
 //! (by bracket depth, strings skipped) and handed on as bytes, for serde_json to parse
 //! from a slice. serde_json's own reader-based parser goes byte by byte through the
-//! `Read` trait and is several times slower on a 50 MB file.
+//! `Read` trait, which is much slower on a large file.
 //!
 //! The scanner only finds where values end; serde_json checks every value's syntax.
 
@@ -10,15 +10,8 @@ use std::io::Read;
 
 use serde::de::IgnoredAny;
 
-use crate::decode::cluster::file::ClusterFileError;
+use crate::decode::cluster::error::{ClusterFileError, Position, syntax_error};
 use crate::decode::cluster::probe::LooseStr;
-
-/// A position in the document, 1-based, for error messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Position {
-    pub line: u64,
-    pub column: u64,
-}
 
 /// What the walk finds, in document order.
 pub(crate) enum ListEvent<'a> {
@@ -93,32 +86,6 @@ pub(crate) fn parse_slice<'a, T: serde::Deserialize<'a>>(
     at: Position,
 ) -> Result<T, ClusterFileError> {
     serde_json::from_slice(bytes).map_err(|e| syntax_error(&e, at))
-}
-
-/// A serde_json error inside a value that starts at `at`, positioned in the document.
-pub(crate) fn syntax_error(e: &serde_json::Error, at: Position) -> ClusterFileError {
-    let line = at.line + (e.line() as u64).saturating_sub(1);
-    let column = if e.line() <= 1 {
-        at.column + (e.column() as u64).saturating_sub(1)
-    } else {
-        e.column() as u64
-    };
-    ClusterFileError::Syntax {
-        line,
-        column,
-        message: message_without_position(e),
-    }
-}
-
-/// serde_json's message without its " at line L column C" suffix (which counts
-/// within the value, not the document).
-pub(crate) fn message_without_position(e: &serde_json::Error) -> String {
-    let message = e.to_string();
-    let position = format!(" at line {} column {}", e.line(), e.column());
-    message
-        .strip_suffix(&position)
-        .map(str::to_string)
-        .unwrap_or(message)
 }
 
 const BUFFER: usize = 64 * 1024;

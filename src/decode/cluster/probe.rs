@@ -8,9 +8,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::heart::desired::slices::{LABEL_SERVICE_NAME, OPT_OUT_LABELS};
-
-/// The Node label kube-proxy reads for topology hints.
-pub(crate) const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+use crate::heart::desired::trim::LABEL_ZONE;
 
 /// What can be made out of any item, however malformed: enough to name it, route it
 /// by kind, and pin it to a Service.

@@ -10,6 +10,7 @@ pub mod build;
 pub mod model;
 pub mod slices;
 pub mod topology;
+pub mod trim;
 
 pub use build::{DesiredBuilder, desired_state};
 pub use model::*;

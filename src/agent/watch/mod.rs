@@ -1,0 +1,353 @@
+//! The desired state from the API server: reflectors for Services, EndpointSlices
+//! and this node's Node, watched the way kube-proxy watches them, with explicit
+//! readiness and outage handling.
+//!
+//! - [`ClusterView`] is the daemon's long-lived view: three reflectors that never stop,
+//!   whatever the API server does, and say whether their contents can be trusted
+//!   ([`ClusterView::synced`], [`ClusterView::fresh`], [`ClusterView::status`]). Each
+//!   is kube-runtime's `watcher` (list in pages, watch with bookmarks, relist on
+//!   `410 Gone`) with its default backoff, trimmed with `.modify()`, into a store of
+//!   our own that makes relists cheap (see `store`).
+//! - [`load_once`](kube_client::load_once) lists everything once, for a one-shot
+//!   `portdrift scan`.
+//!
+//! Both build the same [`DesiredState`] as
+//! [`desired_state`](crate::heart::desired::desired_state) on the same objects: the
+//! objects are trimmed on arrival ([`trim_service`], [`trim_endpoint_slice`],
+//! [`trim_node`]) to exactly what the builder reads.
+//!
+//! Here the watch's lifecycle: `store` holds the reflectors' objects, `health`
+//! what is known of each watch, `signal` the change counter the daemon waits on.
+//!
+//! What kube-proxy sees, this sees: Services and EndpointSlices are selected with
+//! [`KUBE_PROXY_LABEL_SELECTOR`] on the server, so Services opted out of kube-proxy
+//! (`service.kubernetes.io/service-proxy-name`, `service.kubernetes.io/headless`) are
+//! never listed. Unlike a bundle's `cluster.json`, where such a Service's nodePorts
+//! count as allocated (`DesiredState::other_allocated`), here they are unknown.
+
+mod health;
+mod signal;
+mod store;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::heart::desired::model::DesiredState;
+use crate::heart::desired::trim::{trim_endpoint_slice, trim_node, trim_service};
+use crate::sources::kube_client::{
+    self, DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchedResource,
+};
+
+use health::{Health, Seen, ViewHealth};
+use signal::ChangeSignal;
+use store::{ObjectStore, Reflect, StoreWriter};
+
+pub use health::{ViewStatus, WatchStatus, watcher_error_label};
+
+/// How the view watches.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// A watch is fresh while something (an event, a bookmark, a successful list or
+    /// watch response) arrived within this bound. It should exceed
+    /// [`watch_timeout`](Self::watch_timeout): a watch request is reissued at least that
+    /// often, so a healthy watch of a quiet cluster shows life at least that often even
+    /// from an API server that sends no periodic bookmarks (kube-apiserver sends one
+    /// about every minute).
+    pub staleness: Duration,
+    /// `timeoutSeconds` of each watch request. kube-runtime also treats a watch
+    /// connection silent for this plus 5 s as dead and reconnects.
+    pub watch_timeout: Duration,
+    /// Page size of lists and relists.
+    pub page_size: u32,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions {
+            // Two minutes of watch, three of staleness: a healthy quiet watch is renewed
+            // well inside the bound; a stuck one is noticed within three minutes (an
+            // erroring one at once).
+            staleness: Duration::from_secs(180),
+            watch_timeout: Duration::from_secs(120),
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
+}
+
+/// The cluster as this node's kube-proxy sees it, kept current by watches: a cheap,
+/// cloneable handle. The watches run on the Tokio runtime until the last handle is
+/// dropped.
+///
+/// The watches never give up. Every error is logged, counted and retried with
+/// kube-runtime's default backoff (0.8 s doubling to 30 s, with jitter); a `410 Gone`
+/// makes kube-runtime relist by itself. Through an outage or a relist the stores keep
+/// the last complete state (a relist replaces it only once it is complete), and
+/// [`fresh`](Self::fresh) turns false, so a caller that must not act on stale state
+/// (repair) can tell.
+#[derive(Clone)]
+pub struct ClusterView {
+    inner: Arc<ViewInner>,
+}
+
+struct ViewInner {
+    node: Option<String>,
+    staleness: Duration,
+    services: Arc<ObjectStore<Service>>,
+    slices: Arc<ObjectStore<EndpointSlice>>,
+    nodes: Option<Arc<ObjectStore<Node>>>,
+    health: Arc<ViewHealth>,
+    /// Counts changes that can move this node's NodePorts (see [`ClusterView::changes`]).
+    changes: Arc<ChangeSignal>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for ViewInner {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl fmt::Debug for ClusterView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterView")
+            .field("node", &self.inner.node)
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl ClusterView {
+    /// Starts watching with `config` (see [`kube_config`](kube_client::kube_config))
+    /// for `node` (None: no Node watch; nothing is local). Must be called inside a
+    /// Tokio runtime. Returns at once; see [`wait_synced`](Self::wait_synced).
+    pub fn start(
+        config: kube::Config,
+        node: Option<&str>,
+        options: WatchOptions,
+    ) -> Result<Self, WatchError> {
+        let node = node.filter(|n| !n.is_empty()).map(str::to_string);
+        let health = Arc::new(ViewHealth {
+            services: Health::default(),
+            slices: Health::default(),
+            node: node.as_ref().map(|_| Health::default()),
+        });
+        let client = kube_client::watch_client(config, options.watch_timeout, health.clone())?;
+
+        let timeout = u32::try_from(options.watch_timeout.as_secs().max(1)).unwrap_or(u32::MAX);
+        let selected = watcher::Config::default()
+            .labels(KUBE_PROXY_LABEL_SELECTOR)
+            .timeout(timeout)
+            .page_size(options.page_size);
+        let mut tasks = Vec::new();
+        let changes = Arc::new(ChangeSignal::new());
+        let services = spawn_reflector(
+            Api::<Service>::all(client.clone()),
+            selected.clone(),
+            Reflect {
+                trim: trim_service,
+                resource: WatchedResource::Services,
+                relevant: store::service_relevance(),
+            },
+            health.clone(),
+            changes.clone(),
+            &mut tasks,
+        );
+        let slices = spawn_reflector(
+            Api::<EndpointSlice>::all(client.clone()),
+            selected,
+            Reflect {
+                trim: trim_endpoint_slice,
+                resource: WatchedResource::EndpointSlices,
+                relevant: store::slice_relevance(services.clone()),
+            },
+            health.clone(),
+            changes.clone(),
+            &mut tasks,
+        );
+        let nodes = node.as_deref().map(|name| {
+            let this_node = watcher::Config::default()
+                .fields(&format!("metadata.name={name}"))
+                .timeout(timeout);
+            spawn_reflector(
+                Api::<Node>::all(client.clone()),
+                this_node,
+                Reflect {
+                    trim: trim_node,
+                    resource: WatchedResource::Node,
+                    relevant: store::node_relevance(),
+                },
+                health.clone(),
+                changes.clone(),
+                &mut tasks,
+            )
+        });
+        Ok(ClusterView {
+            inner: Arc::new(ViewInner {
+                node,
+                staleness: options.staleness,
+                services,
+                slices,
+                nodes,
+                health,
+                changes,
+                tasks,
+            }),
+        })
+    }
+
+    /// A counter that moves whenever something that can change this node's NodePorts
+    /// changes after the initial lists: a Service with NodePorts (or one gaining or losing
+    /// them), an EndpointSlice of such a Service, the Node's zone, or a completed relist.
+    /// The agent waits on it to scan soon after a change instead of at the next interval.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// The node this view computes the desired state of.
+    pub fn node(&self) -> Option<&str> {
+        self.inner.node.as_deref()
+    }
+
+    /// The initial lists are complete: Services, EndpointSlices and (when a node is
+    /// set) the Node. Stays true through later outages: the last state is kept. The
+    /// Node counts because its zone decides topology: a state computed before it is
+    /// known could flip once it arrives.
+    pub fn synced(&self) -> bool {
+        self.inner.health.all().all(|(_, h)| h.lock().synced)
+    }
+
+    /// Waits until [`synced`](Self::synced) (and for ever if the API server never
+    /// answers: put a timeout around it).
+    pub async fn wait_synced(&self) {
+        for (_, health) in self.inner.health.all() {
+            health.wait_synced().await;
+        }
+    }
+
+    /// The Service and EndpointSlice watches are synced, not failing, not relisting,
+    /// and heard from within the staleness bound. A stale Node watch does not count
+    /// (a zone label hardly ever changes); [`status`](Self::status) shows it.
+    pub fn fresh(&self) -> bool {
+        let now = Instant::now();
+        let health = &self.inner.health;
+        self.synced()
+            && [&health.services, &health.slices]
+                .into_iter()
+                .all(|h| h.lock().fresh(now, self.inner.staleness))
+    }
+
+    /// The desired state of the node from the stores' current contents, or
+    /// [`WatchError::NotSynced`] before the initial lists are complete. Whether the
+    /// contents are current is [`fresh`](Self::fresh): a caller that must not act on
+    /// stale state checks it before and after.
+    pub fn desired_state(&self) -> Result<DesiredState, WatchError> {
+        if !self.synced() {
+            return Err(WatchError::NotSynced);
+        }
+        let inner = &self.inner;
+        Ok(store::desired_from_stores(
+            inner.node.as_deref(),
+            &inner.services,
+            &inner.slices,
+            inner.nodes.as_deref(),
+        ))
+    }
+
+    /// How each watch is doing.
+    pub fn status(&self) -> ViewStatus {
+        let now = Instant::now();
+        let inner = &self.inner;
+        let health = &inner.health;
+        let staleness = inner.staleness;
+        let services = health
+            .services
+            .lock()
+            .status(now, staleness, inner.services.len());
+        let endpoint_slices = health.slices.lock().status(now, staleness, inner.slices.len());
+        let node = match (&health.node, &inner.nodes) {
+            (Some(h), Some(store)) => Some(h.lock().status(now, staleness, store.len())),
+            _ => None,
+        };
+        let synced = services.synced && endpoint_slices.synced && node.as_ref().is_none_or(|n| n.synced);
+        ViewStatus {
+            synced,
+            fresh: synced && services.fresh && endpoint_slices.fresh,
+            staleness,
+            services,
+            endpoint_slices,
+            node,
+        }
+    }
+}
+
+/// Runs one reflector until the view is dropped: a kube-runtime watcher with the
+/// default backoff, trimmed, into an [`ObjectStore`]; every item is recorded in `health`.
+fn spawn_reflector<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    reflect: Reflect<K>,
+    health: Arc<ViewHealth>,
+    changes: Arc<ChangeSignal>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<ObjectStore<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+{
+    let Reflect {
+        trim,
+        resource,
+        relevant,
+    } = reflect;
+    let store = Arc::new(ObjectStore::default());
+    let mut writer = StoreWriter::new(store.clone(), relevant);
+    let stream = watcher(api, config).default_backoff().modify(trim);
+    tasks.push(tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        let Some(health) = health.get(resource) else {
+            return;
+        };
+        // Never `?` or `try_for_each`: an error ends nothing, the watcher recovers on
+        // the next poll (after the backoff's delay).
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => {
+                    let seen = Seen::of(&event);
+                    // The store first: once health says synced, the objects are there.
+                    let changed = writer.apply(event);
+                    health.on_event(seen);
+                    // Before the first complete list there is nothing to compare with:
+                    // the first scan waits for the sync, not for changes.
+                    if changed && health.lock().synced {
+                        changes.notify();
+                    }
+                }
+                Err(error) => {
+                    let label = watcher_error_label(&error);
+                    if label == "gone" {
+                        tracing::info!(%resource, %error, "resource version expired; relisting");
+                    } else {
+                        tracing::warn!(%resource, %error, "watch failed; retrying with backoff");
+                    }
+                    health.lock().on_error(label, &error);
+                }
+            }
+        }
+        // kube-runtime's watcher is an endless stream; should that ever change, say so.
+        tracing::error!(%resource, "watch stream ended; this view will go stale");
+        health.lock().ended = true;
+    }));
+    store
+}

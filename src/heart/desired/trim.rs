@@ -1,0 +1,196 @@
+//! The API's objects reduced to exactly what the desired-state builder reads, and the
+//! builder run over such objects: what the API watch and the one-shot lists keep, and
+//! how a bundle's Services are read for the NodePort table.
+//!
+//! Each trim keeps exactly the fields `DesiredBuilder` reads (build.rs, slices.rs) and
+//! rebuilds the object from them, so a field the API adds later is dropped by default.
+//! The watch test `initial_sync_matches_desired_state` guards that nothing it needs is
+//! lost. Memory then follows the NodePort plumbing, not the size of `managedFields` or
+//! `last-applied-configuration`.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use crate::heart::desired::build::DesiredBuilder;
+use crate::heart::desired::model::DesiredState;
+use crate::heart::desired::slices::{
+    ANNOTATION_LAST_CHANGE_TRIGGER, LABEL_SERVICE_NAME, OPT_OUT_LABELS, last_recorded_change,
+};
+
+/// The Node label kube-proxy reads for topology hints.
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The desired state from Services and EndpointSlices, in the order given.
+pub fn desired_from_objects<S, E>(
+    node: Option<&str>,
+    services: &[S],
+    slices: &[E],
+    zone: Option<&str>,
+) -> DesiredState
+where
+    S: Borrow<Service>,
+    E: Borrow<EndpointSlice>,
+{
+    let mut builder = DesiredBuilder::new(node);
+    for service in services {
+        builder.add_service(service.borrow());
+    }
+    for slice in slices {
+        builder.add_endpoint_slice(slice.borrow());
+    }
+    builder.finish(zone)
+}
+
+/// The zone label of the Node called `name` among `nodes`, when it is there.
+pub fn node_zone<N: Borrow<Node>>(nodes: impl Iterator<Item = N>, name: &str) -> Option<String> {
+    nodes.into_iter().find_map(|node| {
+        let meta = &node.borrow().metadata;
+        if meta.name.as_deref() != Some(name) {
+            return None;
+        }
+        meta.labels.as_ref()?.get(LABEL_ZONE).cloned()
+    })
+}
+
+/// Moves the newest managedFields time into `creationTimestamp` before managedFields
+/// go: the grace window measures from the object's last recorded change, and a spec
+/// update (a nodePort edited) moves only the managedFields times.
+fn fold_last_change(meta: &mut ObjectMeta) {
+    if let Some(newest) = last_recorded_change(meta) {
+        meta.creation_timestamp = Some(Time(newest));
+    }
+}
+
+/// Metadata reduced to identity, creation time, and the labels and annotations in
+/// `keep_labels` / `keep_annotations`. `managedFields`, `ownerReferences`, `uid` and
+/// the rest go.
+fn trim_meta(meta: &mut ObjectMeta, keep_labels: &[&str], keep_annotations: &[&str]) {
+    let keep = |map: Option<BTreeMap<String, String>>, keys: &[&str]| {
+        let kept: BTreeMap<String, String> = map
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| keys.contains(&k.as_str()))
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    };
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        namespace: meta.namespace.take(),
+        // Kept: a relist reuses the object it already holds when the resourceVersion
+        // is unchanged (the watch's store).
+        resource_version: meta.resource_version.take(),
+        creation_timestamp: meta.creation_timestamp.take(),
+        labels: keep(meta.labels.take(), keep_labels),
+        annotations: keep(meta.annotations.take(), keep_annotations),
+        ..ObjectMeta::default()
+    };
+}
+
+/// A Service reduced to what decides its NodePorts. The whole `status` goes: a
+/// load balancer's ingress IPs are not part of NodePort plumbing, and nothing else in
+/// it is read. The selector (often the largest part of a spec) goes too: endpoints come
+/// from EndpointSlices.
+pub fn trim_service(service: &mut Service) {
+    fold_last_change(&mut service.metadata);
+    trim_meta(&mut service.metadata, &OPT_OUT_LABELS, &[]);
+    service.status = None;
+    service.spec = service.spec.take().map(|spec| ServiceSpec {
+        cluster_ip: spec.cluster_ip,
+        cluster_ips: spec.cluster_ips,
+        // Decides whether a ClusterIP Service is externally accessible (Local policy).
+        external_ips: spec.external_ips,
+        external_traffic_policy: spec.external_traffic_policy,
+        internal_traffic_policy: spec.internal_traffic_policy,
+        health_check_node_port: spec.health_check_node_port,
+        type_: spec.type_,
+        ports: spec.ports.map(|ports| {
+            ports
+                .into_iter()
+                .map(|p| ServicePort {
+                    name: p.name,
+                    node_port: p.node_port,
+                    port: p.port,
+                    protocol: p.protocol,
+                    ..ServicePort::default()
+                })
+                .collect()
+        }),
+        ..ServiceSpec::default()
+    });
+}
+
+/// An EndpointSlice reduced to what kube-proxy reads: per endpoint the first address
+/// (kube-proxy ignores the others), conditions, hints and node name; not `targetRef`,
+/// `hostname`, `zone` or `deprecatedTopology`.
+///
+/// The `endpoints.kubernetes.io/last-change-trigger-time` annotation is folded into
+/// `creationTimestamp`, which then holds the newer of the two, and the annotations go:
+/// the builder reads both only to take that maximum (`slice_last_change` in
+/// slices.rs), and the map's one entry would cost a B-tree node per slice.
+pub fn trim_endpoint_slice(slice: &mut EndpointSlice) {
+    fold_last_change(&mut slice.metadata);
+    let triggered = slice
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LAST_CHANGE_TRIGGER))
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    let labels: Vec<&str> = std::iter::once(LABEL_SERVICE_NAME)
+        .chain(OPT_OUT_LABELS)
+        .collect();
+    trim_meta(&mut slice.metadata, &labels, &[]);
+    let created = &mut slice.metadata.creation_timestamp;
+    if let Some(triggered) = triggered
+        && created.as_ref().is_none_or(|c| c.0 < triggered)
+    {
+        *created = Some(Time(triggered));
+    }
+    for endpoint in &mut slice.endpoints {
+        let mut addresses = std::mem::take(&mut endpoint.addresses);
+        addresses.truncate(1);
+        addresses.shrink_to_fit();
+        *endpoint = Endpoint {
+            addresses,
+            conditions: endpoint.conditions.take(),
+            hints: endpoint.hints.take(),
+            node_name: endpoint.node_name.take(),
+            ..Endpoint::default()
+        };
+    }
+    slice.endpoints.shrink_to_fit();
+    slice.ports = slice.ports.take().map(|ports| {
+        ports
+            .into_iter()
+            .map(|p| EndpointPort {
+                name: p.name,
+                port: p.port,
+                protocol: p.protocol,
+                app_protocol: None,
+            })
+            .collect()
+    });
+}
+
+/// A pod as the squatters' owner lookup keeps it: its name, namespace and UID.
+pub fn trim_pod(pod: &mut Pod) {
+    let uid = pod.metadata.uid.take();
+    trim_meta(&mut pod.metadata, &[], &[]);
+    pod.metadata.uid = uid;
+    pod.spec = None;
+    pod.status = None;
+}
+
+/// A Node reduced to its name and zone label: its status (images, conditions,
+/// addresses) is by far the largest part and none of it matters here.
+pub fn trim_node(node: &mut Node) {
+    trim_meta(&mut node.metadata, &[LABEL_ZONE], &[]);
+    node.spec = None;
+    node.status = None;
+}
+
+#[cfg(test)]
+mod tests;

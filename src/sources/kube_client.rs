@@ -1,0 +1,155 @@
+//! The API server's client: its configuration (a kubeconfig, or inferred as kubectl
+//! does, in-cluster included), the plain client of one-shot lists and reports, and the
+//! watch's client with its read timeout and [`activity`] layer; the one-shot [`list`]s
+//! used by `scan`, `snapshot` and the cluster-wide views.
+
+pub mod activity;
+pub mod list;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::client::ClientBuilder;
+
+pub use activity::WatchActivity;
+pub use list::{ClusterObjects, list_every_service, list_once, load_once, pods_on_node};
+
+/// The label selector of kube-proxy's Service and EndpointSlice informers
+/// (cmd/kube-proxy/app/server.go): objects opted out of kube-proxy are never listed.
+pub const KUBE_PROXY_LABEL_SELECTOR: &str =
+    "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name";
+
+/// Page size of initial lists and relists, so that a large cluster is listed in
+/// bounded requests rather than one huge one. Half client-go's 500: a page is decoded
+/// whole, `managedFields` and all, before it is trimmed, so a smaller page lowers peak
+/// memory (`scripts/bench-watch.sh`).
+pub const DEFAULT_PAGE_SIZE: u32 = 250;
+
+/// Why the API side could not give a desired state. Every variant has a bounded
+/// [`metric_label`](Self::metric_label) for error counters.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("cannot read the kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("cannot find a cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config): {0}")]
+    InferConfig(#[source] kube::config::InferConfigError),
+    #[error("cannot build a Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error("cannot list {resource}: {source}")]
+    List {
+        resource: WatchedResource,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the API server did not give the cluster state within {0:?}")]
+    Timeout(Duration),
+    #[error("the initial lists of Services, EndpointSlices and the Node have not completed")]
+    NotSynced,
+}
+
+impl WatchError {
+    /// A short, bounded label for metrics (`portdrift_..._errors_total{error=...}`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            WatchError::Kubeconfig { .. } => "kubeconfig",
+            WatchError::InferConfig(_) => "config",
+            WatchError::Client(_) => "client",
+            WatchError::List { .. } => "list",
+            WatchError::Timeout(_) => "timeout",
+            WatchError::NotSynced => "not-synced",
+        }
+    }
+}
+
+/// The resources the API side lists and watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WatchedResource {
+    Services,
+    EndpointSlices,
+    Node,
+    /// The pods on this node (listed once, to name squatters; never watched).
+    Pods,
+}
+
+impl WatchedResource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchedResource::Services => "services",
+            WatchedResource::EndpointSlices => "endpointslices",
+            WatchedResource::Node => "node",
+            WatchedResource::Pods => "pods",
+        }
+    }
+
+    /// The collection's URL path, as kube-client writes it before the cluster URL is
+    /// prepended: how the HTTP layer tells which watch a response belongs to.
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            WatchedResource::Services => "/api/v1/services",
+            WatchedResource::EndpointSlices => "/apis/discovery.k8s.io/v1/endpointslices",
+            WatchedResource::Node => "/api/v1/nodes",
+            WatchedResource::Pods => "/api/v1/pods",
+        }
+    }
+}
+
+impl fmt::Display for WatchedResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The client configuration: from the kubeconfig at `path` when given; otherwise
+/// inferred as kubectl does (`KUBECONFIG`, then `~/.kube/config`, then the in-cluster
+/// service account).
+pub async fn kube_config(path: Option<&Path>) -> Result<kube::Config, WatchError> {
+    match path {
+        Some(path) => {
+            let kubeconfig_error = |source| WatchError::Kubeconfig {
+                path: path.to_path_buf(),
+                source,
+            };
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(kubeconfig_error)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(kubeconfig_error)
+        }
+        None => kube::Config::infer().await.map_err(WatchError::InferConfig),
+    }
+}
+
+/// A plain client for `config`, e.g. for [`load_once`]. Must be called inside a Tokio
+/// runtime (the client spawns its request buffer).
+pub fn kube_client(config: kube::Config) -> Result<Client, WatchError> {
+    Client::try_from(config).map_err(WatchError::Client)
+}
+
+/// The watch's client for `config`: every read gets up to one watch period plus slack,
+/// and every response and body chunk of a watched collection is told to `activity`.
+/// Must be called inside a Tokio runtime.
+pub fn watch_client(
+    config: kube::Config,
+    watch_timeout: Duration,
+    activity: Arc<dyn WatchActivity>,
+) -> Result<Client, WatchError> {
+    let mut config = config;
+    // kube-client sets no read timeout by default, so a list whose server stops
+    // answering would hang for ever. Any read now gets up to one watch period plus
+    // slack (watches are renewed within `watch_timeout` anyway), counted from the
+    // request rather than from when a pooled connection went idle.
+    if config.read_timeout.is_none() {
+        config.read_timeout = Some(watch_timeout + Duration::from_secs(30));
+        config.reset_reader_on_write = true;
+    }
+    Ok(ClientBuilder::try_from(config)
+        .map_err(WatchError::Client)?
+        .with_layer(&activity::ActivityLayer::new(activity))
+        .build())
+}
