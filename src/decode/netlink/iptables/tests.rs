@@ -1,5 +1,5 @@
-
-use super::*;
+use super::xtables::{address_types, save_string};
+use crate::decode::netlink::prefix_len;
 
 #[test]
 fn strings_are_quoted_as_xtables_save_string_quotes_them() {

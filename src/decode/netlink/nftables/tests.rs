@@ -1,5 +1,9 @@
+use std::cmp::Ordering;
 
+use super::delinearize::prefix_len;
+use super::values::{TYPE_BITS, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE};
 use super::*;
+use crate::decode::nftables::json::render_expr_string;
 
 #[test]
 fn concatenated_keys_render_as_nft_prints_them() {
