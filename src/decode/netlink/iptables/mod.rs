@@ -55,6 +55,13 @@ pub struct ChainInfo {
     bytes: u64,
 }
 
+/// A rule this decoder does not print.
+fn unsupported(chain: &str, what: impl std::fmt::Display) -> DecodeError {
+    DecodeError::Unsupported(format!(
+        "a rule in chain {chain} that this reader does not print: {what}"
+    ))
+}
+
 /// The first line of a family's listing (the tool's own is timestamped).
 pub fn save_header(family: Family) -> String {
     let tool = match family {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::xtables::{write_port_option, xt_match, xt_target};
-use super::{NF_ACCEPT, NF_DROP};
+use super::{NF_ACCEPT, NF_DROP, unsupported};
 use crate::decode::netlink::{
     Attrs, DecodeError, NFTA_DATA_VERDICT, NFTA_RULE_EXPRESSIONS, attr_map, be32, data_value, expressions,
     name, prefix_len, read_verdict,
@@ -77,12 +77,6 @@ struct RuleParts {
     /// Index in `matches` of the natively translated port match.
     ports: Option<usize>,
     target: String,
-}
-
-pub(super) fn unsupported(chain: &str, what: impl std::fmt::Display) -> DecodeError {
-    DecodeError::Unsupported(format!(
-        "a rule in chain {chain} that this reader does not print: {what}"
-    ))
 }
 
 /// Appends one rule of `chain` as its `-A` line (without the newline).

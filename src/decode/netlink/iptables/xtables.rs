@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::rule::unsupported;
+use super::unsupported;
 use crate::decode::netlink::DecodeError;
 use crate::heart::model::Family;
 

@@ -12,11 +12,11 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-pub(crate) use sets::{ElementData, RawElement, SetInfo, chain_of_table, collect_elements, read_set};
-pub(crate) use values::{
-    NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL, NFT_SET_MAP,
-    NFT_SET_TIMEOUT, compare_keys, element_ir, key_expr,
+pub(crate) use sets::{
+    ElementData, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
+    NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, chain_of_table, collect_elements, read_set,
 };
+pub(crate) use values::{compare_keys, element_ir, key_expr};
 
 use self::delinearize::{
     Delinearizer, NFTA_LOOKUP_SET, NFTA_LOOKUP_SREG, NFTA_NUMGEN_DREG, NFTA_NUMGEN_MODULUS,

@@ -1,13 +1,22 @@
 //! A table's sets and their elements, as their messages give them: what reading a
 //! map's elements needs to know of it, and each element's key, data and comment.
 
-use super::values::{NFT_SET_ELEM_INTERVAL_END, UDATA_COMMENT};
 use crate::decode::netlink::{
     Attrs, DecodeError, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_DATA_VALUE, NFTA_DATA_VERDICT,
     NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, be32, be64, data_value, name, read_verdict,
 };
 use crate::decode::nftables::{KUBE_PROXY_TABLE, unparsed};
 
+pub(crate) const NFT_SET_ANONYMOUS: u32 = 1;
+pub(crate) const NFT_SET_CONSTANT: u32 = 2;
+pub(crate) const NFT_SET_INTERVAL: u32 = 4;
+pub(crate) const NFT_SET_MAP: u32 = 8;
+pub(crate) const NFT_SET_TIMEOUT: u32 = 0x10;
+pub(crate) const NFT_SET_EVAL: u32 = 0x20;
+pub(crate) const NFT_SET_CONCAT: u32 = 0x80;
+pub(crate) const NFT_SET_ELEM_INTERVAL_END: u32 = 1;
+/// libnftnl's user-data tag for a rule's or an element's comment.
+pub(crate) const UDATA_COMMENT: u8 = 0;
 const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_FLAGS: u16 = 3;
 const NFTA_SET_KEY_TYPE: u16 = 4;

@@ -9,17 +9,6 @@ use crate::decode::netlink::align4;
 use crate::decode::nftables::json::{Expr, render_expr_string};
 use crate::decode::nftables::{ElementIr, ElementVerdict};
 
-pub(crate) const NFT_SET_ANONYMOUS: u32 = 1;
-pub(crate) const NFT_SET_CONSTANT: u32 = 2;
-pub(crate) const NFT_SET_INTERVAL: u32 = 4;
-pub(crate) const NFT_SET_MAP: u32 = 8;
-pub(crate) const NFT_SET_TIMEOUT: u32 = 0x10;
-pub(crate) const NFT_SET_EVAL: u32 = 0x20;
-pub(crate) const NFT_SET_CONCAT: u32 = 0x80;
-pub(crate) const NFT_SET_ELEM_INTERVAL_END: u32 = 1;
-/// libnftnl's user-data tag for a rule's or an element's comment.
-pub(crate) const UDATA_COMMENT: u8 = 0;
-
 // nft's data types (nftables' datatype.h), as the kernel stores them in a set's key type.
 pub(crate) const TYPE_INTEGER: u32 = 4;
 pub(crate) const TYPE_IPADDR: u32 = 7;
