@@ -349,3 +349,62 @@ fn without_iptables_nft_tables_netlink_reads_empty() {
     assert_eq!(status["status"], "empty", "{status:#}");
     assert_eq!(status["origin"], "netlink: nf_tables ip (iptables-nft)");
 }
+
+/// Where [`capture_in_this_namespace`] writes; set only in the namespace it runs in.
+const CAPTURE_OUT: &str = "PORTDRIFT_NETLINK_CAPTURE_OUT";
+
+/// The decoder fixture's files, recorded from [`SHAPES`] loaded in a namespace.
+const FIXTURE: &str = "iptables-nft-ipv4";
+
+#[test]
+fn recorded_messages_decode_as_the_live_read() {
+    if !support::require_root("iptables netlink recording") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("dump");
+    std::fs::write(&dump, SHAPES).unwrap();
+    // scripts/capture-netlink-fixtures.sh sets this to rewrite the decoder fixtures.
+    let out = match std::env::var_os("PORTDRIFT_CAPTURE_FIXTURES") {
+        Some(_) => support::root().join("tests/fixtures/netlink"),
+        None => dir.path().to_path_buf(),
+    };
+    let shell = format!(
+        "set -e; ip link set lo up; iptables-nft-restore < {dump}; \
+         {CAPTURE_OUT}={out} {me} --exact capture_in_this_namespace --ignored --test-threads=1",
+        dump = dump.display(),
+        out = out.display(),
+        me = std::env::current_exe().unwrap().display(),
+    );
+    support::run_in_fresh_netns("iptables recording", &shell);
+    let saved = std::fs::read_to_string(out.join(format!("{FIXTURE}.save"))).unwrap();
+    assert_eq!(
+        saved.lines().filter(|l| l.starts_with("-A ")).count(),
+        SHAPES.lines().filter(|l| l.starts_with("-A ")).count()
+    );
+}
+
+/// Run by [`recorded_messages_decode_as_the_live_read`] inside its namespace: records a
+/// live read, checks its messages decode to the same lines, and writes both.
+#[test]
+#[ignore = "run inside a namespace by recorded_messages_decode_as_the_live_read"]
+fn capture_in_this_namespace() {
+    let Some(out) = std::env::var_os(CAPTURE_OUT).map(std::path::PathBuf::from) else {
+        return;
+    };
+    let limits = portdrift::sources::netlink::NetlinkLimits {
+        timeout: std::time::Duration::from_secs(30),
+        max_bytes: 1 << 30,
+    };
+    let family = portdrift::heart::model::Family::Ipv4;
+    let (lines, recorded) = portdrift::sources::netlink::iptables::record_save(family, limits).unwrap();
+    let mut decoded = Vec::new();
+    portdrift::decode::netlink::iptables::render_save(family, &recorded, &mut |l| {
+        decoded.push(l.to_string())
+    })
+    .unwrap();
+    assert_eq!(decoded, lines);
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join(format!("{FIXTURE}.messages")), &recorded).unwrap();
+    std::fs::write(out.join(format!("{FIXTURE}.save")), lines.join("\n") + "\n").unwrap();
+}

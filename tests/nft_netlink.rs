@@ -318,3 +318,55 @@ fn kept_maps_are_reused_and_a_replaced_rules_map_is_read_afresh() {
     assert_eq!(model(&kept), model(&nft), "the kept read differs from nft -j");
     assert!(model(&kept).contains(&target), "the new map's target is read");
 }
+
+/// Where [`capture_in_this_namespace`] writes; set only in the namespace it runs in.
+const CAPTURE_OUT: &str = "PORTDRIFT_NETLINK_CAPTURE_OUT";
+
+/// The decoder fixture's files, recorded from `testdata/nft/basic.nft` in a namespace.
+const FIXTURE: &str = "nft-kube-proxy";
+
+#[test]
+fn recorded_messages_decode_as_the_live_read() {
+    if !support::require_root("nft netlink recording") || !support::require_tool("nft", "netlink recording") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // scripts/capture-netlink-fixtures.sh sets this to rewrite the decoder fixtures.
+    let out = match std::env::var_os("PORTDRIFT_CAPTURE_FIXTURES") {
+        Some(_) => support::root().join("tests/fixtures/netlink"),
+        None => dir.path().to_path_buf(),
+    };
+    let shell = format!(
+        "set -e; nft -f {script}; nft -j list ruleset > {out}/{FIXTURE}.json; \
+         {CAPTURE_OUT}={out} {me} --exact capture_in_this_namespace --ignored --test-threads=1",
+        script = support::root().join("testdata/nft/basic.nft").display(),
+        out = out.display(),
+        me = std::env::current_exe().unwrap().display(),
+    );
+    support::run_in_fresh_netns("nft recording", &shell);
+    assert!(out.join(format!("{FIXTURE}.messages")).is_file());
+}
+
+/// Run by [`recorded_messages_decode_as_the_live_read`] inside its namespace: records a
+/// live read, checks its messages decode to the same rule sources, and so does the
+/// `nft -j` listing written beside them, then writes the messages.
+#[test]
+#[ignore = "run inside a namespace by recorded_messages_decode_as_the_live_read"]
+fn capture_in_this_namespace() {
+    let Some(out) = std::env::var_os(CAPTURE_OUT).map(std::path::PathBuf::from) else {
+        return;
+    };
+    let limits = portdrift::sources::netlink::NetlinkLimits {
+        timeout: std::time::Duration::from_secs(30),
+        max_bytes: 1 << 30,
+    };
+    let origin = "recorded";
+    let (live, recorded) =
+        portdrift::sources::netlink::nftables::record_tables_netlink(origin, limits).unwrap();
+    let decoded = portdrift::decode::netlink::nftables::decode_rule_sources(&recorded, origin).unwrap();
+    assert_eq!(format!("{decoded:#?}"), format!("{live:#?}"));
+    let json = std::fs::read(out.join(format!("{FIXTURE}.json"))).unwrap();
+    let listed = portdrift::decode::nftables::parse_ruleset_json(&json, origin).unwrap();
+    assert_eq!(format!("{decoded:#?}"), format!("{listed:#?}"));
+    std::fs::write(out.join(format!("{FIXTURE}.messages")), &recorded).unwrap();
+}

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod iptables;
 pub mod lines;
 pub mod manifests;
+pub mod netlink;
 pub mod nftables;
 pub mod node;
 pub mod sockets;

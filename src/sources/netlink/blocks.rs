@@ -2,16 +2,16 @@
 //!
 //! Why: a large node's read is thousands of per-chain (and per-set) dumps, and almost
 //! all of its time is the kernel's, spent in the reading task. Each socket's dumps are
-//! independent, so two sockets on two threads nearly halve the read on two cores
-//! (README, Performance), while the caller still sees one result after another, in
+//! independent, so two sockets on two threads nearly halve the read on two cores,
+//! while the caller still sees one result after another, in
 //! the order of the items, and holds at most `lookahead` blocks of them.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
 use std::time::Instant;
 
-use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits};
+use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording};
 
 /// Sockets reading at once: one a core of the nodes this is measured on.
 pub(crate) const READERS: usize = 2;
@@ -23,6 +23,8 @@ pub(crate) struct Readers<'a> {
     pub(crate) limits: NetlinkLimits,
     pub(crate) deadline: Instant,
     pub(crate) bytes: &'a AtomicU64,
+    /// Where the extra sockets record the messages they read, if anywhere.
+    pub(crate) recording: Option<&'a Arc<Recording>>,
 }
 
 /// How `items` are cut up and how far the readers may run ahead.
@@ -67,7 +69,7 @@ where
             let tx = tx.clone();
             let (blocks, progress, moved) = (&blocks, &progress, &moved);
             s.spawn(move || {
-                let mut conn = match Conn::open(readers.limits, readers.deadline) {
+                let mut conn = match Conn::open(readers.limits, readers.deadline, readers.recording) {
                     Ok(conn) => conn,
                     Err(e) => return drop(tx.send((0, Err(e)))),
                 };

@@ -1,5 +1,9 @@
+use std::cmp::Ordering;
 
+use super::delinearize::prefix_len;
+use super::values::{TYPE_BITS, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE};
 use super::*;
+use crate::decode::nftables::json::render_expr_string;
 
 #[test]
 fn concatenated_keys_render_as_nft_prints_them() {
@@ -36,4 +40,27 @@ fn element_comments_come_from_user_data() {
     );
     assert_eq!(udata_comment(&[1, 1, 9, 0, 2, b'x', 0]).as_deref(), Some("x"));
     assert_eq!(udata_comment(&[0, 9, b'a']), None);
+}
+
+#[test]
+fn recorded_messages_decode_as_nft_lists_the_tables() {
+    let recorded = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/netlink/nft-kube-proxy.messages"
+    ));
+    let json = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/netlink/nft-kube-proxy.json"
+    ));
+    let decoded = decode_rule_sources(recorded, "recorded").unwrap();
+    let listed = crate::decode::nftables::parse_ruleset_json(json, "recorded").unwrap();
+    assert_eq!(decoded.len(), 2);
+    assert!(
+        decoded
+            .iter()
+            .all(|s| s.has_kube_proxy && !s.nodeports.is_empty()),
+        "{decoded:#?}"
+    );
+    assert_eq!(format!("{decoded:#?}"), format!("{listed:#?}"));
+    assert!(decode_rule_sources(&recorded[..recorded.len() - 3], "recorded").is_err());
 }

@@ -1,0 +1,236 @@
+//! The maps of a read: which are reused from the last read ([`ConstantMaps`]), read
+//! key by key once their rule gives the keys, or dumped whole.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Mutex, PoisonError};
+
+use super::ReadContext;
+use crate::decode::netlink::nftables::DecodedRule;
+use crate::decode::netlink::nftables::{
+    MapEntries, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
+    NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, collect_elements, compare_keys, inline_entries,
+    lookups,
+};
+use crate::decode::netlink::{
+    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS,
+    NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NLA_F_NESTED,
+};
+use crate::heart::model::Unparsed;
+use crate::sources::netlink::{Conn, NetlinkError, push_attr};
+
+/// The elements of kube-proxy's anonymous verdict maps, kept from one read to the next
+/// by a reader that reads the same node again (the agent).
+///
+/// Why: most of a large node's read is the kernel finding each of these thousands of
+/// maps to dump its elements (README, Performance), yet none of them can have changed
+/// since it was last read. A map that is anonymous and constant, bound to its one
+/// rule, refuses every element change; a rule change makes a new map with a new
+/// handle; and the kernel never hands out a table's or a set's handle twice while the
+/// table lives (a table made again gets a new handle too). So a map seen under the
+/// same table and set handle has the same elements, and only new maps are dumped.
+#[derive(Debug, Clone, Default)]
+pub struct ConstantMaps {
+    pub(super) maps: HashMap<MapKey, MapEntries>,
+    /// Maps the last read took from here rather than from the kernel.
+    pub(super) reused: usize,
+    /// How the last read got the maps it did not reuse.
+    pub(super) fetched: MapFetches,
+}
+
+impl ConstantMaps {
+    /// Maps the last read reused instead of dumping them.
+    pub fn reused(&self) -> usize {
+        self.reused
+    }
+
+    /// How the last read got the maps it did not reuse.
+    pub fn fetched(&self) -> MapFetches {
+        self.fetched
+    }
+}
+
+/// How many maps a read asked the kernel for element by element, and how many it
+/// dumped whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MapFetches {
+    pub by_key: usize,
+    pub dumped: usize,
+}
+
+/// Counts for [`MapFetches`], shared by the readers.
+#[derive(Default)]
+pub(super) struct FetchCounts {
+    pub(super) by_key: AtomicUsize,
+    pub(super) dumped: AtomicUsize,
+}
+
+/// A map by family, table handle and set handle.
+pub(super) type MapKey = (u8, u64, u64);
+
+/// The maps the rules' readers fetched in one read, for the table's thread to keep.
+pub(super) type FetchedMaps = Mutex<Vec<(MapKey, MapEntries)>>;
+
+/// What one read may reuse, and what it keeps for the next.
+pub(super) struct MapReuse<'m> {
+    pub(super) previous: &'m HashMap<MapKey, MapEntries>,
+    pub(super) next: HashMap<MapKey, MapEntries>,
+    pub(super) reused: usize,
+}
+
+/// A set whose elements cannot change while it exists (see [`ConstantMaps`]).
+pub(super) fn is_constant_map(set: &SetInfo) -> bool {
+    let all = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP;
+    set.flags & all == all && set.flags & (NFT_SET_TIMEOUT | NFT_SET_EVAL) == 0
+}
+
+/// The most keys asked for in one request: the request stays one small message, and
+/// a Service with more endpoints than this has its map dumped.
+const MAX_KEYS: u32 = 1024;
+
+/// A map that may be read key by key once its rule says which keys it can hold: an
+/// anonymous constant map with plain 32-bit keys and a declared size. kube-proxy's
+/// endpoint dispatch (`numgen random mod N vmap { 0 : goto …, …, N-1 : goto … }`) is
+/// one per Service.
+///
+/// Why: the kernel finds the set of an element dump by walking the table's list of
+/// sets by name, and walks it again for each of the dump's two passes; a lookup of
+/// given keys walks it once. On a large node those walks are much of the read's CPU
+/// (README, Performance). The answer is the whole map only when the keys
+/// asked for are all there and the map can hold no more: the kernel refuses an element
+/// past a set's declared size, and nft declares an anonymous map's size as its number
+/// of elements. Anything else (a key missing, another size) is dumped. (A catch-all
+/// element is not counted against the size; in such a map no number the `numgen` draws
+/// can reach it, so it is left out.)
+pub(super) fn may_read_by_key(set: &SetInfo) -> bool {
+    is_constant_map(set)
+        && set.flags & (NFT_SET_INTERVAL | NFT_SET_CONCAT) == 0
+        && set.key_len == 4
+        && set.size.is_some_and(|n| (1..=MAX_KEYS).contains(&n))
+}
+
+/// An anonymous map a rule needs, and the keys it can hold when the rule says (the
+/// modulus of the `numgen` that feeds the lookup).
+pub(super) struct WantedMap<'s> {
+    set: &'s SetInfo,
+    keys: Option<u32>,
+}
+
+/// The deferred maps `attrs`' rule looks up, appended to `wanted`.
+pub(super) fn maps_wanted<'s>(context: &ReadContext<'s>, attrs: &[u8], wanted: &mut Vec<WantedMap<'s>>) {
+    for lookup in lookups(attrs) {
+        if let Some(&set) = context.deferred.get(lookup.set) {
+            let keys = lookup.numgen_modulus.filter(|&m| set.size == Some(m));
+            wanted.push(WantedMap { set, keys });
+        }
+    }
+}
+
+/// Reads a deferred map, key by key when its rule gave the keys and every one is
+/// there, else whole, and leaves it for its rule to take.
+pub(super) fn fetch_map(
+    conn: &mut Conn,
+    context: &ReadContext<'_>,
+    map: WantedMap<'_>,
+    out: &mut Vec<Result<DecodedRule, Unparsed>>,
+) -> Result<(), NetlinkError> {
+    let set = map.set;
+    let by_key = match map.keys {
+        Some(keys) => match read_elements_by_key(conn, context.nfproto, set, keys) {
+            Ok(read) => Some(read),
+            // A key the map does not hold (ENOENT), or a kernel that does not look up
+            // elements: the map is read whole, as it is.
+            Err(NetlinkError::Refused { .. }) => None,
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let (mut elements, problems) = match by_key {
+        Some(read) => {
+            context.counts.by_key.fetch_add(1, AtomicOrdering::Relaxed);
+            read
+        }
+        None => {
+            context.counts.dumped.fetch_add(1, AtomicOrdering::Relaxed);
+            read_elements(conn, context.nfproto, set)?
+        }
+    };
+    out.extend(problems.into_iter().map(Err));
+    elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
+    let entries = inline_entries(set, elements);
+    if let (Some((table, kept)), Some(handle)) = (context.keep, set.handle) {
+        kept.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(((context.nfproto, table, handle), entries.clone()));
+    }
+    context
+        .rules
+        .inline_maps
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(set.name.clone(), entries);
+    Ok(())
+}
+
+pub(super) fn read_elements(
+    conn: &mut Conn,
+    nfproto: u8,
+    set: &SetInfo,
+) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
+    let mut set_name = set.name.as_bytes().to_vec();
+    set_name.push(0);
+    let filter = [
+        (NFTA_SET_ELEM_LIST_TABLE, &b"kube-proxy\0"[..]),
+        (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
+    ];
+    let mut read = (Vec::new(), Vec::new());
+    conn.exchange(
+        "the elements",
+        NFT_MSG_GETSETELEM,
+        true,
+        nfproto,
+        &filter,
+        |attrs| Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?),
+    )?;
+    Ok(read)
+}
+
+/// The elements with keys 0 to `keys` - 1 of a map with 32-bit keys, asked for in one
+/// request; refused (ENOENT) when one of them is missing.
+fn read_elements_by_key(
+    conn: &mut Conn,
+    nfproto: u8,
+    set: &SetInfo,
+    keys: u32,
+) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
+    let mut set_name = set.name.as_bytes().to_vec();
+    set_name.push(0);
+    let mut list = Vec::with_capacity(keys as usize * 16);
+    let (mut value, mut key) = (Vec::with_capacity(8), Vec::with_capacity(12));
+    for k in 0..keys {
+        value.clear();
+        key.clear();
+        // numgen leaves its number in the register in host order, and the map's keys
+        // are the register's bytes.
+        push_attr(&mut value, NFTA_DATA_VALUE, &k.to_ne_bytes());
+        push_attr(&mut key, NFTA_SET_ELEM_KEY | NLA_F_NESTED, &value);
+        push_attr(&mut list, NFTA_LIST_ELEM | NLA_F_NESTED, &key);
+    }
+    let request = [
+        (NFTA_SET_ELEM_LIST_TABLE, &b"kube-proxy\0"[..]),
+        (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
+        (NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, &list[..]),
+    ];
+    let mut read = (Vec::new(), Vec::new());
+    conn.exchange_acked("the elements", NFT_MSG_GETSETELEM, nfproto, &request, |attrs| {
+        Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?)
+    })?;
+    if read.0.len() != keys as usize {
+        return Err(NetlinkError::Malformed(format!(
+            "{} elements of map {} answered for {keys} keys",
+            read.0.len(),
+            set.name
+        )));
+    }
+    Ok(read)
+}
