@@ -5,5 +5,6 @@ pub mod capture;
 pub mod cluster_api;
 pub mod cluster_services;
 pub mod input;
+pub mod nft_reads;
 pub mod oneshot;
 pub mod readers;
