@@ -4,9 +4,9 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-/// jemalloc: a scan allocates and frees hundreds of thousands of small objects (rule
-/// text, API objects). Measured on a 10,000-Service node, glibc malloc made parse +
-/// diff ~35% slower; mimalloc was as fast but held ~60% more memory (README, figures).
+/// jemalloc: a scan allocates and frees a great many small objects (rule text, API
+/// objects); on a large node glibc malloc made parse and diff slower, and mimalloc
+/// held more memory (README, Performance).
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -51,9 +51,8 @@ fn main() -> ExitCode {
 
 /// jemalloc hands freed pages back to the kernel only as it allocates, after a decay
 /// delay; an idle agent allocates little, so what a full read of the rules freed stayed
-/// resident (measured at 10,000 Services: 87 to 109 MiB idle from one run to the next).
-/// One background thread does the returning on time instead. Best effort: the agent
-/// works the same without it.
+/// resident. One background thread does the returning on time instead. Best effort:
+/// the agent works the same without it.
 fn keep_idle_memory_returned() {
     let enabled = tikv_jemalloc_ctl::max_background_threads::write(1)
         .and_then(|()| tikv_jemalloc_ctl::background_thread::write(true));

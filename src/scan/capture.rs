@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use crate::heart::observed::SOCKET_FILES;
 use crate::heart::outcome::SourceState;
-use crate::scan::input::SnapshotError;
+use crate::scan::bundle_error::SnapshotError;
+use crate::scan::readers::read_node_name;
 use crate::sources::bundle::{
     HEALTHZ_FILE, IP_VS_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, NET_DEV_FILE, PROXY_MODE_FILE,
     RESERVED_PORTS_FILE,
@@ -214,11 +215,7 @@ pub fn write_snapshot<S: Source>(
         }
     }
 
-    let node = opts.node.clone().or_else(|| {
-        let text = src.fetch("node", crate::scan::input::read_small).value?.ok()?;
-        let name = text.trim();
-        (!name.is_empty()).then(|| name.to_string())
-    });
+    let node = opts.node.clone().or_else(|| read_node_name(src));
     if let Some(node) = &node {
         let path = out.join("node");
         fs::write(&path, format!("{node}\n")).map_err(write_error(&path))?;

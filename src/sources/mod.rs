@@ -5,8 +5,10 @@
 pub mod bundle;
 pub mod fleet_client;
 pub mod kube_client;
+pub mod kube_proxy_http;
 pub mod live;
 pub mod manifest_files;
 pub mod netlink;
 pub mod owners;
 pub mod rule_changes;
+pub mod tools;

@@ -13,7 +13,7 @@ use std::io::Read;
 
 use crate::decode::nftables::{TableView, table_views_json};
 use crate::heart::model::{Backend, Family};
-use crate::sources::live::{ToolLimits, ToolOutcome, run_tool, run_tool_with_input};
+use crate::sources::tools::{ToolLimits, ToolOutcome, run_tool, run_tool_with_input};
 
 use crate::heart::repair::plan::Action;
 use crate::heart::repair::ruleset::{IptablesRuleset, iptables_tools};

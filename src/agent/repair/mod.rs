@@ -28,7 +28,7 @@ use crate::heart::finding::{Finding, Kind};
 use crate::heart::model::{Backend, Family};
 use crate::heart::observed::KubeProxyHealth;
 use crate::heart::outcome::{ScanReport, SourceState};
-use crate::sources::live::ToolLimits;
+use crate::sources::tools::ToolLimits;
 
 use crate::heart::repair::{Action, PlanContext, Refusal, Rulesets};
 

@@ -6,14 +6,59 @@
 //! `--repair-nudge-wait`, scans again, and removes directly only what survived. After
 //! any change it scans a last time, and prints that report: the node as repair left it.
 
-use std::io::Write;
 use std::time::Instant;
 
-use crate::cli::{Format, ScanArgs, detect_config, read_live};
 use crate::heart::outcome::{ScanReport, run_scan};
 use crate::heart::render::render_text;
+use crate::scan::oneshot::{OneshotConfig, OneshotError, detect_config, read_live};
 
 use crate::agent::repair::{ApiState, CycleInput, CycleOutcome, RepairConfig, RepairResult, Repairer};
+
+/// What one repair pass scans, and how it repairs.
+#[derive(Debug, Clone)]
+pub struct RepairPassConfig {
+    /// The scans' settings (always of this node).
+    pub scan: OneshotConfig,
+    /// The repair's settings: `min_age` is the time between the two scans a finding
+    /// must appear in (`--repair-confirm`).
+    pub repair: RepairConfig,
+    /// A cluster state file is current: repair may act on it.
+    pub trust_cluster_state: bool,
+}
+
+/// What a repair pass left: the last scan's report and what each repair cycle did.
+#[derive(Debug)]
+pub struct RepairPass {
+    /// The node as repair left it.
+    pub report: ScanReport,
+    pub outcomes: Vec<CycleOutcome>,
+    pub dry_run: bool,
+}
+
+impl RepairPass {
+    /// Exit status as `scan`'s, and 1 when a repair action failed.
+    pub fn exit_code(&self) -> u8 {
+        if self.outcomes.iter().any(CycleOutcome::failed) {
+            1
+        } else {
+            self.report.exit_code()
+        }
+    }
+
+    /// The report for a terminal, with the repair section after it.
+    pub fn render_text(&self) -> String {
+        let mut text = render_text(&self.report);
+        text.push_str(&render_outcomes(&self.outcomes, self.dry_run));
+        text
+    }
+
+    /// The JSON report, with what repair did as its `repair` field.
+    pub fn to_json(&self) -> serde_json::Result<serde_json::Value> {
+        let mut json = serde_json::to_value(&self.report)?;
+        json["repair"] = outcomes_json(&self.outcomes, self.dry_run);
+        Ok(json)
+    }
+}
 
 /// One scan, with what repair needs from it besides the report.
 struct Scanned {
@@ -23,13 +68,13 @@ struct Scanned {
     api: ApiState,
 }
 
-fn scan_once(args: &ScanArgs) -> anyhow::Result<Scanned> {
-    let (input, listed) = read_live(args)?;
+fn scan_once(config: &RepairPassConfig) -> Result<Scanned, OneshotError> {
+    let live = read_live(&config.scan)?;
     // A file is as current as whoever wrote it: only trusted when the caller says so.
-    let current = listed && (args.cluster_state.is_none() || args.repair.trust_cluster_state);
-    let desired = input.desired.clone();
-    let kube_proxy = input.observed.kube_proxy_health.clone();
-    let report = run_scan(input, &detect_config(args));
+    let current = live.cluster_listed && (config.scan.cluster_state.is_none() || config.trust_cluster_state);
+    let desired = live.input.desired.clone();
+    let kube_proxy = live.input.observed.kube_proxy_health.clone();
+    let report = run_scan(live.input, &detect_config(&config.scan));
     Ok(Scanned {
         report,
         desired,
@@ -53,47 +98,28 @@ fn cycle(repairer: &mut Repairer, scanned: &Scanned) -> CycleOutcome {
     )
 }
 
-/// Runs the pass and prints the report and what repair did. Exit status as `scan`.
-pub fn scan_and_repair(args: &ScanArgs) -> anyhow::Result<u8> {
-    let r = &args.repair;
-    let mut repairer = Repairer::new(RepairConfig {
-        max_actions: r.repair_max,
-        min_scans: 2,
-        min_age: r.repair_confirm,
-        nudge_wait: r.repair_nudge_wait,
-        grace: args.grace,
-        dry_run: r.dry_run,
-        limits: args.live.config(None).limits,
-    });
-    let first = scan_once(args)?;
+/// Runs the pass: scan, wait, scan again, repair what both scans found, and scan
+/// the node as repair left it.
+pub fn scan_and_repair(config: &RepairPassConfig) -> Result<RepairPass, OneshotError> {
+    let mut repairer = Repairer::new(config.repair.clone());
+    let first = scan_once(config)?;
     repairer.observe(&first.report, Instant::now());
-    std::thread::sleep(r.repair_confirm);
-    let mut last = scan_once(args)?;
+    std::thread::sleep(config.repair.min_age);
+    let mut last = scan_once(config)?;
     let mut outcomes = vec![cycle(&mut repairer, &last)];
     if outcomes[0].nudged() {
-        std::thread::sleep(r.repair_nudge_wait);
-        last = scan_once(args)?;
+        std::thread::sleep(config.repair.nudge_wait);
+        last = scan_once(config)?;
         outcomes.push(cycle(&mut repairer, &last));
     }
     if outcomes.iter().any(|o| o.applied() > 0) {
-        last = scan_once(args)?;
+        last = scan_once(config)?;
     }
-    let mut stdout = std::io::stdout().lock();
-    match args.format {
-        Format::Text => {
-            stdout.write_all(render_text(&last.report).as_bytes())?;
-            stdout.write_all(render_outcomes(&outcomes, r.dry_run).as_bytes())?;
-        }
-        Format::Json => {
-            let mut json = serde_json::to_value(&last.report)?;
-            json["repair"] = outcomes_json(&outcomes, r.dry_run);
-            serde_json::to_writer_pretty(&mut stdout, &json)?;
-            stdout.write_all(b"\n")?;
-        }
-    }
-    stdout.flush()?;
-    let failed = outcomes.iter().any(CycleOutcome::failed);
-    Ok(if failed { 1 } else { last.report.exit_code() })
+    Ok(RepairPass {
+        report: last.report,
+        outcomes,
+        dry_run: config.repair.dry_run,
+    })
 }
 
 /// The repair section of the text report.

@@ -7,8 +7,13 @@ use std::path::Path;
 
 use super::*;
 use crate::heart::detect::DetectConfig;
+use crate::heart::model::{Backend, Family};
+use crate::heart::observed::NodeSysctls;
 use crate::heart::outcome::run_scan;
+use crate::scan::bundle_error::SnapshotError;
+use crate::scan::capture::{SnapshotOptions, write_snapshot};
 use crate::sources::bundle::NF_TABLES_DUMPS;
+use crate::sources::bundle::{HEALTHZ_FILE, LOCAL_PORT_RANGE_FILE, RESERVED_PORTS_FILE};
 
 /// A source that answers from a table: name → (state, content, notes).
 #[derive(Default)]

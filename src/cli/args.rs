@@ -1,0 +1,433 @@
+//! The command line's definitions: every command, flag, help text and default.
+
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::parse::{
+    HealthzAddr, parse_duration, parse_healthz_addr, parse_port_range, parse_size, parse_timeout,
+};
+use crate::sources::kube_proxy_http::{DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS};
+
+/// Finds where a node's NodePort plumbing has drifted from what the cluster says.
+#[derive(Debug, Parser)]
+#[command(name = "portdrift", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Compare a node's NodePort rules and listeners with the cluster state, once:
+    /// this node's (as a hostNetwork DaemonSet pod sees it), or a bundle's (--from).
+    ///
+    /// Exit status: 0 when every check ran on complete inputs and no finding is a
+    /// warning or critical; 1 when one is; 2 when it could not scan (a missing bundle,
+    /// an unreadable cluster.json); 3 when nothing warning or critical was found but the
+    /// check was incomplete (no cluster state, a proxy mode portdrift does not read, a
+    /// rule source that failed or was partial): the report then starts with what was not
+    /// checked, and the JSON's `coverage` says it.
+    #[command(
+        after_help = "Exit status: 0 checked and clean, 1 findings, 2 could not scan, 3 nothing found but the check was incomplete."
+    )]
+    Scan(ScanArgs),
+    /// Capture this node into a bundle directory that `scan --from` reads.
+    Snapshot(SnapshotArgs),
+    /// Run as a node agent: watch the API, scan this node every interval, serve
+    /// /metrics, /healthz, /readyz and /findings.
+    Run(RunArgs),
+    /// The cluster's NodePort allocation table: every allocated port and its Service,
+    /// collisions, and the free ports. Exit 1 when ports collide.
+    Ports(PortsArgs),
+    /// Check Service manifests before they are applied: nodePorts that collide with each
+    /// other or (with --kubeconfig or --cluster-state) with the cluster, or fall outside
+    /// the range; hard-coded nodePorts and other hazards as warnings. Exit 1 on errors.
+    Lint(LintArgs),
+    /// Ask every portdrift agent for its findings through the API server's pod proxy,
+    /// and show each finding with the nodes that have it. Exit 1 when a warning or
+    /// critical finding is on some node, or an agent did not answer.
+    Fleet(FleetArgs),
+    /// Developer tools (undocumented; for tests and benchmarks).
+    #[command(hide = true, subcommand)]
+    Dev(DevCommand),
+}
+
+/// `portdrift dev ...`: not a contract.
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// Prints the rule model of this node's kube-proxy nftables tables as read one way,
+    /// with the origin left out, so that two ways can be compared.
+    NftSources {
+        #[arg(long, value_enum, default_value = "netlink")]
+        via: NftablesViaArg,
+        /// Read once as the agent does (keeping the constant maps), apply this file with
+        /// `nft -f`, and print the second read, with how many maps it reused.
+        #[arg(long, value_name = "FILE")]
+        reread_after: Option<PathBuf>,
+    },
+    /// Prints one family's iptables-nft tables as the netlink reader renders them, as
+    /// `iptables-nft-save` prints them less its timestamped comments.
+    IptablesSave {
+        #[arg(long, default_value = "ipv4", value_parser = ["ipv4", "ipv6"])]
+        family: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// Reach the API server with this kubeconfig (default: KUBECONFIG, ~/.kube/config,
+    /// then the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The agents' namespace.
+    #[arg(long, short = 'n', value_name = "NS", default_value = "portdrift")]
+    pub namespace: String,
+
+    /// The agents' pods: a label selector.
+    #[arg(
+        long,
+        short = 'l',
+        value_name = "LABELS",
+        default_value = "app.kubernetes.io/name=portdrift"
+    )]
+    pub selector: String,
+
+    /// The agents' HTTP port (their --listen).
+    #[arg(long, value_name = "PORT", default_value_t = 9741)]
+    pub port: u16,
+
+    /// How long one agent may take to answer (and the pod list).
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+    pub timeout: Duration,
+
+    /// How many agents are asked at once.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// Where a cluster-wide view reads the cluster's Services.
+#[derive(Debug, Args)]
+pub struct ClusterSourceArgs {
+    /// Read the Services from the API server with this kubeconfig (default: KUBECONFIG,
+    /// ~/.kube/config, then the in-cluster service account).
+    #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Read the Services from a file, as `kubectl get services -A -o json` prints it
+    /// (a bundle's cluster.json does too).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_state: Option<PathBuf>,
+
+    /// How long listing the Services from the API may take.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_timeout)]
+    pub api_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Manifest files, directories (their .yaml, .yml and .json files, recursively), or
+    /// `-` for standard input (`helm template ... | portdrift lint -`).
+    #[arg(value_name = "FILE|DIR|-", required = true)]
+    pub inputs: Vec<PathBuf>,
+
+    /// With --kubeconfig or --cluster-state: also check against the cluster's allocation.
+    #[command(flatten)]
+    pub cluster: ClusterSourceArgs,
+
+    /// The namespace of manifests that name none (as `kubectl apply -n NS`).
+    #[arg(long, short = 'n', value_name = "NS", default_value = "default")]
+    pub namespace: String,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct PortsArgs {
+    #[command(flatten)]
+    pub cluster: ClusterSourceArgs,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    /// How many free ports to suggest: the lowest free ones of the API server's static
+    /// band first (see the README).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub next: usize,
+}
+
+/// How the agent logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// This node's name (the endpoints it counts as local).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node: String,
+
+    /// Where to serve HTTP.
+    #[arg(long, value_name = "ADDR:PORT", default_value = crate::agent::http::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+
+    /// Time between scans.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_timeout)]
+    pub interval: Duration,
+
+    /// How long kube-proxy may take to apply a change (see `scan --grace`). `0` turns it off.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// Watch the API server with this kubeconfig (default: KUBECONFIG, ~/.kube/config,
+    /// then the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Log format (on stderr).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    /// At most this many per-finding series (`portdrift_finding`) on /metrics, most
+    /// severe first; the rest are counted in `portdrift_findings_not_detailed`. 0: none.
+    #[arg(long, value_name = "N", default_value_t = crate::agent::metrics::DEFAULT_MAX_SERIES)]
+    pub metrics_max_series: usize,
+
+    /// Write a Kubernetes Event for each new warning or critical finding, on its Service
+    /// (or on this Node), rate-limited. Needs RBAC to create events.
+    #[arg(long)]
+    pub events: bool,
+
+    /// Keep a `NodePortDrift` condition on this Node: True while critical findings
+    /// exist. Needs RBAC to patch nodes/status.
+    #[arg(long)]
+    pub node_condition: bool,
+
+    #[command(flatten)]
+    pub repair: RunRepairArgs,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+/// `run --repair`: repair continuously, under the same safety rules as `scan --repair`.
+#[derive(Debug, Args)]
+pub struct RunRepairArgs {
+    /// Remove stale rules every cycle: only what a finding seen in two scans, and
+    /// older than --grace and two intervals, proves stale, while the API watch is fresh
+    /// (see the README, Repair).
+    #[arg(long = "repair")]
+    pub enabled: bool,
+
+    /// With --repair: log the exact commands each cycle would run, and change nothing.
+    #[arg(long, requires = "enabled")]
+    pub repair_dry_run: bool,
+
+    /// The most repair actions in one cycle.
+    #[arg(long, value_name = "N", default_value_t = crate::agent::repair::DEFAULT_MAX_ACTIONS, requires = "enabled")]
+    pub repair_max: usize,
+
+    /// How long a finding must have persisted (in two scans at least) before it is
+    /// repaired; never less than two intervals.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, requires = "enabled")]
+    pub repair_min_age: Duration,
+
+    /// How long a live kube-proxy, nudged to resync (its canary chain deleted), gets to
+    /// clean up its own rules before the drift is removed directly.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, requires = "enabled")]
+    pub repair_nudge_wait: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Scan a snapshot bundle (a directory captured from a node) instead of this node.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
+    pub from: Option<PathBuf>,
+
+    /// The cluster state, as `kubectl get services,endpointslices -A -o json` prints it
+    /// (with --from: in place of the bundle's cluster.json). Without any, only the
+    /// checks that need no cluster state run.
+    #[arg(long, value_name = "FILE")]
+    pub cluster_state: Option<PathBuf>,
+
+    /// Read the cluster state from the API server with this kubeconfig. Without it (and
+    /// without --cluster-state) a live scan tries KUBECONFIG, ~/.kube/config and the
+    /// in-cluster service account.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster_state", "from"])]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// How long listing the cluster state from the API may take.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+
+    /// The node whose endpoints count as local (default: the bundle's `node` file, or
+    /// this host's name).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// How long kube-proxy may take to apply a change: a difference about a Service or
+    /// EndpointSlice that changed more recently (by the objects' own timestamps) is
+    /// reported as pending, severity info. `0` turns it off.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub grace: std::time::Duration,
+
+    /// The cluster's NodePort range (the API server's --service-node-port-range).
+    #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
+    pub nodeport_range: RangeInclusive<u16>,
+
+    #[command(flatten)]
+    pub repair: RepairArgs,
+}
+
+/// `scan --repair`: one careful repair pass on this node.
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// Remove the stale rules the scan proves stale: scan, wait --repair-confirm, scan
+    /// again, and act only on findings present both times (see the README, Repair).
+    #[arg(long = "repair", conflicts_with = "from")]
+    pub enabled: bool,
+
+    /// With --repair: print the exact commands it would run, and change nothing.
+    #[arg(long, requires = "enabled")]
+    pub dry_run: bool,
+
+    /// The most repair actions in one pass.
+    #[arg(long, value_name = "N", default_value_t = crate::agent::repair::DEFAULT_MAX_ACTIONS, requires = "enabled")]
+    pub repair_max: usize,
+
+    /// The time between the two scans a finding must appear in before it is repaired.
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration, requires = "enabled")]
+    pub repair_confirm: Duration,
+
+    /// How long a live kube-proxy, nudged to resync (its canary chain deleted), gets to
+    /// clean up its own rules before the drift is removed directly.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration, requires = "enabled")]
+    pub repair_nudge_wait: Duration,
+
+    /// Repair from a --cluster-state file. A file may be stale, so repair refuses one
+    /// unless told that it is current.
+    #[arg(long, requires_all = ["enabled", "cluster_state"])]
+    pub trust_cluster_state: bool,
+}
+
+/// How to read the live node.
+#[derive(Debug, Args)]
+pub struct LiveArgs {
+    /// Where procfs is mounted: sockets are read from DIR/net, sysctls from DIR/sys
+    /// (like node_exporter's --path.procfs; /host/proc in a container).
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub proc_root: PathBuf,
+
+    /// How long each dump tool (iptables-*-save, nft) may run before it is killed and
+    /// reported as timed out: `10s`, `500ms`, `2m`.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_timeout)]
+    pub tool_timeout: Duration,
+
+    /// The most each dump tool may print (bytes; K, M, G suffixes are binary units).
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub tool_max_output: u64,
+
+    /// kube-proxy's health endpoint (its --healthz-bind-address), or `off`.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_KUBE_PROXY_HEALTHZ, value_parser = parse_healthz_addr)]
+    pub kube_proxy_healthz: HealthzAddr,
+
+    /// kube-proxy's metrics server (its --metrics-bind-address), asked for
+    /// `/proxyMode`, or `off`. Without an answer the rules alone tell the mode.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_KUBE_PROXY_METRICS, value_parser = parse_healthz_addr)]
+    pub kube_proxy_metrics: HealthzAddr,
+
+    /// How kube-proxy's nftables tables are read: `netlink` (from the kernel, falling
+    /// back to `nft -j` when that fails) or `nft` (`nft -j list table` only).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "netlink")]
+    pub nftables_via: NftablesViaArg,
+
+    /// How iptables-nft's tables are read: `netlink` (from the kernel, falling back to
+    /// `iptables-nft-save` for a family whose rules it cannot print exactly) or `save`
+    /// (`iptables-nft-save` and `ip6tables-nft-save` only).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "netlink")]
+    pub iptables_via: IptablesViaArg,
+}
+
+/// `--iptables-via`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IptablesViaArg {
+    Netlink,
+    Save,
+}
+
+/// `--nftables-via`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NftablesViaArg {
+    Netlink,
+    Nft,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// The bundle directory to write (created if needed).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Replace the bundle files of a non-empty DIR.
+    #[arg(long)]
+    pub force: bool,
+
+    /// A cluster state file to copy into the bundle as cluster.json. Without it, the
+    /// Services, EndpointSlices and this Node are listed from the API server when one
+    /// is configured (--kubeconfig, KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, value_name = "FILE")]
+    pub cluster_state: Option<PathBuf>,
+
+    /// Read the cluster state from the API server with this kubeconfig.
+    #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// How long listing the cluster state from the API may take.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
+    pub api_timeout: Duration,
+
+    /// The node's name for the bundle's `node` file (default: this host's name).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node: Option<String>,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
+}

@@ -1,0 +1,140 @@
+//! The flags, turned into the configs of the scan, the snapshot, repair and the agent.
+
+use std::path::PathBuf;
+
+use super::args::{
+    ClusterSourceArgs, IptablesViaArg, LiveArgs, NftablesViaArg, RunArgs, ScanArgs, SnapshotArgs,
+};
+use crate::agent::daemon::AgentConfig;
+use crate::agent::repair::RepairConfig;
+use crate::agent::repair::oneshot::RepairPassConfig;
+use crate::scan::cluster_services::ServiceSource;
+use crate::scan::oneshot::{NodeSnapshotConfig, OneshotConfig};
+use crate::sources::kube_proxy_http::HEALTHZ_TIMEOUT;
+use crate::sources::live::{IptablesVia, LiveConfig, NftablesVia};
+use crate::sources::tools::ToolLimits;
+
+impl ClusterSourceArgs {
+    /// The source named on the command line: a file, else the API server.
+    pub fn source(&self) -> ServiceSource {
+        match &self.cluster_state {
+            Some(path) => ServiceSource::File(path.clone()),
+            None => ServiceSource::Api {
+                kubeconfig: self.kubeconfig.clone(),
+                timeout: self.api_timeout,
+            },
+        }
+    }
+}
+
+impl NftablesViaArg {
+    /// The live reader's way of reading the nftables tables.
+    pub fn via(self) -> NftablesVia {
+        match self {
+            NftablesViaArg::Netlink => NftablesVia::Netlink,
+            NftablesViaArg::Nft => NftablesVia::Nft,
+        }
+    }
+}
+
+impl LiveArgs {
+    /// How to read this node, with `cluster_state` as its cluster state.
+    pub(crate) fn config(&self, cluster_state: Option<PathBuf>) -> LiveConfig {
+        LiveConfig {
+            proc_root: self.proc_root.clone(),
+            limits: ToolLimits {
+                timeout: self.tool_timeout,
+                max_output: self.tool_max_output,
+            },
+            kube_proxy_healthz: self.kube_proxy_healthz.0,
+            kube_proxy_metrics: self.kube_proxy_metrics.0,
+            healthz_timeout: HEALTHZ_TIMEOUT,
+            cluster_state,
+            nftables_via: self.nftables_via.via(),
+            iptables_via: match self.iptables_via {
+                IptablesViaArg::Netlink => IptablesVia::Netlink,
+                IptablesViaArg::Save => IptablesVia::Save,
+            },
+        }
+    }
+}
+
+impl ScanArgs {
+    /// The one-shot scan's config.
+    pub(crate) fn oneshot_config(&self) -> OneshotConfig {
+        OneshotConfig {
+            bundle: self.from.clone(),
+            cluster_state: self.cluster_state.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            api_timeout: self.api_timeout,
+            live: self.live.config(None),
+            node: self.node.clone(),
+            grace: self.grace,
+            nodeport_range: self.nodeport_range.clone(),
+        }
+    }
+
+    /// `scan --repair`'s config: the scan's, and the repair's.
+    pub(crate) fn repair_pass_config(&self) -> RepairPassConfig {
+        let r = &self.repair;
+        RepairPassConfig {
+            scan: self.oneshot_config(),
+            repair: RepairConfig {
+                max_actions: r.repair_max,
+                min_scans: 2,
+                min_age: r.repair_confirm,
+                nudge_wait: r.repair_nudge_wait,
+                grace: self.grace,
+                dry_run: r.dry_run,
+                limits: self.live.config(None).limits,
+            },
+            trust_cluster_state: r.trust_cluster_state,
+        }
+    }
+}
+
+impl SnapshotArgs {
+    /// The capture's config.
+    pub(crate) fn snapshot_config(&self) -> NodeSnapshotConfig {
+        NodeSnapshotConfig {
+            out: self.out.clone(),
+            force: self.force,
+            cluster_state: self.cluster_state.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            api_timeout: self.api_timeout,
+            node: self.node.clone(),
+            live: self.live.config(None),
+        }
+    }
+}
+
+impl RunArgs {
+    /// The agent's config.
+    pub(crate) fn agent_config(self) -> AgentConfig {
+        let live = self.live.config(None);
+        let live_limits = live.limits;
+        AgentConfig {
+            node: self.node,
+            listen: self.listen,
+            interval: self.interval,
+            grace: self.grace,
+            kubeconfig: self.kubeconfig,
+            live,
+            nodeport_range: self.nodeport_range,
+            metrics_max_series: self.metrics_max_series,
+            events: self.events,
+            node_condition: self.node_condition,
+            repair: self.repair.enabled.then(|| RepairConfig {
+                max_actions: self.repair.repair_max,
+                min_scans: 2,
+                // Two intervals at least: a change kube-proxy is still applying
+                // is not drift.
+                min_age: self.repair.repair_min_age.max(self.interval * 2),
+                nudge_wait: self.repair.repair_nudge_wait,
+                grace: self.grace,
+                dry_run: self.repair.repair_dry_run,
+                limits: live_limits,
+            }),
+        }
+    }
+}

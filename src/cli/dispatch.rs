@@ -1,0 +1,150 @@
+//! Runs the parsed command: hands its config to the scan, the snapshot, repair or the
+//! agent, prints what came back, and maps it to the exit status.
+
+use std::io::Write;
+
+use anyhow::Context;
+
+use super::args::{Cli, Command, DevCommand, FleetArgs, Format, LintArgs, PortsArgs, ScanArgs, SnapshotArgs};
+use super::dev;
+use crate::agent::repair::oneshot::scan_and_repair;
+use crate::heart::render::render_text;
+use crate::scan::oneshot::{run_oneshot, snapshot_node};
+
+/// Runs the parsed command. Returns the process exit status; errors mean "could not
+/// run" (exit 2).
+pub fn run(cli: Cli) -> anyhow::Result<u8> {
+    match cli.command {
+        Command::Scan(args) => scan(args),
+        Command::Snapshot(args) => snapshot(args),
+        Command::Ports(args) => ports(args),
+        Command::Lint(args) => lint(args),
+        Command::Fleet(args) => fleet(args),
+        Command::Dev(DevCommand::NftSources { via, reread_after }) => {
+            dev::print_nft_sources(via, reread_after.as_deref())
+        }
+        Command::Dev(DevCommand::IptablesSave { family }) => dev::print_iptables_save(&family),
+        Command::Run(args) => {
+            crate::agent::daemon::run(args.agent_config())?;
+            Ok(0)
+        }
+    }
+}
+
+fn scan(args: ScanArgs) -> anyhow::Result<u8> {
+    if args.repair.enabled {
+        let pass = scan_and_repair(&args.repair_pass_config())?;
+        let mut stdout = std::io::stdout().lock();
+        match args.format {
+            Format::Text => stdout.write_all(pass.render_text().as_bytes())?,
+            Format::Json => {
+                serde_json::to_writer_pretty(&mut stdout, &pass.to_json()?)?;
+                stdout.write_all(b"\n")?;
+            }
+        }
+        stdout.flush()?;
+        return Ok(pass.exit_code());
+    }
+    let report = run_oneshot(&args.oneshot_config())?;
+    print_view(args.format, &report, render_text)?;
+    Ok(report.exit_code())
+}
+
+fn ports(args: PortsArgs) -> anyhow::Result<u8> {
+    use crate::heart::views::ports;
+    use crate::scan::cluster_services;
+    let services = cluster_services::load_services(&args.cluster.source())
+        .context("cannot read the cluster's Services")?;
+    let (claims, problems) = services.claims();
+    let table = ports::allocation_table(claims, args.nodeport_range, args.next, problems);
+    print_view(args.format, &table, ports::render_table)?;
+    Ok(table.exit_code())
+}
+
+fn lint(args: LintArgs) -> anyhow::Result<u8> {
+    use crate::heart::views::lint;
+    use crate::scan::cluster_services::load_services;
+    use crate::sources::manifest_files;
+    let (services, problems) = manifest_files::read_manifests(&args.inputs)?;
+    // The cluster is consulted only when asked: a CI job without credentials still
+    // gets the checks that need none.
+    let source = (args.cluster.kubeconfig.is_some() || args.cluster.cluster_state.is_some())
+        .then(|| args.cluster.source());
+    let live = match &source {
+        Some(source) => {
+            let cluster = load_services(source).context("cannot read the cluster's Services")?;
+            Some(cluster.claims().0)
+        }
+        None => None,
+    };
+    let config = lint::LintConfig {
+        nodeport_range: args.nodeport_range,
+        default_namespace: args.namespace,
+    };
+    let report = lint::lint(&services, &problems, live.as_deref(), &config);
+    print_view(args.format, &report, lint::render_lint)?;
+    Ok(report.exit_code())
+}
+
+fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
+    use crate::heart::views::fleet;
+    use crate::sources::fleet_client;
+    let query = fleet_client::FleetQuery {
+        kubeconfig: args.kubeconfig,
+        namespace: args.namespace,
+        selector: args.selector,
+        port: args.port,
+        timeout: args.timeout,
+        concurrency: usize::from(args.concurrency),
+    };
+    let answers = fleet_client::ask_fleet(&query)?;
+    if answers.is_empty() {
+        anyhow::bail!(
+            "no agent pods in namespace {} match {}",
+            query.namespace,
+            query.selector
+        );
+    }
+    let view = fleet::fleet_view(&answers);
+    print_view(args.format, &view, fleet::render_fleet)?;
+    Ok(view.exit_code())
+}
+
+/// Prints a view on stdout: rendered for a terminal, or as pretty JSON.
+fn print_view<T: serde::Serialize>(format: Format, view: &T, render: fn(&T) -> String) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match format {
+        Format::Text => stdout.write_all(render(view).as_bytes())?,
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut stdout, view)?;
+            stdout.write_all(b"\n")?;
+        }
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
+    let manifest = snapshot_node(&args.snapshot_config())?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
+        "portdrift: wrote {} (node {})",
+        args.out.display(),
+        manifest.node.as_deref().unwrap_or("unknown")
+    )?;
+    for e in &manifest.sources {
+        let mut line = format!("  {:<42} {:<9}", e.source, e.status.as_str());
+        if e.file {
+            line.push_str(&format!(" {} bytes", e.bytes.unwrap_or(0)));
+        }
+        writeln!(stdout, "{}", line.trim_end())?;
+        if !matches!(e.status, crate::heart::outcome::SourceState::Ok) {
+            for n in &e.notes {
+                writeln!(stdout, "      {n}")?;
+            }
+        }
+    }
+    stdout.flush()?;
+    Ok(0)
+}

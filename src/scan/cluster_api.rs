@@ -1,0 +1,154 @@
+//! The one-shot commands' reads of the API server: the cluster state a live scan
+//! compares the node with, and the objects a snapshot copies into its bundle.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use kube::Client;
+use thiserror::Error;
+
+use crate::sources::kube_client::{self, WatchError};
+use crate::heart::model::ProcessInfo;
+use crate::heart::outcome::{API_SOURCE, ScanInput, SourceState, SourceStatus};
+
+/// Why the cluster state could not be read from the API server.
+#[derive(Debug, Error)]
+pub enum ClusterApiError {
+    /// No kubeconfig was named, and none was found (KUBECONFIG, ~/.kube/config, the
+    /// in-cluster service account): there is no API server to ask.
+    #[error(transparent)]
+    Unconfigured(WatchError),
+    /// An API server was configured, and reading from it failed.
+    #[error(transparent)]
+    Api(WatchError),
+    /// The runtime the API client runs on could not start.
+    #[error(transparent)]
+    Runtime(io::Error),
+}
+
+/// A runtime for one blocking call into the async API client.
+fn runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
+/// A client of the API server `kubeconfig` names (default: as kube finds one), and
+/// the server's URL. Unconfigured when none is named and none is found.
+async fn connect(kubeconfig: Option<&Path>) -> Result<(Client, String), ClusterApiError> {
+    let config = kube_client::kube_config(kubeconfig)
+        .await
+        .map_err(|e| match kubeconfig {
+            None => ClusterApiError::Unconfigured(e),
+            Some(_) => ClusterApiError::Api(e),
+        })?;
+    let url = config.cluster_url.to_string();
+    let client = kube_client::kube_client(config).map_err(ClusterApiError::Api)?;
+    Ok((client, url))
+}
+
+/// Lists the cluster state from the API server into `input`. An unreachable or
+/// unconfigured API is a source status, not a failed scan: the checks that need no
+/// cluster state still run, and the report says why the others did not.
+pub fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeout: Duration) {
+    let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
+    let node = input.node.clone();
+    // Pods are listed (on this node only) just when a squatter runs in one.
+    let pod_uids = input.observed.owners.values().any(|p| p.pod.is_some());
+    let loaded = runtime().map_err(ClusterApiError::Runtime).and_then(|runtime| {
+        runtime.block_on(async {
+            let (client, url) = connect(kubeconfig).await?;
+            let desired = kube_client::load_once(client.clone(), node.as_deref(), timeout)
+                .await
+                .map_err(ClusterApiError::Api)?;
+            let pods = match node.as_deref() {
+                Some(node) if pod_uids => Some(kube_client::pods_on_node(client, node, timeout).await),
+                _ => None,
+            };
+            Ok((desired, url, pods))
+        })
+    });
+    match loaded {
+        Ok((desired, url, pods)) => {
+            match pods {
+                Some(Ok(pods)) => name_pods(&mut input.observed.owners, &pods),
+                Some(Err(e)) => status
+                    .notes
+                    .push(format!("cannot name the pods behind squatters: {e}")),
+                None => {}
+            }
+            status.origin = Some(url);
+            let pod_notes = std::mem::take(&mut status.notes);
+            status.describe_cluster_state(&desired);
+            status.notes.extend(pod_notes);
+            input.desired = Some(desired);
+        }
+        Err(ClusterApiError::Unconfigured(e)) => {
+            status.status = SourceState::Absent;
+            status.notes.push(format!(
+                "no cluster state: no --cluster-state or --kubeconfig, and {e}; only checks that need none ran"
+            ));
+        }
+        Err(e) => {
+            eprintln!("portdrift: cannot read the cluster state from the API server: {e}");
+            status.status = SourceState::Error;
+            status
+                .notes
+                .push(format!("{e}; only checks that need no cluster state ran"));
+        }
+    }
+    input.sources.push(status);
+}
+
+/// Replaces the pod UIDs read from cgroups with `namespace/name`, where the API knows them.
+pub fn name_pods(owners: &mut HashMap<u64, ProcessInfo>, pods: &HashMap<String, String>) {
+    for process in owners.values_mut() {
+        if let Some(name) = process.pod.as_ref().and_then(|uid| pods.get(uid)) {
+            process.pod = Some(name.clone());
+        }
+    }
+}
+
+/// Why the cluster's objects could not be listed into a file.
+#[derive(Debug, Error)]
+pub enum ListToFileError {
+    /// The API server could not be asked or did not answer.
+    #[error("cannot list the cluster state from the API server")]
+    Api(#[source] ClusterApiError),
+    /// The runtime or the temporary file failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+/// Lists the cluster's objects from the API into a temporary `cluster.json`. None when
+/// no API is configured at all (said on stderr); an explicit kubeconfig that fails is
+/// an error.
+pub fn list_cluster_to_file(
+    kubeconfig: Option<&Path>,
+    node: Option<&str>,
+    timeout: Duration,
+) -> Result<Option<tempfile::NamedTempFile>, ListToFileError> {
+    let listed = runtime()?.block_on(async {
+        let (client, _) = connect(kubeconfig).await?;
+        kube_client::list_once(client, node, timeout)
+            .await
+            .map_err(ClusterApiError::Api)
+    });
+    let objects = match listed {
+        Ok(objects) => objects,
+        Err(ClusterApiError::Unconfigured(e)) => {
+            eprintln!("portdrift: no cluster state in the snapshot: {e}");
+            return Ok(None);
+        }
+        Err(e) => return Err(ListToFileError::Api(e)),
+    };
+    let mut file = tempfile::NamedTempFile::new()?;
+    serde_json::to_writer_pretty(&mut file, &objects.to_list_json())?;
+    file.write_all(b"\n")?;
+    Ok(Some(file))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,188 @@
+//! Reading the node's facts beside the rules: the local port sysctls, kube-proxy's
+//! health and proxy mode answers, and IPVS mode's traces.
+
+use std::io::BufRead;
+
+use crate::decode::node;
+use crate::heart::observed::{IpvsTraces, KubeProxyHealth, NodeSysctls};
+use crate::heart::outcome::{ScanInput, SourceState};
+use crate::scan::readers::read_small;
+use crate::sources::bundle::{
+    HEALTHZ_FILE, IP_VS_FILE, LOCAL_PORT_RANGE_FILE, NET_DEV_FILE, PROXY_MODE_FILE, RESERVED_PORTS_FILE,
+    Source,
+};
+
+use super::settle;
+
+/// Reads the local port sysctls. Returns how many of the two files the source knew.
+pub(super) fn read_sysctls<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
+    let mut present = 0;
+    let mut sysctls = NodeSysctls::default();
+    let mut read_any = false;
+
+    let fetched = src.fetch(LOCAL_PORT_RANGE_FILE, read_small);
+    if let Some(settled) = settle(src, LOCAL_PORT_RANGE_FILE, fetched) {
+        present += 1;
+        let mut status = settled.status;
+        if let Some(text) = settled.value {
+            read_any = true;
+            match node::parse_local_port_range(&text) {
+                Ok(range) => {
+                    status.notes.push(format!("{}-{}", range.start(), range.end()));
+                    sysctls.local_port_range = Some(range);
+                }
+                Err(e) => {
+                    status.status = SourceState::Error;
+                    status.notes.push(e.to_string());
+                }
+            }
+        }
+        input.sources.push(status);
+    }
+
+    let fetched = src.fetch(RESERVED_PORTS_FILE, read_small);
+    if let Some(settled) = settle(src, RESERVED_PORTS_FILE, fetched) {
+        present += 1;
+        let mut status = settled.status;
+        if let Some(text) = settled.value {
+            read_any = true;
+            let (ranges, errors) = node::parse_reserved_ports(&text);
+            if status.status == SourceState::Empty || (ranges.is_empty() && errors.is_empty()) {
+                // An empty sysctl is a fine answer: nothing is reserved.
+                status.status = SourceState::Ok;
+                status.notes.push("none reserved".into());
+            }
+            if !errors.is_empty() {
+                status.status = SourceState::Partial;
+                status.unparsed = errors.len();
+                status.notes.extend(errors.iter().take(5).map(|e| e.to_string()));
+            }
+            if !ranges.is_empty() {
+                status.notes.push(
+                    ranges
+                        .iter()
+                        .map(|r| {
+                            if r.start() == r.end() {
+                                r.start().to_string()
+                            } else {
+                                format!("{}-{}", r.start(), r.end())
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(","),
+                );
+            }
+            sysctls.reserved_ports = ranges;
+        }
+        input.sources.push(status);
+    }
+    if read_any {
+        input.observed.sysctls = Some(sysctls);
+    }
+    present
+}
+
+/// Reads kube-proxy's health answer.
+pub(super) fn read_healthz<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+    let fetched = src.fetch(HEALTHZ_FILE, read_small);
+    let Some(settled) = settle(src, HEALTHZ_FILE, fetched) else {
+        return false;
+    };
+    let mut status = settled.status;
+    if let Some(body) = settled.value
+        && matches!(
+            status.status,
+            SourceState::Ok | SourceState::Failed | SourceState::Empty
+        )
+    {
+        let healthy = status.status != SourceState::Failed;
+        match KubeProxyHealth::from_body(healthy, body.as_bytes()) {
+            Ok(health) => {
+                status.notes.extend(health.describe());
+                input.observed.kube_proxy_health = Some(health);
+            }
+            Err(e) => {
+                status.status = SourceState::Error;
+                status.notes.push(format!("garbled answer: {e}"));
+            }
+        }
+    }
+    input.sources.push(status);
+    true
+}
+
+/// Reads kube-proxy's `/proxyMode` answer.
+pub(super) fn read_proxy_mode<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+    let fetched = src.fetch(PROXY_MODE_FILE, read_small);
+    let Some(settled) = settle(src, PROXY_MODE_FILE, fetched) else {
+        return false;
+    };
+    let mut status = settled.status;
+    if let Some(body) = settled.value
+        && status.status == SourceState::Ok
+    {
+        let answer = body.trim();
+        if crate::heart::proxy_mode::parse_reported(answer).is_some() {
+            status.notes.push(format!("kube-proxy runs in {answer} mode"));
+            input.observed.kube_proxy_mode = Some(answer.to_string());
+        } else {
+            status.status = SourceState::Error;
+            status.notes.push(format!(
+                "not a proxy mode this reads: {:?}",
+                answer.chars().take(40).collect::<String>()
+            ));
+        }
+    }
+    input.sources.push(status);
+    true
+}
+
+/// Reads IPVS mode's traces outside netfilter: `kube-ipvs0` among the interfaces, and
+/// the kernel's IPVS virtual servers. Returns how many of the two files the source knew.
+pub(super) fn read_ipvs_traces<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
+    let mut present = 0;
+    let mut traces = IpvsTraces::default();
+    let mut read_any = false;
+    let fetched = src.fetch(NET_DEV_FILE, |r| {
+        let mut found = false;
+        for line in r.lines() {
+            found |= node::net_dev_has(&line?, node::IPVS_INTERFACE);
+        }
+        Ok(found)
+    });
+    if let Some(settled) = settle(src, NET_DEV_FILE, fetched) {
+        present += 1;
+        let mut status = settled.status;
+        if let Some(found) = settled.value {
+            read_any = true;
+            traces.interface = found;
+            if found {
+                status.notes.push(format!("{} present", node::IPVS_INTERFACE));
+            }
+        }
+        input.sources.push(status);
+    }
+    // A node without the ip_vs module has no such file: that is no news.
+    let fetched = src.fetch(IP_VS_FILE, |r| {
+        let mut count = 0;
+        for line in r.lines() {
+            count += node::count_ip_vs_services(&line?);
+        }
+        Ok(count)
+    });
+    if let Some(settled) = settle(src, IP_VS_FILE, fetched).filter(|s| s.status.status != SourceState::Absent)
+    {
+        present += 1;
+        let mut status = settled.status;
+        if let Some(count) = settled.value {
+            read_any = true;
+            traces.virtual_servers = Some(count);
+            status.items = Some(count);
+        }
+        input.sources.push(status);
+    }
+    if read_any {
+        input.observed.ipvs = Some(traces);
+    }
+    present
+}

@@ -1,0 +1,149 @@
+//! The rule dumps of the last read, kept so that a dump the kernel says has not
+//! changed is not read again.
+
+use crate::heart::model::{Backend, Family, RuleSource};
+use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
+
+/// What the last read of each rule dump gave, so that a dump the kernel says has not
+/// changed since is not read again: on a large node one `iptables-nft-save` costs far
+/// more CPU than the rest of the scan.
+///
+/// The caller decides what may be reused (see [`RuleCache::allow_reuse`]): only what
+/// a change notification covers, and only while none has arrived since the read. The
+/// rules themselves are lent, not copied: a read moves them into the scan's input, and
+/// [`RuleCache::keep`] takes them back from the finished scan (the agent holds one copy
+/// of a large node's rules, not two).
+#[derive(Debug, Default)]
+pub struct RuleCache {
+    /// The dumps whose reads are kept at all.
+    keepable: Vec<&'static str>,
+    reuse: Vec<&'static str>,
+    entries: Vec<(&'static str, CachedRead)>,
+    /// Where the last read put each kept dump's sources in `observed.sources`.
+    lent: Vec<(&'static str, std::ops::Range<usize>)>,
+}
+
+#[derive(Debug, Clone)]
+struct CachedRead {
+    present: bool,
+    statuses: Vec<SourceStatus>,
+    /// None while lent to a scan, or when the scan never gave them back.
+    sources: Option<Vec<RuleSource>>,
+}
+
+impl RuleCache {
+    /// A cache that keeps the reads of these dumps (and no others).
+    pub fn keeping(names: &[&'static str]) -> RuleCache {
+        RuleCache {
+            keepable: names.to_vec(),
+            ..RuleCache::default()
+        }
+    }
+
+    /// The next read may reuse these dumps' last results instead of reading them.
+    pub fn allow_reuse(&mut self, names: &[&'static str]) {
+        self.reuse.clear();
+        self.reuse.extend_from_slice(names);
+    }
+
+    /// Takes back the rule sources of the read that last used this cache, from the
+    /// finished scan (in the order the read produced them).
+    pub fn keep(&mut self, mut sources: Vec<RuleSource>) {
+        for (name, range) in std::mem::take(&mut self.lent) {
+            if range.end > sources.len() {
+                continue;
+            }
+            let taken: Vec<RuleSource> = sources
+                .splice(
+                    range.clone(),
+                    std::iter::repeat_with(|| RuleSource::empty("", Backend::IptablesNft, Family::Ipv4))
+                        .take(range.len()),
+                )
+                .collect();
+            if let Some((_, read)) = self.entries.iter_mut().find(|(n, _)| *n == name) {
+                read.sources = Some(taken);
+            }
+        }
+    }
+
+    /// Forgets what an earlier read lent and never got back (that scan failed).
+    pub(super) fn drop_unreturned(&mut self) {
+        self.lent.clear();
+    }
+
+    fn reusable(&mut self, name: &str) -> Option<&mut CachedRead> {
+        if !self.reuse.contains(&name) {
+            return None;
+        }
+        self.entries
+            .iter_mut()
+            .find(|(n, read)| *n == name && read.sources.is_some())
+            .map(|(_, read)| read)
+    }
+
+    fn forget(&mut self, name: &str) {
+        self.entries.retain(|(n, _)| *n != name);
+    }
+
+    /// Keeps `read` for the next scan; false when it is not kept.
+    fn store(&mut self, name: &'static str, read: CachedRead) -> bool {
+        self.forget(name);
+        // A dump that could not be read whole is read again next time, whatever the
+        // kernel says: its failure may have been passing.
+        let whole = read.statuses.iter().all(|s| {
+            matches!(
+                s.status,
+                SourceState::Ok | SourceState::Empty | SourceState::Absent
+            )
+        });
+        let keep = whole && self.keepable.contains(&name);
+        if keep {
+            self.entries.push((name, read));
+        }
+        keep
+    }
+}
+
+/// Reads one rule dump with `read`, or replays its last result from `cache` when that
+/// may be reused.
+pub(super) fn read_rules_cached(
+    cache: &mut RuleCache,
+    name: &'static str,
+    input: &mut ScanInput,
+    read: impl FnOnce(&mut ScanInput) -> bool,
+) -> bool {
+    let start = input.observed.sources.len();
+    if let Some(last) = cache.reusable(name) {
+        let present = last.present;
+        for mut status in last.statuses.clone() {
+            status
+                .notes
+                .push("not read again: the kernel announced no rule change since the last read".into());
+            input.sources.push(status);
+        }
+        input
+            .observed
+            .sources
+            .extend(last.sources.take().unwrap_or_default());
+        let end = input.observed.sources.len();
+        cache.lent.push((name, start..end));
+        return present;
+    }
+    // The last read goes before this one starts: holding both would add a large
+    // node's whole rule set to the read's peak.
+    cache.forget(name);
+    let statuses_before = input.sources.len();
+    let present = read(input);
+    let kept = cache.store(
+        name,
+        CachedRead {
+            present,
+            statuses: input.sources[statuses_before..].to_vec(),
+            sources: None,
+        },
+    );
+    if kept {
+        cache.lent.push((name, start..input.observed.sources.len()));
+    }
+    present
+}

@@ -1,0 +1,411 @@
+//! Runs the netfilter dump and restore tools: [`run_tool`] runs one external tool
+//! without a shell. The binary is found on `PATH` by its explicit name
+//! (`iptables-nft-save`, never the `iptables-save` wrapper, whose iptables-wrappers
+//! symlink trick breaks on a read-only root filesystem), its stdout is streamed into a
+//! consumer while it prints (the iptables parser parses, the snapshot writer writes a
+//! file; no dump is held whole in memory), a watchdog kills its process group at its
+//! deadline, and what it said on stderr is kept as a bounded excerpt. Every way a tool
+//! can go wrong is a [`ToolOutcome`], never an error of the scan.
+
+use std::ffi::OsStr;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::heart::outcome::SourceState;
+
+/// Limits on one tool run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolLimits {
+    /// The tool is killed when it has not finished (and its output has not been
+    /// consumed) by then.
+    pub timeout: Duration,
+    /// Reading stops, and the tool is killed, past this many bytes of stdout.
+    pub max_output: u64,
+}
+
+/// A tool stuck on a lock or a wedged kernel must not hold the scan forever, but a
+/// large node's dump is slow (README, Performance).
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Well above what a large node's dump prints (README, Performance).
+pub const DEFAULT_MAX_OUTPUT: u64 = 256 << 20;
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits {
+            timeout: DEFAULT_TOOL_TIMEOUT,
+            max_output: DEFAULT_MAX_OUTPUT,
+        }
+    }
+}
+
+/// How much of a tool's stderr is kept.
+const STDERR_EXCERPT: usize = 4096;
+/// How long the output readers may take to finish once the tool has been killed (a
+/// grandchild outside the tool's process group could hold the pipes open); after
+/// that they are abandoned and the scan goes on.
+const READER_GRACE: Duration = Duration::from_millis(500);
+
+/// How one tool run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolOutcome {
+    /// The binary is not on `PATH` (or vanished before it could start).
+    Absent,
+    /// It exited 0 and printed nothing.
+    Empty,
+    /// It exited 0 and printed something.
+    Ok,
+    /// It exited non-zero, was killed by a signal, or could not be started.
+    Failed(String),
+    /// It was killed at its deadline.
+    TimedOut,
+    /// It printed more than the output limit; it was killed and reading stopped there.
+    TooLarge,
+}
+
+impl ToolOutcome {
+    /// The source state this outcome gives.
+    pub fn state(&self) -> SourceState {
+        match self {
+            ToolOutcome::Absent => SourceState::Absent,
+            ToolOutcome::Empty => SourceState::Empty,
+            ToolOutcome::Ok => SourceState::Ok,
+            ToolOutcome::Failed(_) => SourceState::Failed,
+            ToolOutcome::TimedOut => SourceState::TimedOut,
+            ToolOutcome::TooLarge => SourceState::TooLarge,
+        }
+    }
+}
+
+/// Everything one tool run produced.
+#[derive(Debug)]
+pub struct ToolRun<T> {
+    /// The command as run, for messages (`iptables-nft-save`).
+    pub command: String,
+    /// Where the binary was found on `PATH`.
+    pub path: Option<PathBuf>,
+    pub outcome: ToolOutcome,
+    /// What the consumer returned; None when it never ran (absent tool) or did not
+    /// finish within the grace period after the tool was killed.
+    pub value: Option<io::Result<T>>,
+    /// The start of what the tool printed on stderr, lossily decoded and trimmed.
+    pub stderr: String,
+    /// Bytes of stdout the consumer was given.
+    pub stdout_bytes: u64,
+    pub elapsed: Duration,
+}
+
+/// Finds `program` on `PATH` the way `execvp` does: the first directory holding an
+/// executable regular file of that name.
+pub fn find_on_path(program: &str) -> Option<PathBuf> {
+    find_in(program, std::env::var_os("PATH").as_deref())
+}
+
+fn find_in(program: &str, path: Option<&OsStr>) -> Option<PathBuf> {
+    if program.contains('/') {
+        return is_executable(Path::new(program)).then(|| PathBuf::from(program));
+    }
+    std::env::split_paths(path?)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(program))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Thrown by [`CappedReader`] past the output limit.
+#[derive(Debug)]
+struct OutputLimit;
+
+impl std::fmt::Display for OutputLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the output limit was reached")
+    }
+}
+
+impl std::error::Error for OutputLimit {}
+
+/// A reader that counts what it hands out and fails past a limit.
+struct CappedReader<R> {
+    inner: R,
+    limit: u64,
+    count: Arc<AtomicU64>,
+    over: Arc<AtomicBool>,
+}
+
+impl<R: Read> Read for CappedReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let used = self.count.load(Ordering::Relaxed);
+        let left = self.limit.saturating_sub(used);
+        if left == 0 {
+            // At the limit: one more byte means the output is too large.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => {
+                    self.over.store(true, Ordering::Relaxed);
+                    Err(io::Error::other(OutputLimit))
+                }
+            };
+        }
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Runs `program args...` (found on `PATH`, no shell), streaming its stdout into
+/// `consume` on a reader thread while the calling thread watches the deadline.
+///
+/// The tool runs in its own process group, so that the watchdog's kill also reaches
+/// anything it started (a wrapper script's `sleep`, say) that would otherwise hold
+/// the output pipe open. Its stdin is `/dev/null` and `LC_ALL=C` keeps its messages
+/// in the words this module recognises.
+pub fn run_tool<T, F>(program: &str, args: &[&str], limits: ToolLimits, consume: F) -> ToolRun<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+{
+    run_tool_with_input(program, args, None, limits, consume)
+}
+
+/// [`run_tool`] with `input` written to the tool's stdin (then closed), for the tools
+/// that read a script there (`iptables-restore`, `nft -f -`). The input is written on
+/// its own thread, so a tool that stops reading cannot block the watchdog.
+pub fn run_tool_with_input<T, F>(
+    program: &str,
+    args: &[&str],
+    input: Option<Vec<u8>>,
+    limits: ToolLimits,
+    consume: F,
+) -> ToolRun<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+{
+    let start = Instant::now();
+    let command = std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut run = ToolRun {
+        command,
+        path: find_on_path(program),
+        outcome: ToolOutcome::Absent,
+        value: None,
+        stderr: String::new(),
+        stdout_bytes: 0,
+        elapsed: Duration::ZERO,
+    };
+    let Some(path) = run.path.clone() else {
+        return run;
+    };
+    let spawned = Command::new(&path)
+        .args(args)
+        .env("LC_ALL", "C")
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            run.elapsed = start.elapsed();
+            return run;
+        }
+        Err(e) => {
+            run.outcome = ToolOutcome::Failed(format!("could not start {}: {e}", path.display()));
+            run.elapsed = start.elapsed();
+            return run;
+        }
+    };
+
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A failed write shows as the tool's own complaint (or exit status).
+        let writer = thread::Builder::new()
+            .name(format!("{program} stdin"))
+            .spawn(move || {
+                let _ = stdin.write_all(&bytes);
+            });
+        if let Err(e) = writer {
+            kill_group(&mut child);
+            let _ = child.wait();
+            run.outcome = ToolOutcome::Failed(format!("could not start a writer thread: {e}"));
+            run.elapsed = start.elapsed();
+            return run;
+        }
+    }
+    let count = Arc::new(AtomicU64::new(0));
+    let over = Arc::new(AtomicBool::new(false));
+    let (out_tx, out_rx) = mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let reader = CappedReader {
+        inner: stdout,
+        limit: limits.max_output,
+        count: Arc::clone(&count),
+        over: Arc::clone(&over),
+    };
+    let out_thread = thread::Builder::new()
+        .name(format!("{program} stdout"))
+        .spawn(move || {
+            let mut r = BufReader::with_capacity(64 << 10, reader);
+            let _ = out_tx.send(consume(&mut r));
+        });
+    let (err_tx, err_rx) = mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let err_thread = thread::Builder::new()
+        .name(format!("{program} stderr"))
+        .spawn(move || {
+            let mut kept = Vec::new();
+            let mut stderr = stderr;
+            let _ = (&mut stderr).take(STDERR_EXCERPT as u64).read_to_end(&mut kept);
+            // Drain the rest so the tool never blocks on a full stderr pipe.
+            let _ = io::copy(&mut stderr, &mut io::sink());
+            let _ = err_tx.send(kept);
+        });
+    if let Err(e) = out_thread.and(err_thread) {
+        kill_group(&mut child);
+        let _ = child.wait();
+        run.outcome = ToolOutcome::Failed(format!("could not start a reader thread: {e}"));
+        run.elapsed = start.elapsed();
+        return run;
+    }
+
+    let deadline = start + limits.timeout;
+    let mut status: Option<ExitStatus> = None;
+    let mut step = Duration::from_millis(1);
+    let mut killed_for: Option<ToolOutcome> = None;
+    loop {
+        if run.value.is_none() {
+            let wait = step.min(deadline.saturating_duration_since(Instant::now()));
+            match out_rx.recv_timeout(wait) {
+                Ok(v) => run.value = Some(v),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    run.value = Some(Err(io::Error::other("the output reader stopped")));
+                }
+            }
+        } else if status.is_none() {
+            thread::sleep(step.min(deadline.saturating_duration_since(Instant::now())));
+        }
+        if status.is_none() {
+            match child.try_wait() {
+                Ok(s) => status = s,
+                Err(e) => {
+                    run.outcome = ToolOutcome::Failed(format!("could not wait for it: {e}"));
+                    killed_for = Some(run.outcome.clone());
+                    break;
+                }
+            }
+        }
+        if run.value.is_some() && status.is_some() {
+            break;
+        }
+        if over.load(Ordering::Relaxed) {
+            killed_for = Some(ToolOutcome::TooLarge);
+            break;
+        }
+        if Instant::now() >= deadline {
+            killed_for = Some(ToolOutcome::TimedOut);
+            break;
+        }
+        step = (step * 2).min(Duration::from_millis(10));
+    }
+
+    if let Some(why) = killed_for {
+        if status.is_none() {
+            kill_group(&mut child);
+            let _ = child.wait();
+        }
+        run.outcome = why;
+        if run.value.is_none() {
+            // The pipe closes with the process group: the consumer sees the end of a
+            // truncated dump and returns what it read.
+            run.value = out_rx.recv_timeout(READER_GRACE).ok();
+        }
+    } else {
+        let status = status.expect("the loop ends with a status");
+        let printed = count.load(Ordering::Relaxed);
+        run.outcome = if !status.success() {
+            ToolOutcome::Failed(describe_exit(status))
+        } else if printed == 0 {
+            ToolOutcome::Empty
+        } else {
+            ToolOutcome::Ok
+        };
+    }
+    if over.load(Ordering::Relaxed) {
+        run.outcome = ToolOutcome::TooLarge;
+    }
+    let stderr = err_rx.recv_timeout(READER_GRACE).unwrap_or_default();
+    run.stderr = String::from_utf8_lossy(&stderr).trim().to_string();
+    run.stdout_bytes = count.load(Ordering::Relaxed);
+    run.elapsed = start.elapsed();
+    run
+}
+
+fn describe_exit(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "ended abnormally".into(),
+    }
+}
+
+/// Kills the tool's process group (it leads its own: `process_group(0)`), or at least
+/// the tool itself.
+fn kill_group(child: &mut Child) {
+    let pid = rustix::process::Pid::from_child(child);
+    if rustix::process::kill_process_group(pid, rustix::process::Signal::KILL).is_err() {
+        let _ = child.kill();
+    }
+}
+
+/// What the tools say on stderr that is worth a note, and a bounded excerpt of the rest.
+pub fn stderr_notes(stderr: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    let mut other = Vec::new();
+    for line in stderr.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.contains("tables-legacy tables present") {
+            // iptables-nft's "# Warning: iptables-legacy tables present, use
+            // iptables-legacy-save to see them" (ip6tables-… for IPv6).
+            notes.push(format!(
+                "the tool says: {}; portdrift reads both backends",
+                line.trim_start_matches("# ").trim_start_matches("Warning: ")
+            ));
+        } else if line.contains("is incompatible, use 'nft' tool") || line.starts_with("# Warning:") {
+            // iptables-nft: "# Table `nat' is incompatible, use 'nft' tool."; nft:
+            // "# Warning: table ip nat is managed by iptables-nft, do not touch!".
+            notes.push(format!(
+                "the tool says: {}",
+                line.trim_start_matches("# ").trim_start_matches("Warning: ")
+            ));
+        } else {
+            other.push(line);
+        }
+    }
+    if !other.is_empty() {
+        let text = other.join(" / ");
+        notes.push(format!("stderr: {}", crate::decode::lines::excerpt(&text, 400)));
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests;
