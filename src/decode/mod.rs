@@ -8,4 +8,5 @@ pub mod lines;
 pub mod manifests;
 pub mod nftables;
 pub mod node;
+pub mod ruleset;
 pub mod sockets;

@@ -14,7 +14,6 @@ use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use crate::decode::iptables;
 use crate::heart::desired::{DesiredPort, DesiredState};
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::kube_proxy;
@@ -386,7 +385,7 @@ fn describe_attribution<'r>(
         Attribution::Known(i) => Some(Cow::Borrowed(&index.port(i).service)),
         Attribution::Foreign(Some(s)) => Some(Cow::Borrowed(s)),
         Attribution::Foreign(None) if matches!(rule.identity, RuleIdentity::Iptables { .. }) => {
-            iptables::comment_service(&rule.rule.text).map(Cow::Owned)
+            rule.undecoded_comment_service().map(Cow::Owned)
         }
         Attribution::Foreign(None) | Attribution::Unknown => None,
     }

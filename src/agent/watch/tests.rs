@@ -1,4 +1,3 @@
-
 use super::*;
 use k8s_openapi::api::discovery::v1::{EndpointConditions, EndpointHints, ForZone};
 

@@ -14,6 +14,7 @@ pub(crate) mod tokens;
 use std::borrow::Cow;
 use std::io::{self, BufRead};
 use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
 use std::sync::Arc;
 
 // FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
@@ -177,6 +178,7 @@ struct Dispatch {
     dest: DestMatch,
     target: DispatchTarget,
     comment: Option<ServicePortRef>,
+    undecoded_comment: Option<Range<u32>>,
     rule: RuleText,
 }
 
@@ -190,6 +192,9 @@ struct RuleArgs<'a> {
     /// `-m multiport --dports 80,443,30000:30010`.
     dports: Option<Cow<'a, str>>,
     comment: Option<Cow<'a, str>>,
+    /// Where the comment's text starts, in bytes back from the end of the spec (which
+    /// ends the rule's line): where a report finds the comment it left undecoded.
+    comment_from_end: usize,
     target: Option<Cow<'a, str>>,
     to_destination: Option<Cow<'a, str>>,
     dst_type_local: bool,
@@ -248,6 +253,7 @@ impl<'a> RuleArgs<'a> {
         let mut iter = tokens(spec);
         while let Some(tok) = iter.next() {
             let tok = tok?;
+            let left = iter.rest();
             let mut value = || iter.next().transpose();
             match tok.as_ref() {
                 "!" => {
@@ -261,7 +267,11 @@ impl<'a> RuleArgs<'a> {
                 }
                 "--dport" | "--destination-port" => args.dport = if negate { None } else { value()? },
                 "--dports" | "--destination-ports" => args.dports = if negate { None } else { value()? },
-                "--comment" => args.comment = value()?,
+                "--comment" => {
+                    let left = left.trim_start_matches([' ', '\t']);
+                    args.comment_from_end = left.len() - usize::from(left.starts_with('"'));
+                    args.comment = value()?;
+                }
                 "-j" | "--jump" | "-g" | "--goto" => args.target = value()?,
                 "--to-destination" => args.to_destination = value()?,
                 "--dst-type" => {
@@ -997,16 +1007,16 @@ impl Parser {
             Some(d) => DestMatch::Addr(d.to_string()),
         };
         // A jump to one of kube-proxy's hashed chains names its Service by the hash;
-        // its comment is decoded only when a report needs it (`comment_service`), which
-        // saves three allocations per rule on a healthy node.
+        // its comment is decoded only when a report needs it (`undecoded_comment`),
+        // which saves three allocations per rule on a healthy node.
         let hashed = match target {
             DispatchTarget::Chain(id) => kube_proxy::chain_hash(&self.nat.chains[id as usize].name).is_some(),
             _ => false,
         };
-        let comment = if hashed {
-            None
+        let (comment, undecoded_comment) = if hashed {
+            (None, comment_service_span(text, args))
         } else {
-            args.comment.as_deref().and_then(service_of_comment)
+            (args.comment.as_deref().and_then(service_of_comment), None)
         };
         self.dispatch.push(Dispatch {
             table,
@@ -1016,6 +1026,7 @@ impl Parser {
             dest,
             target,
             comment,
+            undecoded_comment,
             rule: RuleText {
                 text: text.into(),
                 line: number,
@@ -1220,15 +1231,11 @@ fn service_of_comment(comment: &str) -> Option<ServicePortRef> {
     comment.split(' ').next().and_then(ServicePortRef::parse)
 }
 
-/// The Service port a rule's comment names, decoded from the rule as printed: for
-/// NodePort rules whose `comment_service` was left to the chain hash.
-pub fn comment_service(rule_text: &str) -> Option<ServicePortRef> {
-    let spec = rule_text.strip_prefix("-A ")?.split_once(' ')?.1;
-    RuleArgs::read(spec)
-        .ok()?
-        .comment
-        .as_deref()
-        .and_then(service_of_comment)
+/// Where in the rule's line the comment's first word (its Service port) is written.
+fn comment_service_span(text: &str, args: &RuleArgs<'_>) -> Option<Range<u32>> {
+    let word = args.comment.as_deref()?.split(' ').next()?;
+    let start = text.len().checked_sub(args.comment_from_end)?;
+    Some(u32::try_from(start).ok()?..u32::try_from(start + word.len()).ok()?)
 }
 
 fn is_cni_hostport_chain(chain: &str) -> bool {
@@ -1391,6 +1398,7 @@ fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<Nod
             targets: Arc::new([]),
             external_targets: no_targets.clone(),
             comment_service: d.comment,
+            undecoded_comment: d.undecoded_comment,
             chain_hash: None,
             dangling: None,
             identity: RuleIdentity::Iptables {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn collect(input: &[u8], max: usize) -> Vec<(u32, Vec<u8>, bool)> {

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::heart::observed::IpvsTraces;
 use std::time::Duration;

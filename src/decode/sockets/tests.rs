@@ -1,4 +1,3 @@
-
 use super::*;
 
 // Captured from this project's dev machine (Linux 6.x, x86_64) inside `unshare -n`,

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::heart::model::{ProxySignals, RuleSource};
 use crate::heart::observed::IpvsTraces;

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::heart::finding::Kind;
 use crate::heart::model::Protocol;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn finding(kind: Kind, severity: Severity, port: u16, service: Option<&str>) -> Finding {

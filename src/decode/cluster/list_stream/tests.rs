@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// The List's kind and its items, each checked as JSON the way the reader does.

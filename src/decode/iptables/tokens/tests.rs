@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn split(s: &str) -> Result<Vec<String>, TokenError> {

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn statements(json: &str) -> Vec<Expr<'_>> {

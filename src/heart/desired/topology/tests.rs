@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn endpoint(addr: &str, local: bool) -> MergedEndpoint {

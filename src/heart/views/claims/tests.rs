@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn service(json: serde_json::Value) -> Service {

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::decode::manifests::services_in;
 use crate::heart::model::Protocol;

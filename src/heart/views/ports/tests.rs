@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn claim(port: u16, protocol: Protocol, service: &str, health_check: bool) -> Claim {
