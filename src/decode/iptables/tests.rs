@@ -1,4 +1,6 @@
+use super::values::*;
 use super::*;
+use crate::heart::model::{ProxyMode, RuleIdentity};
 
 /// kube-proxy's own test services (pkg/proxy/iptables/proxier_test.go) in the form the
 /// kernel round-trip prints them.
