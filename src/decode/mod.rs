@@ -9,4 +9,5 @@ pub mod manifests;
 pub mod netlink;
 pub mod nftables;
 pub mod node;
+pub mod ruleset;
 pub mod sockets;

@@ -16,8 +16,8 @@ use crate::heart::desired::DesiredState;
 use crate::heart::model::{Backend, Family, ProxyMode};
 use crate::heart::observed::Observed;
 use crate::heart::observed::SOCKET_FILES;
-use crate::heart::outcome::{SourceState, SourceStatus};
 use crate::heart::proxy_mode::ProxyDecision;
+use crate::heart::source_status::{SourceState, SourceStatus};
 
 /// The `coverage` object of the JSON report (a contract: fields may be added, never
 /// renamed or removed).

@@ -13,4 +13,5 @@ pub mod outcome;
 pub mod proxy_mode;
 pub mod render;
 pub mod repair;
+pub mod source_status;
 pub mod views;

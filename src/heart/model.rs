@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -269,15 +270,27 @@ pub struct NodePortRule {
     pub external_targets: Arc<[SocketAddr]>,
     /// The Service port named by kube-proxy's comment or the nftables chain name. For
     /// an iptables rule that jumps to a hashed kube-proxy chain the hash names the
-    /// Service, and the comment is left undecoded (see
-    /// `observed::iptables::comment_service`).
+    /// Service, and the comment is left undecoded (see `undecoded_comment`).
     pub comment_service: Option<ServicePortRef>,
+    /// Where in `rule.text` the comment's Service port is written, when the parser left
+    /// it undecoded: decoding it for every rule would cost a healthy node allocations
+    /// no report reads ([`NodePortRule::undecoded_comment_service`] decodes it).
+    pub undecoded_comment: Option<Range<u32>>,
     /// The service hash embedded in the first-hop chain name (`KUBE-EXT-<hash>`), if any.
     pub chain_hash: Option<Arc<str>>,
     /// A chain on the path that the dump jumps to but never defines.
     pub dangling: Option<String>,
     pub rule: RuleText,
     pub identity: RuleIdentity,
+}
+
+impl NodePortRule {
+    /// The Service port named by the comment the parser left undecoded, if any.
+    pub fn undecoded_comment_service(&self) -> Option<ServicePortRef> {
+        let at = self.undecoded_comment.as_ref()?;
+        let word = self.rule.text.get(at.start as usize..at.end as usize)?;
+        ServicePortRef::parse(word)
+    }
 }
 
 /// A hostPort mapping written by the CNI portmap plugin (`CNI-HOSTPORT-DNAT`): traffic

@@ -9,9 +9,9 @@ use std::time::Duration;
 use kube::Client;
 use thiserror::Error;
 
-use crate::sources::kube_client::{self, WatchError};
 use crate::heart::model::ProcessInfo;
 use crate::heart::outcome::{API_SOURCE, ScanInput, SourceState, SourceStatus};
+use crate::sources::kube_client::{self, WatchError};
 
 /// Why the cluster state could not be read from the API server.
 #[derive(Debug, Error)]

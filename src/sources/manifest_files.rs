@@ -5,7 +5,8 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::decode::manifests::{ManifestProblem, ManifestService, services_in};
+use crate::decode::manifests::services_in;
+use crate::heart::views::manifest::{ManifestProblem, ManifestService};
 
 /// Why the inputs could not be read at all (as opposed to a file that is not YAML,
 /// which is a lint error with its line).

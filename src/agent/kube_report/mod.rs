@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::agent::metrics::ResultLabel;
+use crate::agent::metrics::labels::ResultLabel;
 use crate::heart::finding::Finding;
 use condition::ConditionSummary;
 use events::{EventDraft, EventGate, TokenBucket};

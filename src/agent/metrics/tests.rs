@@ -1,4 +1,6 @@
 use super::*;
+use crate::heart::finding::Severity;
+use crate::heart::model::Protocol;
 use crate::heart::outcome::SourceState;
 
 fn finding(kind: Kind, severity: Severity, port: Option<u16>) -> Finding {

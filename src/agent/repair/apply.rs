@@ -11,8 +11,9 @@
 
 use std::io::Read;
 
-use crate::decode::nftables::{TableView, table_views_json};
+use crate::decode::nftables::table_views_json;
 use crate::heart::model::{Backend, Family};
+use crate::heart::repair::nft_table::TableView;
 use crate::sources::tools::{ToolLimits, ToolOutcome, run_tool, run_tool_with_input};
 
 use crate::heart::repair::plan::Action;

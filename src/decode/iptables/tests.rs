@@ -1,4 +1,6 @@
+use super::values::*;
 use super::*;
+use crate::heart::model::{ProxyMode, RuleIdentity};
 
 /// kube-proxy's own test services (pkg/proxy/iptables/proxier_test.go) in the form the
 /// kernel round-trip prints them.
@@ -60,7 +62,7 @@ fn follows_nodeports_through_ext_svc_sep_to_dnat() {
     // The hash names the Service; the comment is decoded only on demand.
     assert_eq!(main.comment_service, None);
     assert_eq!(
-        comment_service(&main.rule.text).unwrap().kube_proxy_name(),
+        main.undecoded_comment_service().unwrap().kube_proxy_name(),
         "ns3/svc3:p80"
     );
     let path: Vec<&str> = main.path.iter().map(|c| &**c).collect();
@@ -204,7 +206,8 @@ fn old_layout_mark_masq_in_nodeports_is_not_a_dispatch_rule() {
     ));
     assert_eq!(src.nodeports.len(), 1);
     assert_eq!(
-        comment_service(&src.nodeports[0].rule.text)
+        src.nodeports[0]
+            .undecoded_comment_service()
             .unwrap()
             .kube_proxy_name(),
         "default/web"

@@ -52,6 +52,11 @@ impl<'a> Iterator for Tokens<'a> {
 }
 
 impl<'a> Tokens<'a> {
+    /// What is left of the line after the tokens taken so far.
+    pub fn rest(&self) -> &'a str {
+        self.rest
+    }
+
     fn take_quoted(&mut self, body: &'a str) -> Result<Cow<'a, str>, TokenError> {
         let bytes = body.as_bytes();
         let mut i = 0;

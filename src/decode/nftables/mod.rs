@@ -30,6 +30,7 @@ use crate::heart::model::{
     Backend, DestMatch, DnatTarget, Family, NodePortRule, OrphanChain, Protocol, RuleIdentity, RuleSource,
     RuleText, ServicePortRef, Unparsed, Verdict,
 };
+use crate::heart::repair::nft_table::{ChainView, ElementView, MapView, RuleView, TableView};
 
 /// Why a dump could not be read at all. Anything less (an odd object, a rule portdrift
 /// does not understand) is kept as [`Unparsed`] in the result instead.
@@ -457,6 +458,7 @@ fn nodeport_rule(
         targets: walk.targets.into(),
         external_targets: walk.external.into(),
         comment_service,
+        undecoded_comment: None,
         // The chain name itself names the Service port (`comment_service`); the hash
         // field holds iptables-mode hashes only.
         chain_hash: None,
@@ -692,57 +694,6 @@ fn orphan_chains(table: &TableIr<'_>) -> Vec<OrphanChain> {
             dnat: None,
         })
         .collect()
-}
-
-/// kube-proxy's nftables table in full, as repair needs it: every chain with every
-/// rule's handle and jumps, every verdict-map element. Read from the same JSON as
-/// [`parse_ruleset_json`].
-#[derive(Debug, Clone)]
-pub struct TableView {
-    pub family: Family,
-    /// `ip kube-proxy` or `ip6 kube-proxy`, as `nft` commands name it.
-    pub table: &'static str,
-    /// The dump was read in full and every object in it understood.
-    pub complete: bool,
-    pub chains: Vec<ChainView>,
-    pub maps: Vec<MapView>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ChainView {
-    pub name: String,
-    pub rules: Vec<RuleView>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleView {
-    pub handle: Option<u64>,
-    /// Chains this rule jumps or goes to (also inside inline verdict maps).
-    pub jumps: Vec<String>,
-    /// The rule as `nft list` prints it, for a DNAT rule.
-    pub dnat: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct MapView {
-    pub name: String,
-    pub elements: Vec<ElementView>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ElementView {
-    /// `tcp . 30080`.
-    pub key: String,
-    /// The element as `nft list` prints it (what findings show as the rule).
-    pub text: String,
-    /// The chain its verdict goes or jumps to.
-    pub chain: Option<String>,
-}
-
-impl TableView {
-    pub fn chain(&self, name: &str) -> Option<&ChainView> {
-        self.chains.iter().find(|c| c.name == name)
-    }
 }
 
 /// Reads `nft -j list table ip|ip6 kube-proxy` documents into [`TableView`]s.

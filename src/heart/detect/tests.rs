@@ -1,7 +1,13 @@
 use super::*;
+use std::net::SocketAddr;
+
 use crate::decode::iptables::{SourceHint, parse_save_str};
 use crate::heart::desired::FamilyEndpoints;
+use crate::heart::desired::{DesiredPort, DesiredState};
+use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::kube_proxy;
 use crate::heart::model::Listener;
+use crate::heart::model::{Backend, Family, Protocol, ServicePortRef};
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()

@@ -26,11 +26,11 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
-use crate::decode::nftables::TableView;
 use crate::heart::desired::DesiredState;
 use crate::heart::finding::{Finding, Kind};
 use crate::heart::kube_proxy;
 use crate::heart::model::{Backend, Family, Protocol, ServicePortRef};
+use crate::heart::repair::nft_table::TableView;
 
 use crate::heart::repair::ruleset::{CANARY_CHAIN, IptTable, IptablesRuleset, iptables_tools, rule_spec};
 

@@ -3,13 +3,12 @@
 //!
 //! The scan's parsers keep only what NodePort analysis needs; repair must know more
 //! before it deletes anything: whether another rule still jumps to a chain, which rules
-//! an orphaned chain still holds, whether a rule is still there verbatim. Both views are
-//! pure: a dump's text in, a value out. A dump with anything unreadable is marked
+//! an orphaned chain still holds, whether a rule is still there verbatim. The dump's
+//! text is read by `decode::ruleset`. A dump with anything unreadable is marked
 //! incomplete, and repair acts on nothing in it.
 
 use std::collections::HashMap;
 
-use crate::decode::iptables::tokens::tokens;
 use crate::heart::model::{Backend, Family};
 
 /// One iptables backend and family (`iptables-nft-save` output), every table.
@@ -65,7 +64,29 @@ pub fn rule_chain(line: &str) -> Option<&str> {
 }
 
 impl IptTable {
-    fn chain_mut(&mut self, name: &str) -> Option<&mut IptChain> {
+    /// A table without chains yet.
+    pub fn new(name: &str) -> IptTable {
+        IptTable {
+            name: name.to_string(),
+            ..IptTable::default()
+        }
+    }
+
+    /// Declares a chain; false (and nothing declared) when the name is empty or taken.
+    pub fn declare_chain(&mut self, name: &str, builtin: bool) -> bool {
+        if name.is_empty() || self.index.contains_key(name) {
+            return false;
+        }
+        self.index.insert(name.to_string(), self.chains.len());
+        self.chains.push(IptChain {
+            name: name.to_string(),
+            builtin,
+            rules: Vec::new(),
+        });
+        true
+    }
+
+    pub fn chain_mut(&mut self, name: &str) -> Option<&mut IptChain> {
         self.index.get(name).map(|&i| &mut self.chains[i])
     }
 
@@ -85,82 +106,6 @@ impl IptTable {
 }
 
 impl IptablesRuleset {
-    /// Reads an `iptables-save` dump. Never fails: what it cannot read is a problem.
-    pub fn parse(text: &str) -> IptablesRuleset {
-        let mut out = IptablesRuleset::default();
-        let mut open: Option<IptTable> = None;
-        for (n, raw) in text.lines().enumerate() {
-            let number = n + 1;
-            let line = raw.trim_end_matches([' ', '\t', '\r']);
-            if line.is_empty() {
-                continue;
-            }
-            if let Some(comment) = line.strip_prefix('#') {
-                if comment.contains("is incompatible, use 'nft' tool") {
-                    out.problems.push(format!("line {number}: {}", comment.trim()));
-                }
-                continue;
-            }
-            if let Some(name) = line.strip_prefix('*') {
-                if let Some(t) = open.take() {
-                    out.problems.push(format!("table {} has no COMMIT", t.name));
-                    out.tables.push(t);
-                }
-                // iptables-save prints each table once; a second one means a damaged
-                // or spliced dump, and a delete planned from one copy could hit a rule
-                // the kernel holds only as the other shows it.
-                if out.tables.iter().any(|t| t.name == name) {
-                    out.problems
-                        .push(format!("line {number}: table {name} appears twice"));
-                }
-                open = Some(IptTable {
-                    name: name.to_string(),
-                    ..IptTable::default()
-                });
-                continue;
-            }
-            let Some(table) = open.as_mut() else {
-                out.problems.push(format!("line {number}: outside a table"));
-                continue;
-            };
-            if line == "COMMIT" {
-                out.tables.extend(open.take());
-                continue;
-            }
-            if let Some(decl) = line.strip_prefix(':') {
-                let mut words = decl.split(' ');
-                let name = words.next().unwrap_or("");
-                let policy = words.next().unwrap_or("-");
-                if name.is_empty() || table.index.contains_key(name) {
-                    out.problems.push(format!("line {number}: bad chain declaration"));
-                    continue;
-                }
-                table.index.insert(name.to_string(), table.chains.len());
-                table.chains.push(IptChain {
-                    name: name.to_string(),
-                    builtin: policy != "-",
-                    rules: Vec::new(),
-                });
-                continue;
-            }
-            match read_rule(line) {
-                Ok((chain, rule)) => match table.chain_mut(chain) {
-                    Some(c) => c.rules.push(rule),
-                    None => out
-                        .problems
-                        .push(format!("line {number}: rule in undeclared chain {chain}")),
-                },
-                Err(why) => out.problems.push(format!("line {number}: {why}")),
-            }
-        }
-        if let Some(t) = open {
-            out.problems
-                .push(format!("table {} has no COMMIT: truncated", t.name));
-            out.tables.push(t);
-        }
-        out
-    }
-
     pub fn complete(&self) -> bool {
         self.problems.is_empty()
     }
@@ -198,31 +143,6 @@ impl IptablesRuleset {
 /// kube-proxy's canary: when it disappears, kube-proxy resyncs everything.
 pub const CANARY_CHAIN: &str = "KUBE-PROXY-CANARY";
 
-/// Splits `-A CHAIN spec` and finds its `-j`/`-g` target.
-fn read_rule(line: &str) -> Result<(&str, IptRule), String> {
-    let chain = rule_chain(line).ok_or("not an iptables-save line")?;
-    let spec = rule_spec(line).unwrap_or("");
-    let mut target = None;
-    let mut words = tokens(spec);
-    while let Some(word) = words.next() {
-        let word = word.map_err(|_| "unterminated quote".to_string())?;
-        if matches!(word.as_ref(), "-j" | "--jump" | "-g" | "--goto") {
-            let value = words
-                .next()
-                .transpose()
-                .map_err(|_| "unterminated quote".to_string())?;
-            target = value.map(|v| v.into_owned());
-        }
-    }
-    Ok((
-        chain,
-        IptRule {
-            line: line.to_string(),
-            target,
-        },
-    ))
-}
-
 /// The dump tool and restore tool for an iptables backend and family.
 pub fn iptables_tools(backend: Backend, family: Family) -> Option<(&'static str, &'static str)> {
     Some(match (backend, family) {
@@ -233,6 +153,3 @@ pub fn iptables_tools(backend: Backend, family: Family) -> Option<(&'static str,
         (Backend::Nftables, _) => return None,
     })
 }
-
-#[cfg(test)]
-mod tests;

@@ -8,8 +8,8 @@ use std::ops::RangeInclusive;
 
 use serde::Serialize;
 
-use crate::decode::manifests::{Located, ManifestProblem, ManifestService};
 use crate::heart::views::claims::Claim;
+use crate::heart::views::manifest::{Located, ManifestProblem, ManifestService};
 
 /// How bad a lint finding is: errors fail the check (exit 1), warnings do not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

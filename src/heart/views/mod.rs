@@ -5,8 +5,8 @@
 //!   (pure; shared by the table and the lint);
 //! - [`ports`]: the NodePort allocation table, collisions and free ports (pure);
 //! - [`cluster_services`]: every Service, from a cluster state file or the API server;
-//! - [`manifests`]: Service manifests (YAML, Lists, JSON) with the line of each value
-//!   (pure), and [`manifest_files`], the files and directories they come from;
+//! - [`manifest`]: the Services a manifest declares, each value with its line (read by
+//!   `decode::manifests` from YAML, Lists and JSON);
 //! - [`lint`]: the pre-deploy check of manifests (pure);
 //! - [`fleet`]: every agent's findings grouped by node (pure), and [`fleet_client`],
 //!   which asks the agents through the API server's pod proxy.
@@ -14,4 +14,5 @@
 pub mod claims;
 pub mod fleet;
 pub mod lint;
+pub mod manifest;
 pub mod ports;

@@ -1,0 +1,188 @@
+//! The end of a dump: the backend, the proxy-mode signals and what the dump lacks.
+
+use std::net::SocketAddr;
+
+// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
+// nothing for a dump read from the local kernel and costs measurably at 240k lines.
+use rustc_hash::FxHashMap;
+
+use crate::heart::kube_proxy;
+use crate::heart::model::{Backend, Family, MalformedRule, OrphanChain, ProxyMode, ProxySignals, RuleSource};
+
+use super::values::*;
+use super::walker::*;
+use super::*;
+
+impl Parser {
+    pub(super) fn finish(mut self) -> RuleSource {
+        self.end_policies();
+        self.end_listing();
+        if let Some(_open) = self.table.take() {
+            self.notes.push(format!(
+                "table {} (line {}) has no COMMIT: the dump looks truncated",
+                self.table_name, self.table_open_line
+            ));
+            self.uncommitted = true;
+        }
+        if self.guessed_lines > 0 {
+            self.notes.push(format!(
+                "{} lines stand outside any table (an `iptables -S` listing without its -P lines, or a fragment): their table was told by their chains, and the dump is not trusted to show what is missing",
+                self.guessed_lines
+            ));
+        }
+        let backend = self.decide_backend();
+        let family = self
+            .hint
+            .family
+            .or(self.header_family)
+            .unwrap_or(if self.saw_ipv6_address {
+                Family::Ipv6
+            } else {
+                Family::Ipv4
+            });
+        let has_kube_proxy = self.nat.index.contains_key("KUBE-SERVICES")
+            || self.nat.index.contains_key("KUBE-NODEPORTS")
+            || self.filter.index.contains_key("KUBE-EXTERNAL-SERVICES");
+        let has_canary = self.nat.index.contains_key("KUBE-PROXY-CANARY")
+            || self.filter.index.contains_key("KUBE-PROXY-CANARY")
+            || self.other_chains.iter().any(|c| &**c == "KUBE-PROXY-CANARY");
+        // Growth by doubling leaves up to half of each list unused, and the resolution
+        // below builds its output next to them, at the read's peak.
+        self.dispatch.shrink_to_fit();
+        self.dnats.shrink_to_fit();
+        self.nat.jumps.shrink_to_fit();
+        self.nat.chains.shrink_to_fit();
+        let nodeports = resolve_dispatch(&mut self, backend, family);
+        let hostports = resolve_hostports(&self);
+        let mut orphans: Vec<OrphanChain> = Vec::new();
+        let mut orphan_ids = FxHashMap::default();
+        for (id, c) in self.nat.chains.iter().enumerate() {
+            if c.declared != 0 && !c.referenced && kube_proxy::chain_hash(&c.name).is_some() {
+                orphan_ids.insert(id as u32, orphans.len());
+                orphans.push(OrphanChain {
+                    backend,
+                    family,
+                    table: "nat".into(),
+                    chain: c.name.to_string(),
+                    line: c.declared,
+                    dnat: None,
+                });
+            }
+        }
+        for d in &self.dnats {
+            if let (Some(&i), Some(port)) = (orphan_ids.get(&d.chain), d.port) {
+                orphans[i].dnat.get_or_insert(SocketAddr::new(d.ip, port));
+            }
+        }
+        let complete = !self.uncommitted && self.unparsed.is_empty() && self.guessed_lines == 0;
+        let signals = self.signals();
+        let gaps = self.gaps(has_kube_proxy || signals.iptables_mode);
+        let mut malformed = std::mem::take(&mut self.malformed);
+        // A jump to an undeclared chain is proof only where the dump shows every
+        // declaration.
+        if complete {
+            for (table, target, rule) in std::mem::take(&mut self.undeclared_jumps) {
+                let (t, name) = match table {
+                    TableKind::Nat => (&self.nat, "nat"),
+                    _ => (&self.filter, "filter"),
+                };
+                if t.declares(&target) {
+                    continue;
+                }
+                let chain = rule_chain(&rule.text).to_string();
+                malformed.push(MalformedRule {
+                    table: name.to_string(),
+                    chain,
+                    problem: format!("jumps to {target}, a chain the {name} table does not declare"),
+                    rule,
+                });
+            }
+        }
+        malformed.sort_by_key(|m| m.rule.line);
+        RuleSource {
+            origin: self.origin,
+            backend,
+            family,
+            nodeports,
+            hostports,
+            orphans,
+            unparsed: self.unparsed,
+            has_kube_proxy,
+            has_canary,
+            kube_rule_count: self.kube_rule_count,
+            complete,
+            notes: self.notes,
+            signals,
+            gaps,
+            malformed,
+        }
+    }
+
+    /// The backend: the caller's, else the header's, and the notes say how it was
+    /// decided when the caller did not know.
+    pub(super) fn decide_backend(&mut self) -> Backend {
+        if let (Some(h), Some(b)) = (self.hint.backend, self.header_backend)
+            && h != b
+        {
+            self.notes
+                .push(format!("the file name says {h} but the dump's header says {b}"));
+        }
+        if let Some(b) = self.hint.backend {
+            return b;
+        }
+        let (backend, how) = match (self.header_backend, &self.header_backend_why) {
+            (Some(b), Some(why)) => (b, format!("backend {b}: {why}")),
+            (Some(b), None) => (b, format!("backend {b}: from the dump's header")),
+            (None, _) => (
+                Backend::IptablesNft,
+                "the dump does not say which iptables backend wrote it (no `# Generated by` header naming nf_tables or legacy); reported as iptables-nft".to_string(),
+            ),
+        };
+        self.notes.push(how);
+        backend
+    }
+
+    pub(super) fn signals(&self) -> ProxySignals {
+        // The iptables proxier's NodePort chains, or its filter verdicts for NodePorts
+        // (which a dump of the filter table alone still shows).
+        let iptables_mode = self.nat.index.keys().any(|c| {
+            &**c == "KUBE-NODEPORTS" || c.starts_with("KUBE-XLB-") || kube_proxy::chain_hash(c).is_some()
+        }) || self.filter_verdicts > 0;
+        let (iptables, ipvs) = self.services_dispatch;
+        let services_dispatch = match (iptables, ipvs) {
+            (0, 0) => None,
+            (i, v) if v > i => Some(ProxyMode::Ipvs),
+            _ => Some(ProxyMode::Iptables),
+        };
+        ProxySignals {
+            iptables_mode,
+            services_dispatch,
+            ipvs: self.ipvs.clone(),
+            replacement: self.replacement.clone(),
+            kube_proxy_chain: self.kube_proxy_chain.clone(),
+        }
+    }
+
+    /// kube-proxy writes to both nat and filter: a dump that holds its chains in one and
+    /// leaves the other table out (`iptables-save -t nat`, `iptables -t nat -S`) cannot
+    /// show what the other holds.
+    pub(super) fn gaps(&self, has_kube_proxy: bool) -> Vec<String> {
+        let mut gaps = Vec::new();
+        if !has_kube_proxy {
+            return gaps;
+        }
+        if !self.saw_nat {
+            gaps.push(format!(
+                "{} holds no nat table, where kube-proxy's NodePort forwarding lives: stale, duplicate and missing forwarding rules were not checked in it",
+                self.origin
+            ));
+        }
+        if !self.saw_filter {
+            gaps.push(format!(
+                "{} holds no filter table: kube-proxy's REJECT and DROP rules for NodePorts (Services without endpoints, Local traffic policy without a local endpoint) were not seen",
+                self.origin
+            ));
+        }
+        gaps
+    }
+}

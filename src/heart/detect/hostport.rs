@@ -1,0 +1,44 @@
+//! hostport-conflict: CNI hostPorts on a Service's nodePort.
+
+// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
+// per scan of a large node; SipHash's flood resistance buys nothing here.
+
+use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::model::RuleSource;
+
+use super::attribution::*;
+use super::builders::*;
+
+pub(super) fn hostport_conflicts(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+    for hp in &source.hostports {
+        // The allocator hands a port out once, whatever the protocol; but a hostPort
+        // only competes with a Service of its own protocol.
+        let Some(owner) = index.owners(hp.protocol, hp.port, source.family).next() else {
+            continue;
+        };
+        let desired = index.port(owner);
+        let to = match hp.targets.first() {
+            Some(t) => format!(" to {t}"),
+            None => String::new(),
+        };
+        let mut f = Finding::new(
+            Kind::HostportConflict,
+            Severity::Critical,
+            format!(
+                "A pod's hostPort mapping (CNI portmap) sends {}/{}{to}, while {} owns that port as its NodePort: whichever rule the kernel meets first takes the traffic — remove the hostPort or give the Service another nodePort.",
+                hp.protocol,
+                hp.port,
+                desired.service.service()
+            ),
+        );
+        f.protocol = Some(hp.protocol);
+        f.port = Some(hp.port);
+        f.family = Some(source.family);
+        f.backend = Some(source.backend);
+        set_service(&mut f, &desired.service);
+        f.target = hp.targets.first().map(|t| t.to_string());
+        f.rule = Some(hp.rule.text.to_string());
+        f.rule_source = Some(locate(&source.origin, hp.rule.line));
+        out.push(f);
+    }
+}

@@ -1,0 +1,202 @@
+//! missing-rule and missing-endpoint: what the cluster wants and the rules lack.
+
+use std::collections::BTreeMap;
+
+// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
+// per scan of a large node; SipHash's flood resistance buys nothing here.
+use std::net::SocketAddr;
+
+use crate::heart::desired::DesiredPort;
+use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::model::{DestMatch, Family, NodePortRule, RuleSource, Verdict};
+
+use super::attribution::*;
+use super::builders::*;
+
+pub(super) fn missing_rules(
+    family: Family,
+    primary: &RuleSource,
+    judged: &[Judged<'_>],
+    index: &DesiredIndex<'_>,
+    out: &mut Vec<Finding>,
+) {
+    if !primary.complete {
+        // A truncated or partly unreadable dump cannot prove a rule is absent.
+        return;
+    }
+    let by_port = PortIndex::new(
+        primary
+            .nodeports
+            .iter()
+            .zip(judged)
+            .map(|(r, j)| ((r.protocol, r.port), (r, j))),
+    );
+    let mut forwarding: Vec<&NodePortRule> = Vec::new();
+    for (i, desired) in index.state.ports.iter().enumerate() {
+        if !desired.in_family(family) || !index.endpoints_certain(i) {
+            continue;
+        }
+        let Some(eps) = desired.endpoints(family) else {
+            continue;
+        };
+        if !eps.has_endpoints {
+            continue;
+        }
+        let rules = by_port.get((desired.protocol, desired.node_port));
+        forwarding.clear();
+        forwarding.extend(
+            rules
+                .iter()
+                .filter(|(r, j)| r.verdict == Verdict::Forward && j.owner == Some(i))
+                .map(|(r, _)| *r),
+        );
+        if forwarding.is_empty() {
+            out.push(missing_rule_finding(family, primary, desired, rules));
+            continue;
+        }
+        forwarding.sort_by_key(|r| r.dest == DestMatch::Localhost);
+        let reached = |addr: &SocketAddr| {
+            forwarding
+                .iter()
+                .any(|r| r.targets.iter().any(|t| t.addr == *addr))
+        };
+        // The local endpoints external traffic must reach (externalTrafficPolicy Local)
+        // and does not.
+        let local_unreached: Vec<&SocketAddr> = if desired.external_policy_local {
+            eps.local
+                .iter()
+                .filter(|a| !forwarding.iter().any(|r| r.external_targets.contains(a)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Each unreached endpoint once; `true` when it is such a local endpoint.
+        let mut missing: BTreeMap<&SocketAddr, bool> = BTreeMap::new();
+        if !eps.cluster_uncertain {
+            missing.extend(eps.cluster.iter().filter(|a| !reached(a)).map(|a| (a, false)));
+        }
+        missing.extend(local_unreached.iter().map(|&a| (a, true)));
+        // The node drops the port's external traffic as if it had no local endpoint, and
+        // none of its local endpoints is reached: every external client is dropped here.
+        let dropping = rules
+            .iter()
+            .find(|(r, _)| r.verdict == Verdict::Drop)
+            .map(|(r, _)| *r)
+            .filter(|_| !local_unreached.is_empty() && local_unreached.len() == eps.local.len());
+        for (addr, local) in missing {
+            let f = if local {
+                local_endpoint_unreached(primary, desired, forwarding[0], addr, reached(addr), dropping)
+            } else {
+                let mut f = rule_finding(
+                    Kind::MissingEndpoint,
+                    Severity::Warning,
+                    primary,
+                    forwarding[0],
+                    format!(
+                        "{}'s endpoint {addr} is ready to serve, but NodePort {}/{} never sends traffic to it in {}: kube-proxy has not synced the latest EndpointSlice — check its logs.",
+                        desired.service.service(),
+                        desired.protocol,
+                        desired.node_port,
+                        primary.backend
+                    ),
+                );
+                set_service(&mut f, &desired.service);
+                f.target = Some(addr.to_string());
+                f
+            };
+            out.push(f);
+        }
+    }
+}
+
+/// A local endpoint of an externalTrafficPolicy Local port that traffic from outside
+/// the node never reaches: critical when the node drops that traffic outright (the drop
+/// rule is the evidence), a warning when only pod and host traffic reaches it.
+pub(super) fn local_endpoint_unreached(
+    primary: &RuleSource,
+    desired: &DesiredPort,
+    forwarding: &NodePortRule,
+    addr: &SocketAddr,
+    internally: bool,
+    dropping: Option<&NodePortRule>,
+) -> Finding {
+    let service = desired.service.service();
+    let (protocol, port) = (desired.protocol, desired.node_port);
+    let mut f = match dropping {
+        Some(drop) => {
+            let mut f = rule_finding(
+                Kind::MissingEndpoint,
+                Severity::Critical,
+                primary,
+                drop,
+                format!(
+                    "{service} has externalTrafficPolicy Local and a ready endpoint on this node ({addr}), but {} still drops external traffic to NodePort {protocol}/{port} as if the node had none: clients from outside reaching this node get no answer — kube-proxy has not synced the endpoint; check its logs.",
+                    primary.backend
+                ),
+            );
+            f.evidence.push(format!(
+                "NodePort rule: {} ({}), which {}",
+                forwarding.rule.text,
+                locate(&primary.origin, forwarding.rule.line),
+                if internally {
+                    format!("reaches {addr} for pod and host traffic only")
+                } else {
+                    format!("does not reach {addr} at all")
+                }
+            ));
+            f
+        }
+        None => rule_finding(
+            Kind::MissingEndpoint,
+            Severity::Warning,
+            primary,
+            forwarding,
+            format!(
+                "{service} has externalTrafficPolicy Local and a ready endpoint on this node ({addr}), but in {} external traffic to NodePort {protocol}/{port} never reaches it (only pod and host traffic does): kube-proxy has not synced the latest EndpointSlice — check its logs.",
+                primary.backend
+            ),
+        ),
+    };
+    set_service(&mut f, &desired.service);
+    f.target = Some(addr.to_string());
+    f
+}
+
+pub(super) fn missing_rule_finding(
+    family: Family,
+    primary: &RuleSource,
+    desired: &DesiredPort,
+    rules: &[(&NodePortRule, &Judged<'_>)],
+) -> Finding {
+    let mut f = Finding::new(
+        Kind::MissingRule,
+        Severity::Critical,
+        format!(
+            "{} has endpoints, but {} has no {} NodePort rule for {}/{}, so the port does not reach the Service on this node: kube-proxy is not syncing — check that it runs and its logs.",
+            desired.service.service(),
+            primary.backend,
+            family,
+            desired.protocol,
+            desired.node_port
+        ),
+    );
+    f.protocol = Some(desired.protocol);
+    f.port = Some(desired.node_port);
+    f.family = Some(family);
+    f.backend = Some(primary.backend);
+    set_service(&mut f, &desired.service);
+    for (r, _) in rules {
+        let what = match r.verdict {
+            Verdict::Reject => "still rejects the port as if the Service had no endpoints",
+            Verdict::Drop => "still drops the port as if there were no local endpoints",
+            Verdict::HealthCheckAccept => "accepts health checks on the port",
+            Verdict::Forward => "forwards the port for another Service",
+        };
+        f.evidence.push(format!(
+            "{} {what}: {}",
+            locate(&primary.origin, r.rule.line),
+            r.rule.text
+        ));
+    }
+    f
+}

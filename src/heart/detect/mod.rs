@@ -1,0 +1,162 @@
+//! The diff: desired + observed → findings. Pure: no I/O, no clock.
+//!
+//! One function per finding kind. Each rule is first *attributed* to a Service port
+//! (by the hash in its chain name, which kube-proxy keeps even when it drops comments,
+//! or by its comment), then judged against the Service that owns its port now.
+
+use std::ops::RangeInclusive;
+
+use crate::heart::desired::DesiredState;
+use crate::heart::finding::Finding;
+use crate::heart::model::ProxyMode;
+use crate::heart::observed::Observed;
+use crate::heart::proxy_mode::{self, ProxyDecision};
+
+mod attribution;
+mod backend_split;
+mod builders;
+mod collision;
+mod duplicate;
+mod hostport;
+mod marks;
+mod missing;
+mod orphan;
+mod port_range;
+mod squatter;
+mod stale;
+mod unreadable;
+
+use attribution::*;
+use backend_split::*;
+use collision::*;
+use duplicate::*;
+use hostport::*;
+use marks::*;
+use missing::*;
+use orphan::*;
+use port_range::*;
+use squatter::*;
+use stale::*;
+use unreadable::*;
+
+/// Settings that change what counts as drift.
+#[derive(Debug, Clone)]
+pub struct DetectConfig {
+    /// The cluster's `--service-node-port-range`.
+    pub nodeport_range: RangeInclusive<u16>,
+    /// How long kube-proxy may take to apply a change before a difference counts.
+    pub grace: Option<Grace>,
+    /// The cluster state is the last good one but no longer current (the API watch
+    /// is failing or silent): findings that depend on it are marked, so nobody —
+    /// least of all repair — acts on them as if they were fresh.
+    pub cluster_state_stale: bool,
+}
+
+/// kube-proxy applies API changes seconds late: a difference about a Service that
+/// changed less than `window` before `now` is reported as pending (severity info).
+/// `now` is passed in, so the detector stays free of clocks.
+#[derive(Debug, Clone, Copy)]
+pub struct Grace {
+    pub now: jiff::Timestamp,
+    pub window: std::time::Duration,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig {
+            nodeport_range: 30000..=32767,
+            grace: None,
+            cluster_state_stale: false,
+        }
+    }
+}
+
+/// How many unparsed lines of one source are reported one by one.
+const UNPARSED_REPORTED: usize = 100;
+
+/// What the detector found, and the proxy mode it judged the node by.
+#[derive(Debug, Clone)]
+pub struct Detection {
+    pub findings: Vec<Finding>,
+    pub proxy: ProxyDecision,
+}
+
+/// Finds every difference between the desired and the observed state. Without a
+/// desired state only the checks that need no cluster state run (duplicates, backend
+/// split, orphans, unparsed lines, rules kube-proxy never writes).
+pub fn detect(desired: Option<&DesiredState>, observed: &Observed, config: &DetectConfig) -> Vec<Finding> {
+    examine(desired, observed, config).findings
+}
+
+/// [`detect`], with the proxy mode and the sources the verdicts rest on.
+pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &DetectConfig) -> Detection {
+    let empty = DesiredState::default();
+    let index = DesiredIndex::new(desired.unwrap_or(&empty));
+    let has_desired = desired.is_some();
+    let mut findings = Vec::new();
+
+    // Each rule is attributed to a Service port once; every check reads the verdict.
+    let judged: Vec<Vec<Judged<'_>>> = observed.sources.iter().map(|s| judge_source(s, &index)).collect();
+    let primaries = choose_primaries(&observed.sources, &judged, &index, has_desired);
+    let proxy = proxy_mode::decide(observed, &primaries);
+    for (source, judged) in observed.sources.iter().zip(&judged) {
+        // iptables-mode rules that IPVS mode's KUBE-SERVICES no longer leads to are
+        // leftovers no packet reaches: not judged (the coverage says so).
+        if source.signals.services_dispatch != Some(ProxyMode::Ipvs) {
+            if has_desired {
+                stale_rules(source, judged, &index, &mut findings);
+                hostport_conflicts(source, &index, &mut findings);
+            }
+            duplicate_rules(source, judged, &index, &mut findings);
+        }
+        orphan_chains(source, &index, &mut findings);
+        unparsed_rules(source, &mut findings);
+        malformed_rules(source, &mut findings);
+    }
+    backend_split(&observed.sources, &primaries, &mut findings);
+    port_range_overlap(observed, config, &mut findings);
+    if has_desired {
+        if proxy.mode.is_read() {
+            for (&family, &primary) in &primaries {
+                missing_rules(
+                    family,
+                    &observed.sources[primary],
+                    &judged[primary],
+                    &index,
+                    &mut findings,
+                );
+            }
+        }
+        squatters(observed, &index, config, &mut findings);
+        nodeport_collisions(&index, &mut findings);
+    }
+    if let Some(grace) = config.grace {
+        mark_pending(&mut findings, &index, grace);
+    }
+    if config.cluster_state_stale && has_desired {
+        mark_stale_state(&mut findings);
+    }
+    findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+    drop_identical(&mut findings);
+    Detection { findings, proxy }
+}
+
+/// Removes findings identical to an earlier one (two rules that prove the same thing in
+/// the same words): a report lists each fact once. Identical findings share a sort key,
+/// so only neighbours with an equal key are compared.
+fn drop_identical(findings: &mut Vec<Finding>) {
+    let mut kept: Vec<Finding> = Vec::with_capacity(findings.len());
+    let mut group_start = 0;
+    for f in findings.drain(..) {
+        if kept.last().is_none_or(|last| last.sort_key() != f.sort_key()) {
+            group_start = kept.len();
+        }
+        if !kept[group_start..].contains(&f) {
+            kept.push(f);
+        }
+    }
+    *findings = kept;
+}
+
+#[cfg(test)]
+mod tests;
