@@ -15,7 +15,9 @@ directory, and inline `mod tests { ... }` blocks), resolves each `crate::...` an
   cohesive thing ("One cohesive ...").
 
 Prints the module-level import loops it finds with `--loops`, for the closing notes of
-a refactor. Standard library only, so it runs before anything is built.
+a refactor; `--self-test` runs the check on a small tree with one of each problem and
+fails unless it finds every one. Standard library only, so it runs before anything is
+built.
 """
 
 import os
@@ -23,6 +25,8 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+if "--root" in sys.argv:
+    ROOT = sys.argv[sys.argv.index("--root") + 1]
 LAYERS = ["heart", "decode", "sources", "scan", "agent", "cli"]
 LIMIT = 600
 # What the pure layers must not name: I/O, processes, sockets, threads, the clock, the
@@ -185,5 +189,56 @@ def find_loops(edges):
     return out
 
 
+def self_test():
+    """The check must catch each kind of problem it exists for, and pass a clean tree."""
+    import subprocess
+    import tempfile
+
+    bad = {
+        "lib.rs": "pub mod heart; pub mod decode; pub mod sources; pub mod testing;\n",
+        "heart/mod.rs": "pub mod model; pub mod detect;\n",
+        "heart/model.rs": "use crate::decode::text::Parsed;\n",
+        "heart/detect.rs": "fn now() { let _ = std::time::Instant::now(); }\n",
+        "decode/mod.rs": "pub mod text; pub mod other;\n",
+        "decode/text.rs": "use crate::decode::other::B;\npub struct Parsed;\n",
+        "decode/other.rs": "use crate::decode::text::Parsed;\npub struct B;\nfn f() { std::fs::read(\"x\"); }\n",
+        "sources/mod.rs": "use crate::testing::synth;\n" + "// line\n" * 700,
+        "testing/mod.rs": "pub mod synth;\n",
+        "testing/synth.rs": "use crate::sources::X;\n",
+        "heart/detect/tests.rs": "use crate::sources::X;\n",
+    }
+    expected = [
+        "heart/model.rs:1: `heart` imports `decode::text` from the layer above",
+        "heart/detect.rs:1: the pure layer `heart` names `Instant::now`",
+        "decode/other.rs:3: the pure layer `decode` names `std::fs`",
+        "sources/mod.rs:1: shipped code uses test support `testing::synth`",
+        "sources/mod.rs: 701 lines (over 600)",
+        "import loop: decode::other -> decode::text -> decode::other",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, text in bad.items():
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            with open(os.path.join(tmp, rel), "w", encoding="utf-8") as f:
+                f.write(text)
+        run = subprocess.run([sys.executable, __file__, "--root", tmp], capture_output=True, text=True)
+        missing = [e for e in expected if e not in run.stdout]
+        lines = [l for l in run.stdout.splitlines() if l.strip()]
+        if run.returncode == 0 or missing or len(lines) != len(expected):
+            print("self-test failed: missing", missing, "got", lines, file=sys.stderr)
+            return 1
+        for rel in ["heart/model.rs", "decode/other.rs", "decode/text.rs", "heart/detect.rs", "sources/mod.rs"]:
+            os.remove(os.path.join(tmp, rel))
+        with open(os.path.join(tmp, "heart/model.rs"), "w", encoding="utf-8") as f:
+            f.write("use std::net::IpAddr;\npub struct Rule(IpAddr);\n")
+        with open(os.path.join(tmp, "sources/mod.rs"), "w", encoding="utf-8") as f:
+            f.write("use crate::heart::model::Rule;\nfn f() { std::fs::read(\"x\"); }\n")
+        run = subprocess.run([sys.executable, __file__, "--root", tmp], capture_output=True, text=True)
+        if run.returncode != 0:
+            print("self-test failed on a clean tree:", run.stdout, file=sys.stderr)
+            return 1
+    print("layering check self-test: every planted problem found, the clean tree passes")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(self_test() if "--self-test" in sys.argv else main())

@@ -50,6 +50,7 @@ export PATH
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== layering (ARCHITECTURE.md)"
+python3 scripts/check-layers.py --self-test
 python3 scripts/check-layers.py
 # Test support reaches the tests, examples and benches through the dev-dependency on
 # this crate; the shipped build (normal edges only) must never turn it on.
