@@ -144,11 +144,9 @@ pub fn node_reference(node: &str) -> ObjectReference {
     }
 }
 
-/// The `events.k8s.io/v1` Event for `draft` about `regarding` (the Service, with its
-/// UID when known, or the Node), `related` to this Node when it regards a Service.
-/// `stamp` is its `eventTime`, and names it as client-go names Events
-/// (`<object>.<nanoseconds in hex>`); a cluster-scoped object's Events live in
-/// `default`.
+/// The `events.k8s.io/v1` Event for `draft` about `regarding` (a Service or the Node),
+/// `related` to this Node for a Service. `stamp` is its `eventTime` and, as client-go
+/// does, names it (`<object>.<nanoseconds in hex>`).
 pub fn k8s_event(
     draft: &EventDraft,
     regarding: ObjectReference,
