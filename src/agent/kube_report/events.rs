@@ -44,10 +44,8 @@ pub fn reason(kind: Kind) -> &'static str {
     }
 }
 
-/// The Event `type` for a severity; `None`: no Event at all. Info findings are
-/// harmless leftovers (orphan chains kube-proxy collects lazily, a leftover REJECT) or
-/// differences still inside their grace window: an Event for each would be noise that
-/// buries the ones to act on.
+/// The Event `type` for a severity; `None`: no Event at all. Info findings (harmless
+/// leftovers, differences still in their grace window) would bury the ones to act on.
 pub fn event_type(severity: Severity) -> Option<&'static str> {
     match severity {
         Severity::Critical | Severity::Warning => Some("Warning"),

@@ -186,9 +186,7 @@ impl ClusterView {
     }
 
     /// A counter that moves whenever something that can change this node's NodePorts
-    /// changes after the initial lists: a Service with NodePorts (or one gaining or losing
-    /// them), an EndpointSlice of such a Service, the Node's zone, or a completed relist.
-    /// The agent waits on it to scan soon after a change instead of at the next interval.
+    /// changes, so the agent can scan soon after instead of at the next interval.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.changes.subscribe()
     }
