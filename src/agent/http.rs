@@ -58,9 +58,8 @@ pub struct Shared {
     report: RwLock<Option<Bytes>>,
     api_synced: AtomicBool,
     api_fresh: AtomicBool,
-    /// When set, `/readyz` and the API gauges ask the view itself rather than use what
-    /// the scan loop last recorded: the loop records once per interval (30 s by default,
-    /// plus the scan's own time), too late for a readiness probe to follow an API outage.
+    /// When set, `/readyz` and the API gauges ask the view itself: the scan loop
+    /// records only once per interval, too late for readiness to follow an API outage.
     api_probe: OnceLock<ApiProbe>,
     last_success: Mutex<Option<Instant>>,
     /// The scan interval: `/readyz` wants a successful scan within three of them.
@@ -138,12 +137,8 @@ impl Shared {
     }
 
     /// The API view is synced and fresh, and a scan succeeded within three intervals.
-    ///
-    /// Fresh, not only synced: synced stays true through an API outage (the last state
-    /// is kept), so an agent cut off from the API server would otherwise stay ready
-    /// while drawing every verdict from a cluster state it can no longer keep current.
-    /// A watch that errors is not fresh at once, so readiness follows an outage within
-    /// about a second; a watch that hangs silently, within the view's staleness bound.
+    /// Fresh, not only synced: synced stays true through an API outage, when the
+    /// agent's verdicts come from a cluster state it can no longer keep current.
     pub fn ready(&self) -> bool {
         let recent = self
             .last_success

@@ -25,12 +25,9 @@ pub enum Command {
     /// Compare a node's NodePort rules and listeners with the cluster state, once:
     /// this node's (as a hostNetwork DaemonSet pod sees it), or a bundle's (--from).
     ///
-    /// Exit status: 0 when every check ran on complete inputs and no finding is a
-    /// warning or critical; 1 when one is; 2 when it could not scan (a missing bundle,
-    /// an unreadable cluster.json); 3 when nothing warning or critical was found but the
-    /// check was incomplete (no cluster state, a proxy mode portdrift does not read, a
-    /// rule source that failed or was partial): the report then starts with what was not
-    /// checked, and the JSON's `coverage` says it.
+    /// Exit status: 0 checked and clean; 1 a warning or critical finding; 2 could not
+    /// scan; 3 nothing found but the check was incomplete (the report and the JSON's
+    /// `coverage` say what was not checked).
     #[command(
         after_help = "Exit status: 0 checked and clean, 1 findings, 2 could not scan, 3 nothing found but the check was incomplete."
     )]

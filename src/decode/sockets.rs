@@ -1,17 +1,10 @@
 //! `/proc/net/{tcp,tcp6,udp,udp6}` → [`Listener`]s.
 //!
-//! Only sockets that can receive new traffic on a port are kept: TCP in `LISTEN`
-//! (state `0A`) and UDP bound but unconnected (state `07`, the kernel's `TCP_CLOSE`;
-//! a connected UDP socket shows `01`).
-//!
-//! The kernel prints each address as 32-bit words in *host* byte order (`%08X` of the
-//! raw `__be32`), so on x86 `0100007F` is 127.0.0.1 and an IPv6 address is four such
-//! words. The port is printed as a plain number (`%04X` of the host-order port).
-//! [`parse_proc_net`] decodes with this machine's byte order (right for the live node);
-//! [`parse_proc_net_with`] takes it explicitly, for files captured elsewhere.
-//!
-//! A line the parser cannot read becomes an [`Unparsed`] with its 1-based line number:
-//! never a panic, never a silent drop.
+//! Only sockets that can receive new traffic are kept: TCP in `LISTEN` and unconnected
+//! UDP. The kernel prints addresses as 32-bit words in *host* byte order, so
+//! [`parse_proc_net`] uses this machine's order and [`parse_proc_net_with`] takes it
+//! explicitly, for files captured elsewhere. An unreadable line becomes an
+//! [`Unparsed`], never a panic or a silent drop.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

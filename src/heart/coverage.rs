@@ -1,12 +1,10 @@
 //! What a scan could check: the proxy mode it judged the node by, whether the cluster
 //! state was read in full, and a sentence for everything it could not check. Pure.
 //!
-//! "No drift" is a promise, so it is given only when every comparison it rests on was
-//! made on complete inputs: kube-proxy's rules in a mode portdrift reads, from every
-//! backend that can hold them, in every IP family the cluster uses; the Services and
-//! EndpointSlices in full and current; the node's listening sockets. The port-range
-//! sysctls and kube-proxy's own health are extra checks: their sources say how they
-//! went, and they do not make a check incomplete.
+//! "No drift" is a promise, given only when every comparison was made on complete
+//! inputs: the rules from every backend and family in play, the cluster state in full
+//! and current, the listening sockets. Extra checks (port-range sysctls, kube-proxy's
+//! health) never make a check incomplete.
 
 use std::collections::BTreeSet;
 
@@ -57,11 +55,8 @@ pub struct CoverageInput<'a> {
     pub cluster_state_stale: bool,
 }
 
-/// The backends a check of `mode` must read, in each family in play: the mode's own,
-/// and in iptables mode both iptables backends, since kube-proxy never cleans the one it
-/// does not write (kubernetes#109811) and the kernel evaluates both. (A switch between
-/// the iptables and nftables modes is cleaned up by kube-proxy itself; leftovers of one
-/// are still judged when their dump is given.)
+/// The backends a check of `mode` must read: in iptables mode both, since kube-proxy
+/// never cleans the one it does not write (kubernetes#109811) and the kernel runs both.
 fn required_backends(mode: ProxyMode) -> &'static [Backend] {
     match mode {
         ProxyMode::Iptables => &[Backend::IptablesNft, Backend::IptablesLegacy],

@@ -168,7 +168,7 @@ impl fmt::Display for ServicePortRef {
 
 /// The identity needed to find (and, for repair, delete) exactly one rule again.
 ///
-/// Strings are shared (`Arc<str>`): one dump holds tens of thousands of rules, and a
+/// Strings are shared (`Arc<str>`): a large dump holds a great many rules, and a
 /// rule's identity is cloned into every finding and plan that names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]

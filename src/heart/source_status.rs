@@ -5,11 +5,9 @@ use serde::{Deserialize, Serialize};
 use crate::heart::desired::DesiredState;
 use crate::heart::model::{Backend, Family};
 
-/// How reading one source went. "Absent", "empty" and "error" are different answers:
-/// a node without iptables-legacy is fine, a failed read is not. A source in any state
-/// but `ok`/`partial`/`empty` says nothing about what the node holds, and a failed,
-/// timed-out or too large dump that was still read is never trusted for "missing"
-/// decisions.
+/// How reading one source went: "absent" (fine) differs from "error" (not). Only
+/// `ok`/`partial`/`empty` say what the node holds, and a dump in any other state is
+/// never trusted for "missing" decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SourceState {

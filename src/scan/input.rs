@@ -1,18 +1,9 @@
 //! Snapshot bundles: a directory of files captured from a node and from `kubectl`; and
 //! the one reading path that serves a bundle and the live node alike.
 //!
-//! Layout (every file optional; see the README):
-//! `iptables-nft-save.txt`, `iptables-legacy-save.txt`, `ip6tables-nft-save.txt`,
-//! `ip6tables-legacy-save.txt` (or one `iptables-save.txt` / `ip6tables-save.txt`),
-//! `nft.json` (`nft -j list ruleset`) or `nft.txt` (`nft list ruleset`),
-//! `proc/net/{tcp,tcp6,udp,udp6}`, `proc/sys/net/ipv4/{ip_local_port_range,
-//! ip_local_reserved_ports}`, `kube-proxy-healthz.json` (the body of kube-proxy's
-//! `/healthz`), `cluster.json`, `node`, and `snapshot.json` (the capture's manifest:
-//! how reading each source went).
-//!
-//! [`read_input`] reads any [`Source`]: a [`BundleDir`] or the live node
-//! ([`crate::sources::live::LiveNode`]). [`crate::scan::capture::write_snapshot`]
-//! captures a source into a bundle.
+//! The bundle layout (every file optional) is in the README. [`read_input`] reads any
+//! [`Source`]: a [`BundleDir`] or the live node ([`crate::sources::live::LiveNode`]);
+//! [`crate::scan::capture::write_snapshot`] captures a source into a bundle.
 
 use std::path::{Path, PathBuf};
 

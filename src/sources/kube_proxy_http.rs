@@ -38,9 +38,8 @@ pub enum HttpError {
 
 /// `GET http://ADDR/PATH` over a plain `TcpStream`, bounded in time and size.
 ///
-/// Why not an HTTP client crate: this is one request to loopback, once per scan, with a
-/// one-second budget; std's blocking socket with read/write timeouts does it without
-/// an async runtime. The daemon's HTTP server (and hyper with it) arrives with `run`.
+/// No HTTP client crate: one loopback request per scan with a short budget needs only
+/// std's blocking socket with timeouts, and no async runtime.
 pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<HttpResponse, HttpError> {
     let deadline = Instant::now() + timeout;
     let timed_out = || HttpError::TimedOut { addr, timeout };

@@ -1,30 +1,14 @@
 //! Socket inode → the process, container and pod that own it.
 //!
-//! `/proc/net/{tcp,udp}*` name a socket only by its inode. The owner is whichever
-//! process has a file descriptor whose link reads `socket:[<inode>]`, so
-//! [`find_owners`] walks `<proc_root>/<pid>/fd/*` and `readlink`s each entry. For a
-//! match it reads `<pid>/comm`, `<pid>/cmdline` and `<pid>/cgroup`; the container ID
-//! and pod UID come from the cgroup path ([`parse_cgroup`], pure).
+//! `/proc/net` names a socket only by its inode, so [`find_owners`] walks
+//! `<proc_root>/<pid>/fd/*` for a `socket:[<inode>]` link, then reads the match's
+//! `comm`, `cmdline` and `cgroup` ([`parse_cgroup`], pure). Plain `std::fs`, not the
+//! `procfs` crate: it needs this exact error classification, and `proc_root` lets
+//! tests run on a fixture tree.
 //!
-//! Hand-rolled on `std::fs::read_dir` and `std::fs::read_link` rather than the `procfs`
-//! crate: it is about a hundred lines of readdir/readlink, it needs exactly the error
-//! classification below, and `proc_root` makes every reader run on a fixture tree
-//! (node_exporter style) in tests.
-//!
-//! # On a production node
-//!
-//! Processes come and go during the walk. A process that exits between the listing of
-//! `/proc` and the reading of its fds (ENOENT on its `fd` directory, on a `readlink`,
-//! or on `comm`) is simply skipped: it owns nothing any more. Reading the fds of a
-//! process of another user, or of a root process with more capabilities than ours,
-//! needs `CAP_SYS_PTRACE`; without it the kernel answers EACCES. That is counted, and
-//! one human note in [`Owners::notes`] says that some owners are unknown, so the caller
-//! degrades to reporting the inode. Nothing here returns an error or panics.
-//!
-//! The work is bounded: one flat pass over the numeric entries of `proc_root` (no
-//! recursion, `self`/`thread-self`/`sys`… skipped), the fds of each process once, and
-//! reads of `comm`, `cmdline` and `cgroup` capped in size. The walk stops as soon as
-//! every inode asked about has an owner.
+//! Needs `CAP_SYS_PTRACE` for other users' processes; without it the owners stay
+//! unknown and [`Owners::notes`] says so. Processes that exit mid-walk are skipped.
+//! Never errors or panics; one bounded pass that stops once every inode has an owner.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -65,10 +49,7 @@ pub struct Owners {
 }
 
 /// Finds the owners of the socket `inodes` by walking `<proc_root>/<pid>/fd/*`.
-///
-/// `proc_root` is `/proc` on the live node, or the host's `/proc` mounted elsewhere
-/// (`--proc-root`), or a fixture tree. Never fails: what could not be read is counted
-/// in [`Owners`] and told in [`Owners::notes`] when it left an inode without owner.
+/// Never fails: what could not be read is counted in [`Owners`] and told in its notes.
 pub fn find_owners(proc_root: &Path, inodes: &HashSet<u64>) -> Owners {
     let mut owners = Owners::default();
     if inodes.is_empty() {
@@ -247,29 +228,9 @@ pub struct CgroupIdentity {
     pub pod: Option<String>,
 }
 
-/// Reads the container ID and pod UID from the text of `/proc/<pid>/cgroup`.
-///
-/// Each line is `hierarchy:controllers:path`: one `0::/path` line on cgroup v2, one
-/// line per hierarchy on v1. Understood, in any hierarchy and at any depth:
-///
-/// - containers: `cri-containerd-<id>.scope` (containerd, systemd driver),
-///   `crio-<id>.scope` or `crio-<id>` (CRI-O; `crio-conmon-<id>` is its monitor, not
-///   the container), `docker-<id>.scope` and `/docker/<id>` (Docker), and a bare
-///   `<id>` inside a pod's cgroup (the cgroupfs driver). The cgroupfs form does not
-///   name the runtime: it is reported as containerd, the runtime of k3s, kind and
-///   most clusters (cri-dockerd with cgroupfs would really be `docker://`).
-/// - pods: the systemd slices `kubepods[-burstable|-besteffort]-pod<uid>.slice` (the
-///   UID's dashes written as `_`, with or without kind's `kubelet-` prefix) and the
-///   cgroupfs directories `kubepods[/burstable|/besteffort]/pod<uid>`.
-///
-/// A path seen from inside a cgroup namespace is relative and may start with `/..`
-/// (a DaemonSet pod with `hostPID` still has its own cgroup namespace on v2). Then
-/// the `kubepods` level may be cut off, and a `pod<uid>` directory is believed on its
-/// UID's shape alone.
-///
-/// When several containers nest (a kind node is a Docker container), the innermost
-/// wins. The first line naming a container decides it; a process outside any
-/// container and pod (a host process) gets None for both.
+/// Reads the container ID and pod UID from the text of `/proc/<pid>/cgroup` (v1 or
+/// v2, systemd or cgroupfs driver; the innermost of nested containers wins). A bare
+/// cgroupfs ID names no runtime and is reported as containerd, the common case.
 pub fn parse_cgroup(content: &str) -> CgroupIdentity {
     let mut best = CgroupIdentity::default();
     for line in content.lines() {

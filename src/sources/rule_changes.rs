@@ -1,16 +1,10 @@
 //! The kernel's announcements of nf_tables changes: what lets the agent skip reading
 //! an unchanged ruleset and rescan soon after one changes.
 //!
-//! Every nf_tables transaction (an `iptables-nft-restore`, an `nft -f`, one `iptables
-//! -A` ...) is multicast to the `NFNLGRP_NFTABLES` netlink group of its network
-//! namespace, for iptables-nft's tables and kube-proxy's nftables tables alike. Joining
-//! the group costs nothing while nothing changes; reading a 10,000-Service dump costs a
-//! second or more of CPU. The legacy iptables backend announces nothing, so its dumps
-//! are read on every scan.
-//!
-//! Why netlink-sys and not nftnl: only the fact of a change is needed here, never its
-//! content, and netlink-sys gives a safe socket with group membership and Tokio
-//! integration without linking libnftnl.
+//! Every nf_tables transaction (iptables-nft or nftables) is multicast to the
+//! namespace's `NFNLGRP_NFTABLES` group, which costs nothing to join while a large
+//! node's dump is expensive to read. The legacy backend announces nothing, so its
+//! dumps are read every scan. netlink-sys, not nftnl: only the fact of a change matters.
 
 use std::io;
 

@@ -164,13 +164,9 @@ impl<R: Read> Read for CappedReader<R> {
     }
 }
 
-/// Runs `program args...` (found on `PATH`, no shell), streaming its stdout into
-/// `consume` on a reader thread while the calling thread watches the deadline.
-///
-/// The tool runs in its own process group, so that the watchdog's kill also reaches
-/// anything it started (a wrapper script's `sleep`, say) that would otherwise hold
-/// the output pipe open. Its stdin is `/dev/null` and `LC_ALL=C` keeps its messages
-/// in the words this module recognises.
+/// Runs `program args...` (on `PATH`, no shell), streaming its stdout into `consume`
+/// while the calling thread watches the deadline. The tool leads its own process group
+/// so the kill also reaches its children; `LC_ALL=C` keeps its messages recognisable.
 pub fn run_tool<T, F>(program: &str, args: &[&str], limits: ToolLimits, consume: F) -> ToolRun<T>
 where
     T: Send + 'static,

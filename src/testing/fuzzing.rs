@@ -1,12 +1,7 @@
 //! Fuzz targets: every reader of text another program wrote, as a function of raw
-//! bytes. The same functions serve three drivers: `cargo fuzz` (libFuzzer, the
-//! targets under `fuzz/`), the stable-toolchain mutation driver (`examples/fuzz.rs`),
-//! and the regression test that replays every input that once failed
-//! (`tests/fuzz_regressions.rs`).
-//!
-//! A target fails by panicking: on a crash of the code under test, or when one of the
-//! invariants checked here does not hold. Bad input itself is never a failure: the
-//! readers must turn it into statuses, unparsed lines and errors.
+//! bytes, shared by `cargo fuzz`, `examples/fuzz.rs` and `tests/fuzz_regressions.rs`.
+//! A target fails by panicking (a crash or a broken invariant); bad input itself is
+//! never a failure: the readers must turn it into statuses, unparsed lines and errors.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, BufRead, Cursor};

@@ -1,14 +1,9 @@
 //! A synthetic node: kube-proxy-shaped rules and the matching cluster state, at any
-//! size, for benchmarks and scale tests (production nodes carry 10,000+ Services; no
-//! such dump can be committed, so it is generated).
+//! size, for benchmarks and scale tests (a production-sized dump cannot be committed).
 //!
-//! The rules are what `iptables-save` prints after kube-proxy (iptables mode) wrote
-//! them: real chain-name hashes, endpoints sorted by `ip:port`, the kernel's
-//! 11-digit probabilities, the localhost-NodePort twin, and — above 1,000 endpoints —
-//! large-cluster mode without per-endpoint comments. The same Services can also be
-//! written as kube-proxy's nftables mode writes them ([`nft_script`], an `nft -f`
-//! script). A generated node is clean (scanning it must find nothing) unless
-//! [`SynthConfig::stale`] injects drift.
+//! The rules are what `iptables-save` prints after kube-proxy wrote them, down to the
+//! chain-name hashes and large-cluster mode; [`nft_script`] writes the same Services in
+//! nftables mode. A generated node is clean unless [`SynthConfig::stale`] injects drift.
 
 use std::fmt::Write;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -404,7 +399,7 @@ fn write_endpoint_jumps(
 
 /// kube-proxy's nftables mode for the same Services (`ip kube-proxy`), as an `nft -f`
 /// script: the layout of the reference (section 5), with elements added in bulk so
-/// that loading 10,000 Services takes seconds, not minutes.
+/// that a large cluster loads quickly.
 pub fn nft_script(config: &SynthConfig) -> String {
     let svcs = services(config);
     let mut out = String::with_capacity(svcs.len() * 2000);

@@ -44,10 +44,8 @@ pub fn reason(kind: Kind) -> &'static str {
     }
 }
 
-/// The Event `type` for a severity; `None`: no Event at all. Info findings are
-/// harmless leftovers (orphan chains kube-proxy collects lazily, a leftover REJECT) or
-/// differences still inside their grace window: an Event for each would be noise that
-/// buries the ones to act on.
+/// The Event `type` for a severity; `None`: no Event at all. Info findings (harmless
+/// leftovers, differences still in their grace window) would bury the ones to act on.
 pub fn event_type(severity: Severity) -> Option<&'static str> {
     match severity {
         Severity::Critical | Severity::Warning => Some("Warning"),
@@ -144,11 +142,9 @@ pub fn node_reference(node: &str) -> ObjectReference {
     }
 }
 
-/// The `events.k8s.io/v1` Event for `draft` about `regarding` (the Service, with its
-/// UID when known, or the Node), `related` to this Node when it regards a Service.
-/// `stamp` is its `eventTime`, and names it as client-go names Events
-/// (`<object>.<nanoseconds in hex>`); a cluster-scoped object's Events live in
-/// `default`.
+/// The `events.k8s.io/v1` Event for `draft` about `regarding` (a Service or the Node),
+/// `related` to this Node for a Service. `stamp` is its `eventTime` and, as client-go
+/// does, names it (`<object>.<nanoseconds in hex>`).
 pub fn k8s_event(
     draft: &EventDraft,
     regarding: ObjectReference,

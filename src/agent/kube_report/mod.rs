@@ -5,7 +5,7 @@
 //!
 //! The agent calls [`KubeReporter::after_scan`] with each scan's findings; it decides
 //! (in [`events`] and [`condition`], without I/O) and hands the writes to two tasks of
-//! their own ([`publish`]), so a slow or failing API server never holds up a scan.
+//! their own (`publish`), so a slow or failing API server never holds up a scan.
 
 pub mod condition;
 pub mod events;

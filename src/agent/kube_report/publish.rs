@@ -2,12 +2,10 @@
 //! a deadline; failures are logged with a bounded label and counted, and never reach
 //! the scan loop.
 //!
-//! Events are written directly (`events.k8s.io/v1`, as kube-runtime's `Recorder` writes
-//! them), not through the `Recorder`: it folds Events with the same reason about the
-//! same object into one series for six minutes and keeps the first one's note, so a
-//! second stale endpoint of a Service would only bump a count on the first one's
-//! Event, its own address lost. Here each new finding is one Event with its own
-//! message; de-duplication and the rate limit are [`crate::agent::kube_report::events::EventGate`]'s.
+//! Events are written directly, not through kube-runtime's `Recorder`: it folds Events
+//! with the same reason about one object into a series that keeps only the first note,
+//! losing a second stale endpoint's address. De-duplication and the rate limit are
+//! [`crate::agent::kube_report::events::EventGate`]'s.
 
 use std::future::Future;
 use std::time::Duration;
@@ -115,10 +113,8 @@ impl EventWriter {
     }
 
     /// The Event's `regarding` and `related` objects. A Service is looked up for its
-    /// UID, without which `kubectl describe service` does not show the Event. A Service
-    /// that no longer exists (a stale rule of a deleted Service) hands the Event to the
-    /// Node, where someone will see it; one that cannot be looked up (RBAC, an outage)
-    /// is referred to by name alone.
+    /// UID, without which `kubectl describe service` hides the Event; a deleted Service
+    /// hands the Event to the Node.
     async fn references(&self, regarding: &Regarding) -> (ObjectReference, Option<ObjectReference>) {
         let node = node_reference(&self.node);
         let Regarding::Service { namespace, name } = regarding else {

@@ -1,13 +1,10 @@
 //! The I/O of repair: reading each backend's whole ruleset again right before acting,
 //! and applying one action as one kernel transaction, never through a shell.
 //!
-//! iptables actions go to `iptables[-legacy|-nft]-restore --noflush -w` (only the named
-//! objects change; `-w` waits for the xtables lock like kube-proxy does). Every rule
-//! is deleted by its full spec, as the dump printed it, so the kernel itself checks at
-//! apply time that the rule still exists exactly as planned; a chain is deleted with
-//! `-X` after its rules, which the kernel refuses if the chain still holds anything or
-//! anything still jumps to it. One script is one transaction per table: it applies
-//! whole or not at all. nftables actions go to `nft -f -` as one transaction.
+//! iptables actions go to `iptables[-legacy|-nft]-restore --noflush -w`, one
+//! transaction per table. Rules are deleted by their full spec as dumped, so the kernel
+//! refuses if a rule changed since; chains go with `-X` after their rules, which the
+//! kernel refuses while anything is left in or jumps to them. nftables: `nft -f -`.
 
 use std::io::Read;
 

@@ -1,21 +1,15 @@
 //! `--repair`: removing stale kube-proxy rules, carefully.
 //!
-//! A tool that deletes netfilter rules on every node at once must be more careful than
-//! the engineer it replaces. A [`Repairer`] acts only when
-//! - the cluster state is synced and fresh (never on a cache that lags the API),
-//! - the same finding was seen in at least two scans and persisted past a minimum age,
-//!   and lies outside the grace window (kube-proxy is not still applying a change),
-//! - the scan read that backend in full, and a fresh read right before acting is
-//!   complete and still holds the object exactly as planned;
+//! It deletes rules on every node at once, so a [`Repairer`] acts only when the
+//! cluster state is synced and fresh; the finding was seen in two scans, past a
+//! minimum age and outside the grace window; and the backend was read in full, with
+//! a fresh complete read right before acting that still holds the object as planned.
+//! At most `max_actions` per cycle, stopping at the first failure. Planning is pure
+//! ([`plan`](crate::heart::repair::plan::plan)); the kernel I/O is in [`apply`].
 //!
-//! and then it takes at most `max_actions` actions per cycle, stopping at the first
-//! failure. Planning is pure ([`plan`]); the kernel I/O is in [`apply`].
-//!
-//! Two strategies, per backend: where a live, healthy kube-proxy writes the backend,
-//! it is *nudged* (its `KUBE-PROXY-CANARY` chain is deleted, so it resyncs in full and
-//! removes its own stale rules) and given `nudge_wait` to do so; only if the drift
-//! survives is it removed directly. Elsewhere (leftover backends, a dead kube-proxy)
-//! each stale object is removed directly.
+//! Where a healthy kube-proxy writes the backend it is first *nudged* (its
+//! `KUBE-PROXY-CANARY` chain is deleted, so it resyncs and removes its own stale
+//! rules); only drift that survives `nudge_wait` is removed directly.
 
 pub mod apply;
 pub mod oneshot;

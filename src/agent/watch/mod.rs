@@ -1,29 +1,15 @@
 //! The desired state from the API server: reflectors for Services, EndpointSlices
-//! and this node's Node, watched the way kube-proxy watches them, with explicit
-//! readiness and outage handling.
+//! and this node's Node, watched the way kube-proxy watches them.
 //!
-//! - [`ClusterView`] is the daemon's long-lived view: three reflectors that never stop,
-//!   whatever the API server does, and say whether their contents can be trusted
-//!   ([`ClusterView::synced`], [`ClusterView::fresh`], [`ClusterView::status`]). Each
-//!   is kube-runtime's `watcher` (list in pages, watch with bookmarks, relist on
-//!   `410 Gone`) with its default backoff, trimmed with `.modify()`, into a store of
-//!   our own that makes relists cheap (see `store`).
-//! - [`load_once`](kube_client::load_once) lists everything once, for a one-shot
-//!   `portdrift scan`.
+//! [`ClusterView`] is the daemon's long-lived view (kube-runtime's `watcher` into a
+//! store of our own that makes relists cheap); [`load_once`](kube_client::load_once)
+//! lists everything once for `portdrift scan`. Both trim objects on arrival
+//! ([`trim_service`], [`trim_endpoint_slice`], [`trim_node`]) and build the same
+//! [`DesiredState`] as [`desired_state`](crate::heart::desired::desired_state).
 //!
-//! Both build the same [`DesiredState`] as
-//! [`desired_state`](crate::heart::desired::desired_state) on the same objects: the
-//! objects are trimmed on arrival ([`trim_service`], [`trim_endpoint_slice`],
-//! [`trim_node`]) to exactly what the builder reads.
-//!
-//! Here the watch's lifecycle: `store` holds the reflectors' objects, `health`
-//! what is known of each watch, `signal` the change counter the daemon waits on.
-//!
-//! What kube-proxy sees, this sees: Services and EndpointSlices are selected with
-//! [`KUBE_PROXY_LABEL_SELECTOR`] on the server, so Services opted out of kube-proxy
-//! (`service.kubernetes.io/service-proxy-name`, `service.kubernetes.io/headless`) are
-//! never listed. Unlike a bundle's `cluster.json`, where such a Service's nodePorts
-//! count as allocated (`DesiredState::other_allocated`), here they are unknown.
+//! Services and EndpointSlices are selected with [`KUBE_PROXY_LABEL_SELECTOR`], as
+//! kube-proxy selects them, so Services opted out of kube-proxy are never listed:
+//! unlike in a bundle's `cluster.json`, their nodePorts are unknown here.
 
 mod health;
 mod signal;
@@ -58,12 +44,9 @@ pub use health::{ViewStatus, WatchStatus, watcher_error_label};
 /// How the view watches.
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
-    /// A watch is fresh while something (an event, a bookmark, a successful list or
-    /// watch response) arrived within this bound. It should exceed
-    /// [`watch_timeout`](Self::watch_timeout): a watch request is reissued at least that
-    /// often, so a healthy watch of a quiet cluster shows life at least that often even
-    /// from an API server that sends no periodic bookmarks (kube-apiserver sends one
-    /// about every minute).
+    /// A watch is fresh while something (event, bookmark, list or watch response)
+    /// arrived within this bound. Keep it above [`watch_timeout`](Self::watch_timeout):
+    /// a quiet watch shows life only when its request is reissued.
     pub staleness: Duration,
     /// `timeoutSeconds` of each watch request. kube-runtime also treats a watch
     /// connection silent for this plus 5 s as dead and reconnects.
@@ -85,16 +68,10 @@ impl Default for WatchOptions {
     }
 }
 
-/// The cluster as this node's kube-proxy sees it, kept current by watches: a cheap,
-/// cloneable handle. The watches run on the Tokio runtime until the last handle is
-/// dropped.
-///
-/// The watches never give up. Every error is logged, counted and retried with
-/// kube-runtime's default backoff (0.8 s doubling to 30 s, with jitter); a `410 Gone`
-/// makes kube-runtime relist by itself. Through an outage or a relist the stores keep
-/// the last complete state (a relist replaces it only once it is complete), and
-/// [`fresh`](Self::fresh) turns false, so a caller that must not act on stale state
-/// (repair) can tell.
+/// The cluster as this node's kube-proxy sees it, kept current by watches that run
+/// until the last (cheap, cloneable) handle is dropped and retry every error forever.
+/// Through an outage or relist the last complete state stays and
+/// [`fresh`](Self::fresh) turns false, so repair can refuse to act on stale state.
 #[derive(Clone)]
 pub struct ClusterView {
     inner: Arc<ViewInner>,
@@ -209,9 +186,7 @@ impl ClusterView {
     }
 
     /// A counter that moves whenever something that can change this node's NodePorts
-    /// changes after the initial lists: a Service with NodePorts (or one gaining or losing
-    /// them), an EndpointSlice of such a Service, the Node's zone, or a completed relist.
-    /// The agent waits on it to scan soon after a change instead of at the next interval.
+    /// changes, so the agent can scan soon after instead of at the next interval.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.changes.subscribe()
     }

@@ -1,12 +1,9 @@
 //! The reflector stores behind the view, and the desired state computed from them.
 //!
-//! Why not kube-runtime's `reflector::store()`: its writer deep-copies every object of a
-//! relist into a second map and swaps the maps at the end, so during a relist the
-//! process holds the whole cluster twice, at every `410 Gone`. This store has the same
-//! semantics (objects appear at `InitDone`, atomically; the last complete state stays
-//! until then) but keeps the object it already holds when a relist lists it again at
-//! the same resourceVersion, which etcd guarantees means unchanged: a relist costs a
-//! map of pointers plus what changed.
+//! Not kube-runtime's `reflector::store()`: that deep-copies every object of a relist,
+//! holding the cluster twice at every `410 Gone`. This store has the same semantics
+//! (a relist lands atomically at `InitDone`) but keeps the object it holds when the
+//! relist brings the same resourceVersion, so a relist costs only what changed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};

@@ -3,8 +3,8 @@
 //!
 //! - [`desired_state`] computes it from API objects (the watch calls this);
 //! - [`DesiredBuilder`] does the same one object at a time;
-//! - [`read_cluster_state`] streams a bundle's `cluster.json` into it;
-//! - [`watch`] keeps it current from the API server (and lists it once for `scan`).
+//! - [`read_cluster_state`](crate::decode::cluster::read_cluster_state) streams a bundle's `cluster.json` into it;
+//! - [`watch`](crate::agent::watch) keeps it current from the API server (and lists it once for `scan`).
 
 pub mod build;
 pub mod model;

@@ -5,9 +5,8 @@ use std::net::SocketAddr;
 
 use crate::heart::model::{Family, Protocol, ServicePortRef};
 
-/// A set of endpoint addresses: a sorted vector. A Service port has a handful of
-/// endpoints, and a cluster has 10,000+ ports: a B-tree node per set cost ~2 KiB per
-/// port, this costs what the addresses take.
+/// A set of endpoint addresses as a sorted vector: a port has a handful of endpoints,
+/// and a B-tree node per port adds up across a large cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct EndpointSet(Vec<SocketAddr>);
 
@@ -65,47 +64,28 @@ impl<const N: usize> From<[SocketAddr; N]> for EndpointSet {
 }
 
 /// The endpoints of one Service port in one IP family, as kube-proxy on this node
-/// categorises them (`CategorizeEndpoints`, pkg/proxy/topology.go).
-///
-/// Which sets a NodePort reaches: kube-proxy's `KUBE-NODEPORTS` rule jumps to the
-/// port's `KUBE-EXT-*` chain. With externalTrafficPolicy Cluster that chain goes to
-/// `KUBE-SVC-*` (the [`cluster`](Self::cluster) set). With Local it short-circuits
-/// pod- and host-originated traffic to `KUBE-SVC-*` and sends the rest to `KUBE-SVL-*`
-/// (the [`local`](Self::local) set), so every DNAT reachable from the NodePort is in
-/// [`reachable`](Self::reachable).
+/// categorises them (`CategorizeEndpoints`, pkg/proxy/topology.go). With a Local
+/// policy a NodePort still reaches both sets, hence [`reachable`](Self::reachable).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FamilyEndpoints {
     /// Every `ip:port` any EndpointSlice of the Service lists for this port, whatever
     /// its conditions. A DNAT to an address outside this set is stale.
     pub listed: EndpointSet,
     /// kube-proxy's Cluster set: ready endpoints (after topology filtering), or all
-    /// serving-and-terminating ones when none is ready anywhere. Empty when the port
-    /// does not use Cluster endpoints (`UsesClusterEndpoints`), which never happens for
-    /// a port with a nodePort: such a port is always externally accessible.
+    /// serving-and-terminating ones when none is ready anywhere.
     pub cluster: EndpointSet,
-    /// kube-proxy's Local set: this node's ready endpoints, or its
-    /// serving-and-terminating ones when none of them is ready. Empty when the port
-    /// uses no Local policy (`UsesLocalEndpoints`: neither traffic policy is Local) and
-    /// when the node is unknown (then nothing is local).
+    /// kube-proxy's Local set: this node's ready endpoints, else its serving-and-
+    /// terminating ones. Empty without a Local policy or a known node.
     pub local: EndpointSet,
     /// kube-proxy's `hasEndpoints`: a ready or serving-and-terminating endpoint exists
-    /// somewhere in the cluster. This alone decides whether the iptables proxier writes
-    /// the nat `KUBE-NODEPORTS` rule (to `KUBE-EXT-*`) and the nftables proxier adds the
-    /// `service-nodeports` map element; without it the nodePort has only a filter
-    /// REJECT and no nat rule at all.
+    /// anywhere. Without it the nodePort gets only a filter REJECT, no nat rule.
     pub has_endpoints: bool,
-    /// kube-proxy's `hasExternalEndpoints`: `has_endpoints`, and with
-    /// externalTrafficPolicy Local also a non-empty Local set. When false kube-proxy
-    /// writes a filter rule for the nodePort in `KUBE-EXTERNAL-SERVICES` (nftables:
-    /// `no-endpoint-nodeports`): REJECT without endpoints, DROP when only remote ones
-    /// exist. Both that DROP and the nat rule exist for a Local-policy port whose
-    /// endpoints are all on other nodes.
+    /// kube-proxy's `hasExternalEndpoints`: `has_endpoints` and, with a Local policy, a
+    /// non-empty Local set. When false the nodePort gets a filter REJECT or DROP (the
+    /// DROP alongside the nat rule when all endpoints are remote).
     pub has_external_endpoints: bool,
-    /// The Cluster set could not be computed exactly (topology hints without a known
-    /// node zone or node name, or node hints whose effect depends on kube-proxy's
-    /// `PreferSameTrafficDistribution` feature gate): `cluster` holds all ready
-    /// endpoints (or the node-hinted ones) and missing-endpoint checks on it are
-    /// skipped rather than guessed.
+    /// The Cluster set could not be computed exactly (hints without a known zone or
+    /// node, or a feature gate's call): missing-endpoint checks on it are skipped.
     pub cluster_uncertain: bool,
 }
 
@@ -134,15 +114,12 @@ pub struct DesiredPort {
     /// The Service's `spec.healthCheckNodePort`, when kube-proxy serves it: only for a
     /// LoadBalancer with externalTrafficPolicy Local (`NeedsHealthCheck`).
     pub health_check_node_port: Option<u16>,
-    /// Endpoints per family (only families in `families`), at most one entry each. A
-    /// vector, not a map: a map's first node reserves room for eleven entries, which
-    /// across 10,000 ports cost megabytes for at most two.
+    /// Endpoints per family (only families in `families`), at most one entry each.
+    /// A vector, not a map: a map's first node reserves room for eleven entries.
     pub endpoints: Vec<(Family, FamilyEndpoints)>,
-    /// The endpoints kube-proxy uses for this port cannot be known exactly: one of
-    /// the Service's EndpointSlices could not be read, two slices list one `ip:port`
-    /// with conditions kube-proxy picks between arbitrarily, or a Local traffic policy
-    /// meets an unknown node. Endpoint checks are skipped for this port rather than
-    /// guessed.
+    /// The endpoints kube-proxy uses for this port cannot be known exactly (an
+    /// unreadable slice, conflicting duplicates, a Local policy on an unknown node):
+    /// endpoint checks are skipped for it rather than guessed.
     pub uncertain: bool,
     /// The newest change to the Service or its EndpointSlices, RFC 3339, when the
     /// objects carry it (creation time, or EndpointSlice's last-change-trigger-time).
@@ -179,11 +156,8 @@ pub struct DesiredState {
     /// Every Service port with a nodePort that kube-proxy programs, in a stable order
     /// (namespace, name, port name, protocol).
     pub ports: Vec<DesiredPort>,
-    /// nodePorts held by Services kube-proxy skips (headless, ExternalName,
-    /// `service.kubernetes.io/service-proxy-name`, `service.kubernetes.io/headless`) or
-    /// by Services that could not be read in full: these ports are allocated, not
-    /// free, and rules for them are neither stale nor checkable. Health-check node ports
-    /// of skipped Services are listed as TCP.
+    /// nodePorts held by Services kube-proxy skips or that could not be read in full:
+    /// allocated, not free, and their rules are neither stale nor checkable.
     pub other_allocated: BTreeSet<(Protocol, u16)>,
     /// Objects that could not be read.
     pub problems: Vec<ObjectProblem>,

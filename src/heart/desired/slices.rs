@@ -320,13 +320,9 @@ pub(crate) struct MergedPort {
     pub ambiguous: Vec<SocketAddr>,
 }
 
-/// Merges the endpoints of every slice of `family` for the Service port named
-/// `port_name`/`protocol`.
-///
-/// When one `ip:port` appears more than once, kube-proxy keeps the non-terminating
-/// copy (`!exists || !terminating`). Between two non-terminating copies (or two
-/// terminating ones) its choice depends on Go's map order: if such copies differ, the
-/// address is reported as ambiguous.
+/// Merges the endpoints of every slice of `family` for the port `port_name`/`protocol`.
+/// Duplicates resolve as in kube-proxy (non-terminating wins); where its pick depends
+/// on Go's map order and the copies differ, the address is ambiguous.
 pub(crate) fn merge_port(
     slices: &[SliceSummary],
     family: Family,

@@ -138,15 +138,9 @@ fn local_set(endpoints: &[MergedEndpoint]) -> EndpointSet {
         .collect()
 }
 
-/// kube-proxy's `topologyModeFromHints`, considering ready endpoints only:
-/// `PreferSameNode` when every one has node hints and one is hinted for this node
-/// (feature gate `PreferSameTrafficDistribution`, on by default since 1.34); else
-/// `PreferSameZone` when every one has zone hints and one is hinted for this node's
-/// zone; else no filtering.
-///
-/// The result is marked uncertain when it hinges on something we cannot see: the
-/// zone label (hints apply but the zone is unknown), the node name, or the feature
-/// gate (node hints apply and the gate-off answer would differ).
+/// kube-proxy's `topologyModeFromHints` over ready endpoints: same node, else same
+/// zone, else no filtering. Uncertain when the answer hinges on what we cannot see
+/// (the zone, the node name, or the `PreferSameTrafficDistribution` gate).
 fn topology_mode(endpoints: &[MergedEndpoint], view: NodeView) -> ModeChoice {
     let ready: Vec<&MergedEndpoint> = endpoints.iter().filter(|e| e.ready).collect();
     if ready.is_empty() {

@@ -2,11 +2,9 @@
 //! builder run over such objects: what the API watch and the one-shot lists keep, and
 //! how a bundle's Services are read for the NodePort table.
 //!
-//! Each trim keeps exactly the fields `DesiredBuilder` reads (build.rs, slices.rs) and
-//! rebuilds the object from them, so a field the API adds later is dropped by default.
-//! The watch test `initial_sync_matches_desired_state` guards that nothing it needs is
-//! lost. Memory then follows the NodePort plumbing, not the size of `managedFields` or
-//! `last-applied-configuration`.
+//! Each trim rebuilds the object from the fields `DesiredBuilder` reads, so fields the
+//! API adds later are dropped by default and memory follows the NodePort plumbing,
+//! not `managedFields`. The watch test `initial_sync_matches_desired_state` guards it.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -123,14 +121,9 @@ pub fn trim_service(service: &mut Service) {
     });
 }
 
-/// An EndpointSlice reduced to what kube-proxy reads: per endpoint the first address
-/// (kube-proxy ignores the others), conditions, hints and node name; not `targetRef`,
-/// `hostname`, `zone` or `deprecatedTopology`.
-///
-/// The `endpoints.kubernetes.io/last-change-trigger-time` annotation is folded into
-/// `creationTimestamp`, which then holds the newer of the two, and the annotations go:
-/// the builder reads both only to take that maximum (`slice_last_change` in
-/// slices.rs), and the map's one entry would cost a B-tree node per slice.
+/// An EndpointSlice reduced to what kube-proxy reads (per endpoint the first address,
+/// conditions, hints, node name). The last-change-trigger-time annotation is folded
+/// into `creationTimestamp`, the newer of the two, the only way the builder reads them.
 pub fn trim_endpoint_slice(slice: &mut EndpointSlice) {
     fold_last_change(&mut slice.metadata);
     let triggered = slice

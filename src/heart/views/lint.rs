@@ -75,23 +75,8 @@ struct Wanted<'a> {
     line: usize,
 }
 
-/// Checks `services` (and reports `problems`, the files' unreadable parts, as errors).
-/// The checks, by their `check` name:
-///
-/// - `yaml` (error): a file that does not parse, or a field of the wrong type;
-/// - `out-of-range` (error): a static nodePort or healthCheckNodePort outside the range;
-/// - `collision` (error): two manifests' Services ask for one number (any protocols:
-///   the API server allocates numbers), or one Service asks twice for one protocol;
-/// - `allocated` (error): the live cluster has the number allocated to another Service
-///   (the Service being updated is not "another");
-/// - `nodeport-on-clusterip` (error): a nodePort on a Service that gets none;
-/// - `static-nodeport` (warning): any hard-coded nodePort: it collides with whatever
-///   takes the number first; leave it out and let the API server pick one;
-/// - `lb-node-ports` (warning): a LoadBalancer that does not say whether it needs node
-///   ports (`allocateLoadBalancerNodePorts`, default true: every port takes one);
-/// - `local-without-health-check` (warning): `externalTrafficPolicy: Local` on a
-///   NodePort Service, which gets no healthCheckNodePort: nodes without a ready
-///   endpoint drop the traffic, and nothing tells the sender which nodes those are.
+/// Checks `services` against the range and `live` claims, and reports `problems`
+/// (the files' unreadable parts) as errors. The checks are listed in the README.
 pub fn lint(
     services: &[ManifestService],
     problems: &[ManifestProblem],

@@ -1,15 +1,14 @@
 //! Cluster-wide views: what the API server holds across every node, rather than what
 //! one node's plumbing does.
 //!
-//! - [`claims`]: the nodePorts each Service holds in the API server's allocation
-//!   (pure; shared by the table and the lint);
-//! - [`ports`]: the NodePort allocation table, collisions and free ports (pure);
-//! - [`cluster_services`]: every Service, from a cluster state file or the API server;
-//! - [`manifest`]: the Services a manifest declares, each value with its line (read by
-//!   `decode::manifests` from YAML, Lists and JSON);
-//! - [`lint`]: the pre-deploy check of manifests (pure);
-//! - [`fleet`]: every agent's findings grouped by node (pure), and [`fleet_client`],
-//!   which asks the agents through the API server's pod proxy.
+//! - [`claims`]: the nodePorts each Service holds (shared by the table and the lint);
+//! - [`ports`]: the NodePort allocation table, collisions and free ports;
+//! - [`cluster_services`](crate::scan::cluster_services): every Service, from a file
+//!   or the API server;
+//! - [`manifest`]: the Services a manifest declares, each value with its line;
+//! - [`lint`]: the pre-deploy check of manifests;
+//! - [`fleet`]: every agent's findings grouped by node, asked for by
+//!   [`fleet_client`](crate::sources::fleet_client) through the pod proxy.
 
 pub mod claims;
 pub mod fleet;

@@ -4,15 +4,10 @@
 use crate::heart::model::{Backend, Family, RuleSource};
 use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
 
-/// What the last read of each rule dump gave, so that a dump the kernel says has not
-/// changed since is not read again: on a large node one `iptables-nft-save` costs far
-/// more CPU than the rest of the scan.
-///
-/// The caller decides what may be reused (see [`RuleCache::allow_reuse`]): only what
-/// a change notification covers, and only while none has arrived since the read. The
-/// rules themselves are lent, not copied: a read moves them into the scan's input, and
-/// [`RuleCache::keep`] takes them back from the finished scan (the agent holds one copy
-/// of a large node's rules, not two).
+/// What the last read of each rule dump gave, so an unchanged dump is not read again:
+/// on a large node a dump costs far more CPU than the rest of the scan. Reuse only what
+/// change notifications cover ([`RuleCache::allow_reuse`]); the rules are lent to the
+/// scan and taken back with [`RuleCache::keep`], so the agent holds one copy.
 #[derive(Debug, Default)]
 pub struct RuleCache {
     /// The dumps whose reads are kept at all.

@@ -36,11 +36,8 @@ use crate::sources::kube_client::{
 /// # }
 /// ```
 ///
-/// Everything must arrive within `timeout`, or [`WatchError::Timeout`]. A Node that
-/// cannot be listed (missing RBAC, say) is logged and costs only the zone: endpoints
-/// with zone hints are then marked uncertain rather than guessed. An expired continue
-/// token (the list outlived etcd's compaction window) is answered as client-go's pager
-/// does: one full list without pages.
+/// Everything must arrive within `timeout`, or [`WatchError::Timeout`]. An unlistable
+/// Node costs only the zone: zone-hinted endpoints are then uncertain, not guessed.
 pub async fn load_once(
     client: Client,
     node: Option<&str>,
@@ -88,12 +85,8 @@ pub async fn list_once(
         .map_err(|_| WatchError::Timeout(timeout))?
 }
 
-/// Lists every Service of the cluster once, in pages, trimmed and sorted by namespace
-/// and name: for the NodePort allocation table (`portdrift ports`, `lint`).
-///
-/// Without kube-proxy's label selector, unlike [`list_once`]: the API server allocates
-/// nodePorts to Services that opt out of kube-proxy (`service-proxy-name`, `headless`)
-/// all the same, and a new Service collides with them just as well.
+/// Lists every Service once, trimmed and sorted, for the NodePort allocation table.
+/// Without kube-proxy's selector: Services opted out of kube-proxy hold nodePorts too.
 pub async fn list_every_service(client: Client, timeout: Duration) -> Result<Vec<Service>, WatchError> {
     let params = ListParams::default().limit(DEFAULT_PAGE_SIZE);
     let listed = list_all(
