@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use portdrift::decode::proc_process::parse_cgroup;
 use portdrift::decode::sockets::parse_proc_net;
 use portdrift::heart::model::Protocol;
-use portdrift::sources::owners::{Owners, find_owners, parse_cgroup};
+use portdrift::sources::owners::{Owners, find_owners};
 
 /// Listens on 127.0.0.1:<any>, prints `<port> <worker pid>`, and waits for stdin to
 /// close. With `fork`, a worker process shares the listening socket.

@@ -9,5 +9,6 @@ pub mod manifests;
 pub mod netlink;
 pub mod nftables;
 pub mod node;
+pub mod proc_process;
 pub mod ruleset;
 pub mod sockets;

@@ -2,6 +2,7 @@ use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
 use super::*;
+use crate::decode::proc_process::{CgroupIdentity, MAX_CMDLINE_CHARS};
 
 // === parse_cgroup: real formats (see tests/fixtures/cgroup/README.md) ===
 

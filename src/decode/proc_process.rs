@@ -1,0 +1,146 @@
+//! What `/proc/<pid>` says about a process, decoded: its command line for a report, and
+//! the container and pod its cgroup path names (containerd, CRI-O, Docker; cgroup v1
+//! and v2; the systemd and cgroupfs drivers). Pure: text in, values out.
+
+/// Longest command line kept, in characters.
+pub const MAX_CMDLINE_CHARS: usize = 256;
+
+/// NUL-separated arguments → one line, cut to [`MAX_CMDLINE_CHARS`] characters.
+pub fn format_cmdline(raw: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(raw);
+    let joined = text.replace('\0', " ");
+    let joined = joined.trim();
+    if joined.is_empty() {
+        return None;
+    }
+    Some(match joined.char_indices().nth(MAX_CMDLINE_CHARS) {
+        Some((cut, _)) => joined[..cut].to_string(),
+        None => joined.to_string(),
+    })
+}
+
+/// The container and pod a process's cgroup places it in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupIdentity {
+    /// `containerd://<id>`, `cri-o://<id>` or `docker://<id>`.
+    pub container: Option<String>,
+    /// The pod UID, with dashes.
+    pub pod: Option<String>,
+}
+
+/// Reads the container ID and pod UID from the text of `/proc/<pid>/cgroup` (v1 or
+/// v2, systemd or cgroupfs driver; the innermost of nested containers wins). A bare
+/// cgroupfs ID names no runtime and is reported as containerd, the common case.
+pub fn parse_cgroup(content: &str) -> CgroupIdentity {
+    let mut best = CgroupIdentity::default();
+    for line in content.lines() {
+        let Some(path) = line.splitn(3, ':').nth(2) else {
+            continue;
+        };
+        let found = parse_cgroup_path(path);
+        if best.container.is_none() && found.container.is_some() {
+            best.container = found.container;
+            if found.pod.is_some() {
+                best.pod = found.pod;
+            }
+        } else if best.pod.is_none() {
+            best.pod = found.pod;
+        }
+    }
+    best
+}
+
+fn parse_cgroup_path(path: &str) -> CgroupIdentity {
+    let relative = path.split('/').any(|c| c == "..");
+    let mut found = CgroupIdentity::default();
+    let mut in_kubepods = false;
+    let mut in_pod = false;
+    let mut after_docker = false;
+    for component in path.split('/') {
+        let parent_is_docker = std::mem::replace(&mut after_docker, component == "docker");
+        if component.is_empty() || component == "." || component == ".." {
+            continue;
+        }
+        if let Some(slice) = component.strip_suffix(".slice") {
+            // kubepods.slice, kubepods-burstable.slice, kubepods-burstable-pod<uid>.slice,
+            // kubelet-kubepods-….slice (kind).
+            if slice.split('-').any(|s| s == "kubepods") {
+                in_kubepods = true;
+                if let Some(uid) = slice.rsplit('-').next().and_then(|s| s.strip_prefix("pod")) {
+                    let uid = uid.replace('_', "-");
+                    if is_pod_uid(&uid) {
+                        found.pod = Some(uid);
+                        in_pod = true;
+                    }
+                }
+            }
+            continue;
+        }
+        if component == "kubepods" {
+            in_kubepods = true;
+            continue;
+        }
+        if let Some(uid) = component.strip_prefix("pod")
+            && (in_kubepods || relative)
+            && is_pod_uid(uid)
+        {
+            found.pod = Some(uid.to_string());
+            in_pod = true;
+            continue;
+        }
+        if let Some(id) = container_id(component, in_pod || in_kubepods, parent_is_docker) {
+            found.container = Some(id);
+        }
+    }
+    found
+}
+
+fn container_id(component: &str, in_pod: bool, parent_is_docker: bool) -> Option<String> {
+    let (name, scope) = match component.strip_suffix(".scope") {
+        Some(name) => (name, true),
+        None => (component, false),
+    };
+    if let Some(id) = name.strip_prefix("cri-containerd-") {
+        return is_container_id(id).then(|| format!("containerd://{id}"));
+    }
+    if name.starts_with("crio-conmon-") {
+        return None;
+    }
+    if let Some(id) = name.strip_prefix("crio-") {
+        return is_container_id(id).then(|| format!("cri-o://{id}"));
+    }
+    if let Some(id) = name.strip_prefix("docker-") {
+        return is_container_id(id).then(|| format!("docker://{id}"));
+    }
+    if !scope && is_container_id(name) {
+        if parent_is_docker {
+            return Some(format!("docker://{name}"));
+        }
+        if in_pod {
+            return Some(format!("containerd://{name}"));
+        }
+    }
+    None
+}
+
+/// A container ID: 64 lowercase hex digits.
+fn is_container_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A pod UID as the kubelet names cgroups: a UUID (36 characters with dashes), or the
+/// 32 hex digits of a static pod's config hash.
+fn is_pod_uid(s: &str) -> bool {
+    let hex = |b: u8| b.is_ascii_hexdigit();
+    match s.len() {
+        32 => s.bytes().all(hex),
+        36 => s.bytes().enumerate().all(|(i, b)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                b == b'-'
+            } else {
+                hex(b)
+            }
+        }),
+        _ => false,
+    }
+}
