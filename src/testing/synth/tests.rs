@@ -1,3 +1,4 @@
+use super::iptables::kernel_probability;
 use super::*;
 
 #[test]
