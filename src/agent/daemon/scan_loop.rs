@@ -32,8 +32,8 @@ pub(super) const MAX_DEFER: Duration = Duration::from_secs(10);
 /// node whose rules churn constantly is not rescanned constantly.
 pub(super) const MIN_GAP: Duration = Duration::from_secs(5);
 /// Even without any announced change the nf_tables dumps are read again this often: the
-/// notifications are trusted, not blindly. Not more often: on a large node a full read
-/// costs seconds of CPU, which would soon be most of the idle agent's cost.
+/// notifications are trusted, not blindly. Not more often: a large node's full read is
+/// costly enough to be most of the idle agent's cost.
 const FULL_READ_EVERY: Duration = Duration::from_secs(1800);
 
 /// Why a scan ran (for the debug log).
