@@ -1,4 +1,6 @@
-use super::*;
+use std::time::{Duration, Instant};
+
+use super::scan_loop::{MAX_DEFER, MIN_GAP, PendingChange, RULE_SETTLE, SETTLE};
 
 #[test]
 fn a_burst_of_changes_makes_one_scan_after_it_settles() {

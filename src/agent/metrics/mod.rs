@@ -40,7 +40,10 @@ use crate::sources::bundle::{
     HEALTHZ_FILE, IP_VS_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, MANIFEST_FILE, NET_DEV_FILE,
     PROXY_MODE_FILE, RESERVED_PORTS_FILE,
 };
-pub use labels::*;
+pub use labels::{
+    BackendFamilyLabel, BuildLabel, FindingLabel, KindBackendLabel, KindLabel, KindSeverityLabel, ModeLabel,
+    PhaseLabel, ProtocolFamilyLabel, ResourceLabel, ResultLabel, SourceLabel,
+};
 use labels::{NoLabels, socket_label};
 use last_scan::LastScan;
 use series::{detail_series, tally};

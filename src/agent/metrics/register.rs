@@ -8,7 +8,12 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-use super::*;
+use super::labels::{
+    BackendFamilyLabel, BuildLabel, KindLabel, PhaseLabel, ProtocolFamilyLabel, ResourceLabel, ResultLabel,
+    SourceLabel, socket_label,
+};
+use super::last_scan::LastScan;
+use super::{Metrics, REPAIR_RESULTS, SCAN_ERROR_SOURCES, ScanTimes};
 use crate::heart::finding::Kind;
 use crate::heart::model::{Backend, Family as IpFamily};
 use crate::heart::observed::SOCKET_FILES;

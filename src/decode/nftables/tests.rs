@@ -1,4 +1,6 @@
+use super::build::parse_nodeport_key;
 use super::*;
+use crate::heart::model::Protocol;
 
 #[test]
 fn only_ip_and_ip6_kube_proxy_tables_are_kube_proxys() {

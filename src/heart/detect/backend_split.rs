@@ -9,8 +9,8 @@ use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{Backend, DestMatch, Family, NodePortRule, Protocol, RuleSource, Verdict};
 use crate::heart::proxy_mode::{self};
 
-use super::attribution::*;
-use super::builders::*;
+use super::attribution::{DesiredIndex, Judged};
+use super::builders::locate;
 
 /// Backend preference when the evidence ties: iptables-nft is what current kube-proxy
 /// images pick by default, nftables is opt-in, legacy is the leftover of old nodes.

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{NodePortRule, RuleIdentity, RuleSource, ServicePortRef};
 
-use super::attribution::*;
+use super::attribution::{Attribution, DesiredIndex};
 
 pub(super) fn rule_finding(
     kind: Kind,

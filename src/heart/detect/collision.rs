@@ -5,8 +5,8 @@
 
 use crate::heart::finding::{Finding, Kind, Severity};
 
-use super::attribution::*;
-use super::builders::*;
+use super::attribution::DesiredIndex;
+use super::builders::set_service;
 
 pub(super) fn nodeport_collisions(index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     for ((protocol, port), claimants) in index.by_port.groups().filter(|(_, v)| v.len() > 1) {

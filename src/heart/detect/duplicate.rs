@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{Backend, NodePortRule, RuleSource, Verdict};
 
-use super::attribution::*;
-use super::builders::*;
+use super::attribution::{DesiredIndex, Judged, JudgedRule};
+use super::builders::{describe_attribution, locate, rule_finding, set_service};
 
 pub(super) fn duplicate_rules(
     source: &RuleSource,

@@ -6,8 +6,8 @@
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::RuleSource;
 
-use super::attribution::*;
-use super::builders::*;
+use super::attribution::DesiredIndex;
+use super::builders::{locate, set_service};
 
 pub(super) fn hostport_conflicts(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     for hp in &source.hostports {

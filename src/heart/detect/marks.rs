@@ -6,7 +6,7 @@
 use crate::heart::finding::{Finding, Kind, Severity};
 
 use super::Grace;
-use super::attribution::*;
+use super::attribution::DesiredIndex;
 
 /// Marks the findings that rest on the cluster state when that state is stale.
 pub(super) fn mark_stale_state(findings: &mut [Finding]) {

@@ -10,8 +10,8 @@ use crate::heart::desired::DesiredPort;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{DestMatch, Family, NodePortRule, RuleSource, Verdict};
 
-use super::attribution::*;
-use super::builders::*;
+use super::attribution::{DesiredIndex, Judged, PortIndex};
+use super::builders::{locate, rule_finding, set_service};
 
 pub(super) fn missing_rules(
     family: Family,

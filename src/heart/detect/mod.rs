@@ -26,18 +26,18 @@ mod squatter;
 mod stale;
 mod unreadable;
 
-use attribution::*;
-use backend_split::*;
-use collision::*;
-use duplicate::*;
-use hostport::*;
-use marks::*;
-use missing::*;
-use orphan::*;
-use port_range::*;
-use squatter::*;
-use stale::*;
-use unreadable::*;
+use attribution::{DesiredIndex, Judged, judge_source};
+use backend_split::{backend_split, choose_primaries};
+use collision::nodeport_collisions;
+use duplicate::duplicate_rules;
+use hostport::hostport_conflicts;
+use marks::{mark_pending, mark_stale_state};
+use missing::missing_rules;
+use orphan::orphan_chains;
+use port_range::port_range_overlap;
+use squatter::squatters;
+use stale::stale_rules;
+use unreadable::{malformed_rules, unparsed_rules};
 
 /// Settings that change what counts as drift.
 #[derive(Debug, Clone)]

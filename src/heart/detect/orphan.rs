@@ -9,8 +9,8 @@ use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::kube_proxy;
 use crate::heart::model::{Family, RuleSource};
 
-use super::attribution::*;
-use super::builders::*;
+use super::attribution::{DesiredIndex, hash_key};
+use super::builders::{locate, set_service};
 
 pub(super) fn orphan_chains(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     // An orphan is the absence of a jump, which a partial dump cannot show.

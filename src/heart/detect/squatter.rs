@@ -10,8 +10,8 @@ use crate::heart::model::Protocol;
 use crate::heart::observed::Observed;
 
 use super::DetectConfig;
-use super::attribution::*;
-use super::builders::*;
+use super::attribution::DesiredIndex;
+use super::builders::{locate, set_service};
 
 pub(super) fn squatters(
     observed: &Observed,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{DestMatch, DnatTarget, NodePortRule, Protocol, RuleIdentity, RuleSource, Verdict};
 
-use super::attribution::*;
-use super::builders::*;
+use super::attribution::{Attribution, DesiredIndex, Judged};
+use super::builders::{describe_attribution, describe_path, locate, rule_finding, set_service};
 
 /// For each NodePort key, the first line at which the port's owner has its own rule.
 pub(super) type OwnerLines<'s> = FxHashMap<(Protocol, u16, &'s DestMatch), u32>;

@@ -1,3 +1,4 @@
+use super::port_range::uncovered;
 use super::*;
 use std::net::SocketAddr;
 

@@ -7,7 +7,7 @@ use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::RuleSource;
 
 use super::UNPARSED_REPORTED;
-use super::builders::*;
+use super::builders::locate;
 
 pub(super) fn malformed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
     for m in &source.malformed {

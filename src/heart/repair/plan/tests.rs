@@ -5,6 +5,8 @@ use super::*;
 use crate::decode::iptables::{SourceHint, parse_save_str};
 use crate::heart::desired::{DesiredPort, EndpointSet, FamilyEndpoints};
 use crate::heart::detect::{DetectConfig, detect};
+use crate::heart::kube_proxy;
+use crate::heart::model::{Protocol, ServicePortRef};
 use crate::heart::observed::Observed;
 
 const WEB: &str = "shop/web:http";

@@ -1,0 +1,149 @@
+//! What the agent logs about its scans: findings as they appear and clear, coverage
+//! when it changes, and a periodic summary.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::heart::coverage::Coverage;
+use crate::heart::finding::{Finding, Severity};
+use crate::heart::outcome::{ScanReport, SourceState};
+
+/// A finding's identity across scans (its message and evidence may change wording).
+pub(super) type Key = crate::heart::finding::Identity;
+
+fn key(f: &Finding) -> Key {
+    f.identity()
+}
+
+/// Logs what the scans could and could not check, once each time it changes: a node
+/// whose check is incomplete is not a quiet, healthy one.
+pub(super) fn log_coverage(last: &mut Option<Coverage>, coverage: &Coverage) {
+    if last.as_ref() == Some(coverage) {
+        return;
+    }
+    let mode = coverage.proxy_mode.as_str();
+    if coverage.complete {
+        tracing::info!(
+            proxy_mode = mode,
+            evidence = %coverage.proxy_mode_evidence,
+            "coverage: every check ran on complete inputs"
+        );
+    } else {
+        for sentence in &coverage.not_checked {
+            tracing::warn!(proxy_mode = mode, "coverage: not checked: {sentence}");
+        }
+    }
+    *last = Some(coverage.clone());
+}
+
+/// Logs one line per finding that appeared since the last scan (or whose severity
+/// changed, as a pending one does when its grace window ends), and one per finding
+/// that cleared. A finding that persists is not logged again: the periodic summary
+/// counts it.
+pub(super) fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanReport) {
+    let mut now: BTreeMap<Key, Finding> = BTreeMap::new();
+    for f in &report.findings {
+        now.entry(key(f)).or_insert_with(|| f.clone());
+    }
+    for (k, f) in &now {
+        match known.get(k) {
+            None => log_finding(f, "finding"),
+            Some(before) if before.severity != f.severity => log_finding(f, "finding changed severity"),
+            Some(_) => {}
+        }
+    }
+    for (k, f) in known.iter() {
+        if !now.contains_key(k) {
+            // The target is in the message; the fields are what dashboards filter on.
+            tracing::info!(
+                kind = %f.kind,
+                port = f.port,
+                backend = f.backend.map(|b| b.as_str()),
+                service = f.service.as_deref(),
+                // The same words repair's audit trail names a finding with.
+                "finding cleared: {}",
+                crate::heart::repair::plan::describe_finding(f)
+            );
+        }
+    }
+    *known = now;
+}
+
+/// One line with everything an engineer greps for: the port, the Service, the backend,
+/// the rule and the process, and the finding's own sentence saying what to do.
+fn log_finding(f: &Finding, what: &str) {
+    let process = f.process.as_ref().map(|p| format!("{} (pid {})", p.name, p.pid));
+    macro_rules! emit {
+        ($level:ident) => {
+            tracing::$level!(
+                kind = %f.kind,
+                severity = %f.severity,
+                protocol = f.protocol.map(|p| p.as_str()),
+                port = f.port,
+                family = f.family.map(|p| p.as_str()),
+                backend = f.backend.map(|b| b.as_str()),
+                service = f.service.as_deref(),
+                target = f.target.as_deref(),
+                rule = f.rule.as_deref(),
+                process = process.as_deref(),
+                pending_seconds = f.pending_seconds,
+                "{what}: {}",
+                f.message
+            )
+        };
+    }
+    match f.severity {
+        Severity::Critical | Severity::Warning => emit!(warn),
+        Severity::Info => emit!(info),
+    }
+}
+
+/// How often the one-line summary is logged while the agent runs.
+pub(super) const SUMMARY_EVERY: Duration = Duration::from_secs(600);
+
+/// The periodic one-line state of the node: findings by severity and kind, sources
+/// not read whole, and the API view's state.
+pub(super) fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
+    let count = |s: Severity| report.findings.iter().filter(|f| f.severity == s).count();
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in &report.findings {
+        *kinds.entry(f.kind.as_str()).or_default() += 1;
+    }
+    let kinds = kinds
+        .iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let troubled = report
+        .sources
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.status,
+                SourceState::Error
+                    | SourceState::Failed
+                    | SourceState::TimedOut
+                    | SourceState::TooLarge
+                    | SourceState::Partial
+            )
+        })
+        .map(|s| format!("{}:{}", s.source, s.status.as_str()))
+        .collect::<Vec<_>>()
+        .join(",");
+    tracing::info!(
+        critical = count(Severity::Critical),
+        warning = count(Severity::Warning),
+        info = count(Severity::Info),
+        kinds = %kinds,
+        sources_not_ok = %troubled,
+        coverage_complete = report.coverage.complete,
+        proxy_mode = report.coverage.proxy_mode.as_str(),
+        api_fresh = fresh,
+        scans,
+        "summary: {} findings ({} critical, {} warning, {} info)",
+        report.findings.len(),
+        count(Severity::Critical),
+        count(Severity::Warning),
+        count(Severity::Info),
+    );
+}

@@ -1,0 +1,158 @@
+//! One scan on a blocking thread, and recording its result in the metrics and the
+//! report the HTTP server serves.
+
+use std::time::Instant;
+
+use super::AgentConfig;
+use crate::agent::http::Shared;
+use crate::agent::metrics::{ResultLabel, ScanTimes};
+use crate::agent::repair::{ApiState, CycleInput, CycleOutcome, Repairer};
+use crate::agent::watch::{self, ClusterView};
+use crate::heart::desired::DesiredState;
+use crate::heart::detect::{DetectConfig, Grace};
+use crate::heart::outcome::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan_keeping_inputs};
+use crate::scan::input::{RuleCache, read_input_cached};
+use crate::sources::bundle::NF_TABLES_DUMPS;
+use crate::sources::live::LiveNode;
+
+/// What the scan thread reads the node with, moved in and handed back each scan.
+pub(super) struct NodeReader {
+    pub(super) live: LiveNode,
+    pub(super) cache: RuleCache,
+    /// The last desired state and the API view's change count it was built at: while
+    /// nothing that can move this node's NodePorts has changed, it is still the truth,
+    /// and building it again would cost a large node time and memory.
+    pub(super) desired: Option<(u64, DesiredState)>,
+    /// With `--repair`: its history of findings lives as long as the agent.
+    pub(super) repairer: Option<Repairer>,
+    /// When the nf_tables dumps were last read rather than reused.
+    pub(super) last_full_read: Option<Instant>,
+}
+
+impl NodeReader {
+    pub(super) fn new(config: &AgentConfig) -> NodeReader {
+        NodeReader {
+            live: LiveNode::new(config.live.clone()).keeping_constant_maps(),
+            cache: RuleCache::keeping(&NF_TABLES_DUMPS),
+            desired: None,
+            repairer: config.repair.clone().map(Repairer::new),
+            last_full_read: None,
+        }
+    }
+}
+
+/// What a scan measured besides its report: how long its phases took, and the API
+/// watches' state when it finished.
+#[derive(Debug)]
+pub(super) struct ScanStats {
+    times: ScanTimes,
+    api: watch::ViewStatus,
+    /// What the repair cycle after the scan did (with `--repair`).
+    pub(super) repair: Option<CycleOutcome>,
+}
+
+pub(super) type ScanOutcome = Result<(ScanReport, ScanStats), (&'static str, String)>;
+
+/// One scan on a blocking thread. The node reader is moved in and handed back.
+pub(super) async fn scan_once(
+    config: &AgentConfig,
+    view: &ClusterView,
+    mut node: NodeReader,
+) -> Result<(NodeReader, ScanOutcome), tokio::task::JoinError> {
+    let view = view.clone();
+    let name = config.node.clone();
+    let grace = config.grace;
+    let range = config.nodeport_range.clone();
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let outcome = (|| {
+            // Staleness is judged before the read: a view that goes stale during the
+            // scan is caught by the next one.
+            let stale = !view.fresh();
+            // The count first: a change during the build makes the next scan build again.
+            let changes = *view.changes().borrow();
+            let desired = match node.desired.take() {
+                Some((built_at, desired)) if built_at == changes => desired,
+                _ => view.desired_state().map_err(|e| ("cluster", e.to_string()))?,
+            };
+            let desired_built = Instant::now();
+            let NodeReader { live, cache, .. } = &mut node;
+            let mut input =
+                read_input_cached(live, Some(&name), cache).map_err(|e| ("node", e.to_string()))?;
+            let node_read = Instant::now();
+            let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
+            status.describe_cluster_state(&desired);
+            if stale {
+                status
+                    .notes
+                    .push("the API watch is not current: findings are marked on_stale_cluster_state".into());
+            }
+            input.sources.push(status);
+            // Repair needs the desired state after the scan, which consumes it.
+            let desired_for_repair = node.repairer.is_some().then(|| desired.clone());
+            input.desired = Some(desired);
+            let detect = DetectConfig {
+                grace: (!grace.is_zero()).then(|| Grace {
+                    now: jiff::Timestamp::now(),
+                    window: grace,
+                }),
+                cluster_state_stale: stale,
+                nodeport_range: range,
+            };
+            let (report, rules, desired) = run_scan_keeping_inputs(input, &detect);
+            node.cache.keep(rules);
+            node.desired = desired.map(|d| (changes, d));
+            let times = ScanTimes {
+                total: started.elapsed(),
+                build_desired: desired_built - started,
+                read_node: node_read - desired_built,
+                detect: node_read.elapsed(),
+            };
+            let repair = node.repairer.as_mut().map(|repairer| {
+                let input = CycleInput {
+                    report: &report,
+                    desired: desired_for_repair.as_ref(),
+                    // Judged now, after the scan: repair acts on the present, and a
+                    // view that went stale during the scan blocks it.
+                    api: ApiState {
+                        synced: view.synced(),
+                        fresh: view.fresh() && !stale,
+                    },
+                    kube_proxy: report.kube_proxy.as_ref(),
+                };
+                repairer.cycle(&input, Instant::now())
+            });
+            let api = view.status();
+            Ok((report, ScanStats { times, api, repair }))
+        })();
+        (node, outcome)
+    })
+    .await
+}
+
+pub(super) fn record(shared: &Shared, report: &ScanReport, stats: ScanStats) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    // Counts each failed source as a scan error too.
+    shared.metrics.scan_done(report, &stats.times, now);
+    shared.metrics.set_api_watches(&stats.api, now);
+    if let Some(outcome) = &stats.repair {
+        // Each action was logged before and after by the repair module itself.
+        for action in &outcome.actions {
+            shared
+                .metrics
+                .repairs()
+                .get_or_create(&ResultLabel {
+                    result: action.result.metric_result(),
+                })
+                .inc();
+        }
+        if let Some(why) = &outcome.blocked {
+            tracing::debug!(%why, "repair: not this cycle");
+        }
+    }
+    shared.set_report(report);
+    tracing::debug!(findings = report.findings.len(), took = ?stats.times.total, "scan done");
+}

@@ -1,0 +1,221 @@
+//! The intermediate form both front ends lower kube-proxy's tables into: chains with
+//! their jumps and DNATs, maps with their elements.
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::heart::model::{Family, Unparsed};
+
+/// What a front end found in one dump: kube-proxy's tables, plus the things it could
+/// not attribute to any table (they are reported with every kube-proxy table, since
+/// they may belong to one).
+#[derive(Debug, Default)]
+pub(crate) struct ParsedRuleset<'a> {
+    pub(crate) tables: Vec<TableIr<'a>>,
+    pub(crate) unattributed: Vec<Unparsed>,
+}
+
+impl<'a> ParsedRuleset<'a> {
+    /// The IR of kube-proxy's table for `family`, created on first mention.
+    pub(crate) fn table_mut(&mut self, family: Family) -> &mut TableIr<'a> {
+        match self.tables.iter().position(|t| t.family == family) {
+            Some(i) => &mut self.tables[i],
+            None => {
+                self.tables.push(TableIr::new(family));
+                self.tables.last_mut().expect("just pushed")
+            }
+        }
+    }
+}
+
+/// One kube-proxy table, reduced to what NodePort resolution needs.
+#[derive(Debug)]
+pub(crate) struct TableIr<'a> {
+    pub(crate) family: Family,
+    pub(crate) chains: Vec<ChainIr<'a>>,
+    /// Positions in `chains`, found by the chain's own name, so a table's many chain
+    /// names are not stored twice.
+    pub(crate) chain_index: ChainIndex,
+    /// The chain `chain_mut` returned last: dumps list a chain's rules together, so this
+    /// saves hashing a long chain name per rule.
+    pub(crate) last_chain: Option<usize>,
+    pub(crate) maps: Vec<MapIr<'a>>,
+    pub(crate) unparsed: Vec<Unparsed>,
+    /// False when the dump ended inside this table (a truncated text dump).
+    pub(crate) complete: bool,
+    /// What the dump said of this table's state, for the report.
+    pub(crate) notes: Vec<String>,
+}
+
+impl<'a> TableIr<'a> {
+    pub(crate) fn new(family: Family) -> Self {
+        TableIr {
+            family,
+            chains: Vec::new(),
+            chain_index: ChainIndex::default(),
+            last_chain: None,
+            maps: Vec::new(),
+            unparsed: Vec::new(),
+            complete: true,
+            notes: Vec::new(),
+        }
+    }
+
+    /// The chain called `name`, created on first mention (a JSON rule may name its chain
+    /// before, or without, the chain object).
+    pub(crate) fn chain_mut(&mut self, name: Cow<'a, str>, line: u32) -> &mut ChainIr<'a> {
+        let index = self.chain_position(name, line);
+        &mut self.chains[index]
+    }
+
+    /// The position of the chain called `name`, created on first mention.
+    pub(crate) fn chain_position(&mut self, name: Cow<'a, str>, line: u32) -> usize {
+        if let Some(index) = self.find_chain(&name) {
+            return index;
+        }
+        self.chain_index.insert(&self.chains, &name, self.chains.len());
+        self.chains.push(ChainIr {
+            name,
+            line,
+            rules: Vec::new(),
+        });
+        self.last_chain = Some(self.chains.len() - 1);
+        self.chains.len() - 1
+    }
+
+    /// The position of the chain called `name`, which rules are added to next.
+    pub(crate) fn find_chain(&mut self, name: &str) -> Option<usize> {
+        let last = self.last_chain.filter(|&i| self.chains[i].name == name);
+        if let (None, Some(previous)) = (last, self.last_chain) {
+            // Dumps list a chain's rules together and most chains hold one or two, so
+            // the chain left behind gives back its spare capacity.
+            self.chains[previous].rules.shrink_to_fit();
+        }
+        let index = last.or_else(|| self.chain_index.find(&self.chains, name))?;
+        self.last_chain = Some(index);
+        Some(index)
+    }
+
+    /// Room for `more` chains, made once rather than by doubling.
+    pub(crate) fn reserve_chains(&mut self, more: usize) {
+        self.chains.reserve_exact(more);
+        self.chain_index.reserve(&self.chains, more);
+    }
+
+    pub(crate) fn chain(&self, name: &str) -> Option<(usize, &ChainIr<'a>)> {
+        self.chain_index
+            .find(&self.chains, name)
+            .map(|i| (i, &self.chains[i]))
+    }
+}
+
+/// A hash index of chains by name that holds only their positions.
+#[derive(Debug, Default)]
+pub(crate) struct ChainIndex(hashbrown::HashTable<usize>);
+
+impl ChainIndex {
+    pub(crate) fn hash(name: &str) -> u64 {
+        use std::hash::BuildHasher as _;
+        rustc_hash::FxBuildHasher.hash_one(name)
+    }
+
+    pub(crate) fn find(&self, chains: &[ChainIr<'_>], name: &str) -> Option<usize> {
+        self.0
+            .find(Self::hash(name), |&i| chains[i].name == name)
+            .copied()
+    }
+
+    /// Records that `chains[index]` (about to be pushed) is called `name`.
+    pub(crate) fn insert(&mut self, chains: &[ChainIr<'_>], name: &str, index: usize) {
+        self.0
+            .insert_unique(Self::hash(name), index, |&i| Self::hash(&chains[i].name));
+    }
+
+    pub(crate) fn reserve(&mut self, chains: &[ChainIr<'_>], more: usize) {
+        self.0.reserve(more, |&i| Self::hash(&chains[i].name));
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct ChainIr<'a> {
+    pub(crate) name: Cow<'a, str>,
+    pub(crate) line: u32,
+    pub(crate) rules: Vec<RuleIr<'a>>,
+}
+
+/// A rule, reduced to where it can send a packet.
+#[derive(Debug, Default)]
+pub(crate) struct RuleIr<'a> {
+    pub(crate) handle: Option<u64>,
+    pub(crate) line: u32,
+    /// Chains named by `goto`/`jump`, also inside an inline `vmap { … }`, in rule order.
+    pub(crate) jumps: Vec<Cow<'a, str>>,
+    /// Boxed: few rules have a DNAT, and a kube-proxy table holds very many rules.
+    pub(crate) dnat: Option<Box<DnatIr>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct DnatIr {
+    pub(crate) addr: SocketAddr,
+    /// The whole rule as `nft list` prints it, without `# handle N`; shared with the
+    /// findings' [`DnatTarget`]s.
+    pub(crate) text: Arc<str>,
+}
+
+#[derive(Debug)]
+pub(crate) struct MapIr<'a> {
+    pub(crate) name: Cow<'a, str>,
+    pub(crate) elements: Vec<ElementIr<'a>>,
+}
+
+/// One element of a verdict map.
+#[derive(Debug)]
+pub(crate) struct ElementIr<'a> {
+    /// The key as `nft list` prints it (`tcp . 30080`).
+    pub(crate) key: String,
+    pub(crate) comment: Option<Cow<'a, str>>,
+    pub(crate) verdict: ElementVerdict<'a>,
+    pub(crate) line: u32,
+}
+
+impl ElementIr<'_> {
+    /// The element as `nft list` prints it: `tcp . 3006 comment "ns/svc:p" : goto reject-chain`.
+    pub(crate) fn text(&self) -> String {
+        match &self.comment {
+            Some(c) => format!("{} comment \"{}\" : {}", self.key, c, self.verdict),
+            None => format!("{} : {}", self.key, self.verdict),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum ElementVerdict<'a> {
+    Goto(Cow<'a, str>),
+    Jump(Cow<'a, str>),
+    Drop,
+    Accept,
+    /// Anything else (`return`, `continue`, a non-verdict value), as printed.
+    Other(String),
+}
+
+impl ElementVerdict<'_> {
+    pub(crate) fn chain(&self) -> Option<&str> {
+        match self {
+            ElementVerdict::Goto(c) | ElementVerdict::Jump(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ElementVerdict<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ElementVerdict::Goto(c) => write!(f, "goto {c}"),
+            ElementVerdict::Jump(c) => write!(f, "jump {c}"),
+            ElementVerdict::Drop => f.write_str("drop"),
+            ElementVerdict::Accept => f.write_str("accept"),
+            ElementVerdict::Other(s) => f.write_str(s),
+        }
+    }
+}
