@@ -13,10 +13,7 @@ use crate::heart::observed::SOCKET_FILES;
 use crate::heart::outcome::SourceState;
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::readers::read_node_name;
-use crate::sources::bundle::{
-    HEALTHZ_FILE, IP_VS_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, NET_DEV_FILE, PROXY_MODE_FILE,
-    RESERVED_PORTS_FILE,
-};
+use crate::sources::bundle::{IPTABLES_FILES, NODE_FACT_FILES};
 use crate::sources::bundle::{MANIFEST_FILE, Manifest, ManifestEntry, Source};
 
 /// What `snapshot` was asked for.
@@ -38,17 +35,8 @@ fn bundle_files() -> Vec<&'static str> {
     let mut names: Vec<&str> = IPTABLES_FILES.iter().map(|(n, _, _)| *n).collect();
     names.extend(["nft.json", "nft.txt"]);
     names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
-    names.extend([
-        LOCAL_PORT_RANGE_FILE,
-        RESERVED_PORTS_FILE,
-        HEALTHZ_FILE,
-        PROXY_MODE_FILE,
-        NET_DEV_FILE,
-        IP_VS_FILE,
-        "cluster.json",
-        "node",
-        MANIFEST_FILE,
-    ]);
+    names.extend(NODE_FACT_FILES);
+    names.extend(["cluster.json", "node", MANIFEST_FILE]);
     names
 }
 
@@ -200,15 +188,8 @@ pub fn write_snapshot<S: Source>(
     let mut names: Vec<&str> = IPTABLES_FILES[..4].iter().map(|(n, _, _)| *n).collect();
     names.push("nft.json");
     names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
-    names.extend([
-        LOCAL_PORT_RANGE_FILE,
-        RESERVED_PORTS_FILE,
-        HEALTHZ_FILE,
-        PROXY_MODE_FILE,
-        NET_DEV_FILE,
-        IP_VS_FILE,
-        "cluster.json",
-    ]);
+    names.extend(NODE_FACT_FILES);
+    names.extend(["cluster.json"]);
     for name in names {
         if let Some(entry) = capture(src, out, name)? {
             manifest.sources.push(entry);

@@ -379,6 +379,15 @@ pub const PROXY_MODE_FILE: &str = "kube-proxy-mode.txt";
 pub const NET_DEV_FILE: &str = "proc/net/dev";
 /// The kernel's IPVS virtual servers (present while the `ip_vs` module is loaded).
 pub const IP_VS_FILE: &str = "proc/net/ip_vs";
+/// The node's facts besides rules and sockets, in the order a bundle lists them.
+pub const NODE_FACT_FILES: [&str; 6] = [
+    LOCAL_PORT_RANGE_FILE,
+    RESERVED_PORTS_FILE,
+    HEALTHZ_FILE,
+    PROXY_MODE_FILE,
+    NET_DEV_FILE,
+    IP_VS_FILE,
+];
 
 /// The rule dumps whose every change the kernel announces on the nf_tables netlink
 /// group: iptables-nft's and kube-proxy's nftables tables. The legacy backend's are not
