@@ -579,7 +579,7 @@ chmod +x "$dir/bin/iptables-nft-save"
 echo ok >"$dir/mode"
 start_api
 # The tool, not the netlink reader: the faults are the tool's.
-PATH="$dir/bin:$PATH" agent_flags="--repair --repair-min-age 1s --tool-timeout 2s --tool-max-output 4M --iptables-via save" start_agent
+PATH="$dir/bin:$PATH" agent_flags="--repair --repair-min-age 1s --tool-timeout 2s --tool-max-output 1M --iptables-via save" start_agent
 wait_for 20 ready || fail "the agent never became ready"
 scans() { get /metrics | sed -n 's/^portdrift_scans_total //p'; }
 more_scans() { awk -v now="$(scans)" -v then="$1" -v n="$2" 'BEGIN { exit !(now >= then + n) }'; }
