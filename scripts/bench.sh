@@ -2,8 +2,9 @@
 # What a live scan costs next to the dump tools it replaces, side by side in one run, on
 # generated kube-proxy-exact nodes (5 endpoints per Service) loaded into private network
 # namespaces (never the host's rules). For each size: in iptables mode (iptables-nft
-# backend) `iptables-nft-save` alone, `portdrift scan` reading over netlink (the
-# default) and `portdrift scan --iptables-via save`; in nftables mode
+# backend) `iptables-nft-save` alone, the netlink read alone (`portdrift dev
+# iptables-save`, which prints what it read as the tool would), `portdrift scan`
+# reading over netlink (the default) and `portdrift scan --iptables-via save`; in nftables mode
 # `nft -j list table ip kube-proxy` alone, `portdrift scan` reading over netlink (the
 # default), and `portdrift scan --nftables-via nft`. Wall time, user and system CPU time
 # (children included) and peak RSS come from /usr/bin/time; each is the median of RUNS.
@@ -56,6 +57,7 @@ if [[ ${1:-} == --inside ]]; then
       while read -r name; do nfacct add "$name" >/dev/null; done
     iptables-nft-restore <"$node/iptables-nft-save.txt"
     row "$services" "$mode" "iptables-nft-save" iptables-nft-save
+    row "$services" "$mode" "portdrift dev iptables-save (netlink read)" "$bin" dev iptables-save
     row "$services" "$mode" "portdrift scan (netlink)" "${scan[@]}"
     row "$services" "$mode" "portdrift scan --iptables-via save" "${scan[@]}" --iptables-via save
   else

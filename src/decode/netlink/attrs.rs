@@ -98,6 +98,30 @@ pub fn read_verdict(nested: &[u8]) -> Result<(i32, Option<String>), DecodeError>
     Ok((code, chain))
 }
 
+/// An expression's attributes by type, for the types below [`ExprAttrs::TYPES`] (the
+/// ones the iptables reader asks for): an array, not a map, as it is built for every
+/// expression of every rule.
+pub struct ExprAttrs<'b>([Option<&'b [u8]>; ExprAttrs::TYPES]);
+
+impl<'b> ExprAttrs<'b> {
+    pub const TYPES: usize = 16;
+
+    pub fn new(data: &'b [u8]) -> Result<Self, DecodeError> {
+        let mut table = [None; Self::TYPES];
+        for attr in Attrs::new(data) {
+            let (kind, value) = attr?;
+            if let Some(slot) = table.get_mut(usize::from(kind)) {
+                *slot = Some(value);
+            }
+        }
+        Ok(ExprAttrs(table))
+    }
+
+    pub fn get(&self, kind: u16) -> Option<&'b [u8]> {
+        self.0.get(usize::from(kind)).copied().flatten()
+    }
+}
+
 /// An expression's attributes by type (each appears once).
 pub fn attr_map(data: &[u8]) -> Result<HashMap<u16, &[u8]>, DecodeError> {
     Attrs::new(data).collect()

@@ -17,7 +17,7 @@ pub mod message;
 pub mod nftables;
 
 pub use attrs::{
-    Attrs, align4, attr_map, be32, be64, data_value, expressions, name, prefix_len, read_verdict,
+    Attrs, ExprAttrs, align4, attr_map, be32, be64, data_value, expressions, name, prefix_len, read_verdict,
 };
 pub use message::{Header, Message, messages, nft_attrs, split_message};
 

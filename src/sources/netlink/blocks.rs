@@ -34,7 +34,25 @@ pub(crate) struct Plan {
     pub(crate) block: usize,
     /// Blocks read but not yet handed on, at most.
     pub(crate) lookahead: usize,
+    /// Of those, the [`Held::held`] size at most: a reader stops taking blocks once
+    /// this much waits for the sink.
+    pub(crate) budget: usize,
 }
+
+/// The size of a block's result while it waits for the sink, for [`Plan::budget`].
+pub(crate) trait Held {
+    fn held(&self) -> usize {
+        0
+    }
+}
+
+impl Held for String {
+    fn held(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<X> Held for Vec<X> {}
 
 /// Reads every item with `read`, which appends what it gives to a block's `T`, and hands
 /// each block's `T` to `sink` in the items' order. When `items` fit in one block they
@@ -51,7 +69,7 @@ pub(crate) fn read_in_order<I, T>(
 ) -> Result<(), NetlinkError>
 where
     I: Sync,
-    T: Send + Default,
+    T: Send + Default + Held,
 {
     if items.len() <= plan.block {
         let mut out = T::default();
@@ -73,13 +91,17 @@ where
                     Ok(conn) => conn,
                     Err(e) => return drop(tx.send((0, Err(e)))),
                 };
-                while let Some((block, mut out)) =
-                    Progress::take(progress, moved, blocks.len(), plan.lookahead)
-                {
+                while let Some((block, mut out)) = Progress::take(progress, moved, blocks.len(), plan) {
                     let result = blocks[block]
                         .iter()
                         .try_for_each(|item| read(&mut conn, item, &mut out))
                         .map(|()| out);
+                    if let Ok(out) = &result {
+                        // Counted before the sink can see it, so its release never
+                        // comes first.
+                        let size = out.held();
+                        Progress::update(progress, moved, |p| p.held += size);
+                    }
                     let failed = result.is_err();
                     if tx.send((block, result)).is_err() || failed {
                         break;
@@ -103,6 +125,8 @@ struct Progress<T> {
     fed: usize,
     /// The read failed or ended: readers take nothing more.
     stop: bool,
+    /// The [`Held::held`] size of the blocks read and not yet handed on.
+    held: usize,
     /// Buffers the sink is done with, for the readers to fill again.
     spare: Vec<T>,
 }
@@ -113,6 +137,7 @@ impl<T> Default for Progress<T> {
             next: 0,
             fed: 0,
             stop: false,
+            held: 0,
             spare: Vec::new(),
         }
     }
@@ -120,10 +145,15 @@ impl<T> Default for Progress<T> {
 
 impl<T: Default> Progress<T> {
     /// The next block for a reader, once it is no more than `lookahead` ahead of the
-    /// sink, and a buffer for it; None when there is none left or the read stopped.
-    fn take(progress: &Mutex<Self>, moved: &Condvar, blocks: usize, lookahead: usize) -> Option<(usize, T)> {
+    /// sink and less than `budget` waits for it, and a buffer for it; None when there is
+    /// none left or the read stopped. The block the sink waits for is always taken
+    /// before any later one, so the sink keeps moving and the wait ends.
+    fn take(progress: &Mutex<Self>, moved: &Condvar, blocks: usize, plan: Plan) -> Option<(usize, T)> {
         let mut p = progress.lock().unwrap_or_else(PoisonError::into_inner);
-        while !p.stop && p.next < blocks && p.next >= p.fed.saturating_add(lookahead) {
+        while !p.stop
+            && p.next < blocks
+            && (p.next >= p.fed.saturating_add(plan.lookahead) || p.held >= plan.budget)
+        {
             p = moved.wait(p).unwrap_or_else(PoisonError::into_inner);
         }
         if p.stop || p.next >= blocks {
@@ -141,7 +171,7 @@ impl<T: Default> Progress<T> {
 }
 
 /// Hands the readers' blocks to `sink` in block order, holding those that come early.
-fn feed_in_order<T: Default>(
+fn feed_in_order<T: Default + Held>(
     rx: &mpsc::Receiver<(usize, Result<T, NetlinkError>)>,
     blocks: usize,
     progress: &Mutex<Progress<T>>,
@@ -162,9 +192,11 @@ fn feed_in_order<T: Default>(
                 Err(_) => return Err(NetlinkError::Malformed("a reader stopped early".into())),
             }
         };
+        let size = out.held();
         sink(&mut out)?;
         Progress::update(progress, moved, |p| {
             p.fed = block + 1;
+            p.held = p.held.saturating_sub(size);
             p.spare.push(out);
         });
     }

@@ -109,8 +109,13 @@ fn render_save_recorded(
 
 /// Chains per unit of work of the parallel readers.
 const BLOCK: usize = 128;
-/// How many blocks the readers may run ahead of the parser: bounds the text held.
-const LOOKAHEAD: usize = 8;
+/// How many blocks the readers may run ahead of the parser.
+const LOOKAHEAD: usize = 1024;
+/// How much text the readers may hold ahead of the parser. Generous because one chain
+/// can take as long as thousands: kube-proxy's dispatch chains hold a rule per Service,
+/// and the kernel resumes a chain's dump by walking it from its first rule, so while
+/// one reader is on such a chain the other keeps reading the small ones after it.
+const BUDGET: usize = 8 << 20;
 
 /// Appends the rules of one chain, each line ending in `\n`.
 fn render_chain(
@@ -159,6 +164,7 @@ fn render_rules(
     let plan = Plan {
         block: BLOCK,
         lookahead: LOOKAHEAD,
+        budget: BUDGET,
     };
     read_in_order(
         conn,

@@ -25,7 +25,7 @@ use crate::decode::netlink::{
 };
 use crate::decode::nftables::{MapIr, ParsedRuleset, build_rule_sources, unparsed};
 use crate::heart::model::{Family, RuleSource, Unparsed};
-use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
+use crate::sources::netlink::blocks::{Held, Plan, Readers, read_in_order};
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
 
 mod maps;
@@ -150,6 +150,8 @@ enum Fetched<'s> {
     Elements(&'s SetInfo, Vec<RawElement>, Vec<Unparsed>),
 }
 
+impl Held for Fetched<'_> {}
+
 /// One table's chains, maps and rules. The chain list and the maps' elements are read
 /// first, at once over several sockets: rules refer to the inline maps. The rules then
 /// follow, chain by chain, also spread over the sockets.
@@ -231,6 +233,7 @@ fn read_family(
     let everything = Plan {
         block: 1,
         lookahead: usize::MAX,
+        budget: usize::MAX,
     };
     read_in_order(
         conn,
@@ -300,6 +303,7 @@ fn read_family(
     let plan = Plan {
         block: RULE_BLOCK,
         lookahead: RULE_LOOKAHEAD,
+        budget: usize::MAX,
     };
     let positions: Vec<usize> = (0..chains.len()).collect();
     read_in_order(

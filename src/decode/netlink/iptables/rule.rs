@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::xtables::{write_port_option, xt_match, xt_target};
 use super::{NF_ACCEPT, NF_DROP, unsupported};
 use crate::decode::netlink::{
-    Attrs, DecodeError, NFTA_DATA_VERDICT, NFTA_RULE_EXPRESSIONS, attr_map, be32, data_value, expressions,
+    Attrs, DecodeError, ExprAttrs, NFTA_DATA_VERDICT, NFTA_RULE_EXPRESSIONS, be32, data_value, expressions,
     name, prefix_len, read_verdict,
 };
 use crate::heart::model::Family;
@@ -91,9 +91,9 @@ pub fn render_rule(out: &mut String, family: Family, chain: &str, attrs: &[u8]) 
         }
         for expression in expressions(value) {
             let (expr_name, data) = expression?;
-            let map = attr_map(data)?;
+            let map = ExprAttrs::new(data)?;
             let get = |k: u16| {
-                map.get(&k).copied().ok_or_else(|| {
+                map.get(k).ok_or_else(|| {
                     unsupported(chain, format!("a {expr_name} expression without attribute {k}"))
                 })
             };
@@ -161,7 +161,7 @@ pub fn render_rule(out: &mut String, family: Family, chain: &str, attrs: &[u8]) 
                         return Err(unsupported(chain, "an immediate value that is not a verdict"));
                     }
                     let verdict = map
-                        .get(&NFTA_IMMEDIATE_DATA)
+                        .get(NFTA_IMMEDIATE_DATA)
                         .ok_or_else(|| unsupported(chain, "an immediate without data"))?;
                     let mut code = None;
                     for a in Attrs::new(verdict) {
@@ -373,13 +373,9 @@ fn protocol_name(proto: u8) -> Option<&'static str> {
     }
 }
 
-fn xt<'a>(
-    chain: &str,
-    map: &std::collections::HashMap<u16, &'a [u8]>,
-) -> Result<(&'a str, u32, &'a [u8]), DecodeError> {
+fn xt<'a>(chain: &str, map: &ExprAttrs<'a>) -> Result<(&'a str, u32, &'a [u8]), DecodeError> {
     let field = |k| {
-        map.get(&k)
-            .copied()
+        map.get(k)
             .ok_or_else(|| unsupported(chain, "an xtables expression without its name, revision or data"))
     };
     Ok((
