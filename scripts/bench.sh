@@ -18,7 +18,8 @@
 # dump restored again has them).
 #
 #   scripts/bench.sh [SERVICES...]     (default: 1000 10000 30000; needs root)
-#   RUNS=3 (default); MODES="iptables-nft nftables" (default); ORDERS="grouped sorted" (default)
+#   RUNS=3 (default); MODES="iptables-nft nftables" (default); ORDERS="grouped sorted" (default);
+#   VIA=0 leaves out the scans through the dump tools (--iptables-via save, --nftables-via nft)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
@@ -59,12 +60,12 @@ if [[ ${1:-} == --inside ]]; then
     row "$services" "$mode" "iptables-nft-save" iptables-nft-save
     row "$services" "$mode" "portdrift dev iptables-save (netlink read)" "$bin" dev iptables-save
     row "$services" "$mode" "portdrift scan (netlink)" "${scan[@]}"
-    row "$services" "$mode" "portdrift scan --iptables-via save" "${scan[@]}" --iptables-via save
+    [[ ${VIA:-1} == 0 ]] || row "$services" "$mode" "portdrift scan --iptables-via save" "${scan[@]}" --iptables-via save
   else
     nft -f "$node/kube-proxy.nft"
     row "$services" "$mode" "nft -j list table ip kube-proxy" nft -j list table ip kube-proxy
     row "$services" "$mode" "portdrift scan (netlink)" "${scan[@]}"
-    row "$services" "$mode" "portdrift scan --nftables-via nft" "${scan[@]}" --nftables-via nft
+    [[ ${VIA:-1} == 0 ]] || row "$services" "$mode" "portdrift scan --nftables-via nft" "${scan[@]}" --nftables-via nft
   fi
   # The scan must have read the node and found it clean.
   # (A port-range overlap is the host's ephemeral range against the wide NodePort range
