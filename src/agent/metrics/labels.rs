@@ -11,7 +11,7 @@ pub struct KindLabel {
 }
 
 /// `source` of `portdrift_scan_errors_total` and `portdrift_source_up`: bounded by
-/// [`bounded_source`].
+/// [`bounded_source`](super::bounded_source).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: String,

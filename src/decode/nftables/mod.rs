@@ -4,7 +4,7 @@
 //! Two front ends read the two forms a node bundle may hold: [`parse_ruleset_json`] for
 //! `nft -j list ruleset` (or `nft -j list table ip kube-proxy`) and
 //! [`parse_ruleset_text`] for `nft list ruleset` (with or without `-a`). Both lower
-//! kube-proxy's tables into the same small intermediate form ([`TableIr`]: chains with
+//! kube-proxy's tables into the same small intermediate form (`TableIr`: chains with
 //! their jumps and DNATs, maps with their elements), and one builder turns that into
 //! [`RuleSource`]s, so the two forms of one ruleset give the same model.
 //!

@@ -1,6 +1,6 @@
 //! kube-proxy's nftables tables read straight from the kernel over netlink, into the
 //! same intermediate form the `nft -j` parser builds, so both give the same
-//! [`RuleSource`](crate::heart::model::RuleSource)s.
+//! [`RuleSource`]s.
 //!
 //! Why: on a large node `nft -j list table ip kube-proxy` takes seconds and a great
 //! deal of memory, most of it nft building and printing its own JSON. The kernel hands
@@ -444,7 +444,7 @@ pub fn read_tables_netlink_keeping(
 }
 
 /// [`read_tables_netlink`] that also returns the raw messages it decoded, for
-/// [`crate::decode::netlink::nftables::decode_tables`] to decode again (fixtures).
+/// [`crate::decode::netlink::nftables::decode_rule_sources`] to decode again (fixtures).
 pub fn record_tables_netlink(
     origin: &str,
     limits: NetlinkLimits,

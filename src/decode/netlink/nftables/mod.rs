@@ -1,6 +1,6 @@
 //! kube-proxy's nftables tables (`ip kube-proxy`, `ip6 kube-proxy`) as nf_tables
 //! messages, decoded into the same intermediate form the `nft -j` parser builds, so
-//! both give the same [`RuleSource`](crate::heart::model::RuleSource)s. Each rule is
+//! both give the same [`RuleSource`]s. Each rule is
 //! reduced at once to what the detector reads (chain names, jumps, DNAT targets,
 //! verdict-map elements).
 
