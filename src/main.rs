@@ -1,5 +1,6 @@
 //! The `portdrift` binary: parse the command line, run, map the outcome to an exit
-//! status (0 clean, 1 findings, 2 could not scan). A panic is never an exit path.
+//! status (0 clean, 1 findings, 2 could not scan, 3 incomplete check). A panic is never
+//! an exit path.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
