@@ -24,8 +24,8 @@ use tokio::task::JoinHandle;
 
 use crate::agent::metrics::labels::ResultLabel;
 use crate::heart::finding::Finding;
-use condition::ConditionSummary;
 use budget::{EventGate, EventOp, TokenBucket};
+use condition::ConditionSummary;
 
 /// What to report, and how fast.
 #[derive(Debug, Clone)]
@@ -170,9 +170,7 @@ impl ReportMetrics {
 
     /// `portdrift_event_series_updates_total{result}` now.
     pub fn series_updates(&self, result: &'static str) -> u64 {
-        self.series_updates
-            .get_or_create(&ResultLabel { result })
-            .get()
+        self.series_updates.get_or_create(&ResultLabel { result }).get()
     }
 
     /// `portdrift_node_condition_patches_total{result}` now.
@@ -197,9 +195,7 @@ impl ReportMetrics {
     }
 
     fn count_series(&self, result: &'static str) {
-        self.series_updates
-            .get_or_create(&ResultLabel { result })
-            .inc();
+        self.series_updates.get_or_create(&ResultLabel { result }).inc();
     }
 
     fn count_patch(&self, result: &'static str) {

@@ -19,8 +19,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use tokio::sync::{mpsc, watch};
 
-use crate::agent::kube_report::condition::{ConditionSummary, ConditionTracker};
 use crate::agent::kube_report::budget::EventOp;
+use crate::agent::kube_report::condition::{ConditionSummary, ConditionTracker};
 use crate::agent::kube_report::events::{EventDraft, Regarding, k8s_event, node_reference};
 use crate::agent::kube_report::{ConditionConfig, ReportConfig, ReportError, ReportMetrics};
 
@@ -49,7 +49,9 @@ async fn timed<T>(
 fn jittered(wait: Duration) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     // A randomly keyed hasher (std's) is random enough to spread retries.
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
     wait + wait.mul_f64((random % 1000) as f64 / 4000.0)
 }
 
@@ -175,7 +177,11 @@ impl EventWriter {
 
     /// Creates the Event for `draft` (with `series` when it recreates one): its
     /// namespace and name.
-    async fn create(&mut self, draft: &EventDraft, series: Option<EventSeries>) -> Result<(String, String), ReportError> {
+    async fn create(
+        &mut self,
+        draft: &EventDraft,
+        series: Option<EventSeries>,
+    ) -> Result<(String, String), ReportError> {
         let (regarding, related) = self.references(&draft.regarding).await;
         let stamp = self.stamp();
         let mut event = k8s_event(draft, regarding, related, &self.node, stamp);
@@ -184,14 +190,7 @@ impl EventWriter {
         let name = event.metadata.name.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let params = PostParams::default();
-        with_retries(|| {
-            timed(
-                "create an Event",
-                self.timeout,
-                api.create(&params, &event),
-            )
-        })
-        .await?;
+        with_retries(|| timed("create an Event", self.timeout, api.create(&params, &event))).await?;
         Ok((namespace, name))
     }
 

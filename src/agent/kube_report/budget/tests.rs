@@ -61,14 +61,22 @@ fn a_persisting_finding_makes_one_event_and_one_that_returns_soon_the_same_one()
     let first = g.admit(std::slice::from_ref(&f), ROOM, t0, wall(0));
     assert_eq!(creates(&first).len(), 1);
     assert_eq!(creates(&first)[0].reason, "StaleEndpointRule");
-    assert!(g.admit(std::slice::from_ref(&f), ROOM, at(30), wall(30)).ops.is_empty());
+    assert!(
+        g.admit(std::slice::from_ref(&f), ROOM, at(30), wall(30))
+            .ops
+            .is_empty()
+    );
     // Reworded, it is still the same finding.
     let mut reworded = f.clone();
     reworded.message.push_str(" (again)");
     assert!(g.admit(&[reworded], ROOM, at(60), wall(60)).ops.is_empty());
     // Gone for less than the window, then back: the same Event's series.
     assert!(g.admit(&[], ROOM, at(90), wall(90)).ops.is_empty());
-    assert!(g.admit(std::slice::from_ref(&f), ROOM, at(120), wall(120)).ops.is_empty());
+    assert!(
+        g.admit(std::slice::from_ref(&f), ROOM, at(120), wall(120))
+            .ops
+            .is_empty()
+    );
     // Gone for the window: the series ends with its count written (4 scans found it).
     let ended = g.admit(&[], ROOM, at(480), wall(480));
     assert_eq!(series(&ended), [(0, 4, wall(120))]);
@@ -103,7 +111,11 @@ fn a_pending_finding_gets_its_event_when_its_grace_ends() {
     let mut g = gate(25, Duration::from_secs(10), t0);
     let mut f = finding(Kind::MissingRule, Severity::Info, 30081, Some("shop/api"));
     f.pending_seconds = Some(20);
-    assert!(g.admit(std::slice::from_ref(&f), ROOM, t0, wall(0)).ops.is_empty());
+    assert!(
+        g.admit(std::slice::from_ref(&f), ROOM, t0, wall(0))
+            .ops
+            .is_empty()
+    );
     f.pending_seconds = None;
     f.severity = Severity::Critical;
     assert_eq!(creates(&g.admit(&[f], ROOM, t0, wall(0))).len(), 1);
@@ -120,13 +132,24 @@ fn over_the_budget_findings_wait_most_severe_then_oldest_first() {
     assert_eq!(a.run_began, Some(2));
     // They persist: no Event, no new deferral, the run goes on (no new log).
     let b = g.admit(&all, ROOM, at(1), wall(1));
-    assert_eq!((b.ops.len(), b.deferred, b.run_began, b.run_ended), (0, 0, None, None));
+    assert_eq!(
+        (b.ops.len(), b.deferred, b.run_began, b.run_ended),
+        (0, 0, None, None)
+    );
     // A critical one arrives: it goes before the older warnings.
-    all.push(finding(Kind::StaleEndpoint, Severity::Critical, 30100, Some("shop/web")));
+    all.push(finding(
+        Kind::StaleEndpoint,
+        Severity::Critical,
+        30100,
+        Some("shop/web"),
+    ));
     let c = g.admit(&all, ROOM, at(2), wall(2));
     assert_eq!((c.ops.len(), c.deferred, c.pending), (0, 1, 3));
     let d = g.admit(&all, ROOM, at(12), wall(12));
-    assert_eq!(creates(&d).iter().map(|e| e.reason).collect::<Vec<_>>(), ["StaleEndpointRule"]);
+    assert_eq!(
+        creates(&d).iter().map(|e| e.reason).collect::<Vec<_>>(),
+        ["StaleEndpointRule"]
+    );
     // Then the oldest warning (port 30003, deferred first), then the next.
     let e = g.admit(&all, ROOM, at(22), wall(22));
     assert_eq!(creates(&e)[0].note, "stale-nodeport on 30003");

@@ -66,7 +66,10 @@ fn patches_when_the_status_changes_and_not_for_a_new_message() {
 
     let clear = summarize(&[]);
     let cleared = t.due(&clear, at(400)).expect("status changed");
-    assert_eq!((cleared.status.as_str(), cleared.reason.as_deref()), ("False", Some(REASON_NO_DRIFT)));
+    assert_eq!(
+        (cleared.status.as_str(), cleared.reason.as_deref()),
+        ("False", Some(REASON_NO_DRIFT))
+    );
     assert_eq!(cleared.last_transition_time, Some(Time(at(400))));
     assert_eq!(cleared.message.as_deref(), Some(clear.message.as_str()));
     t.accepted(&clear, &cleared);
@@ -91,7 +94,10 @@ fn a_restart_patches_nothing_while_status_and_reason_hold() {
     let mut t = ConditionTracker::default();
     t.seed(&[other, existing.clone()]);
     assert!(t.due(&summarize(&[]), at(0)).is_none(), "same status and reason");
-    assert!(t.due(&summarize(&[]), at(7200)).is_none(), "and no heartbeat later");
+    assert!(
+        t.due(&summarize(&[]), at(7200)).is_none(),
+        "and no heartbeat later"
+    );
 
     // A reason another version wrote, same status: patched, the transition kept.
     let mut t = ConditionTracker::default();

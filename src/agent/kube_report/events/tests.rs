@@ -118,4 +118,3 @@ fn long_notes_are_cut_on_a_character_boundary() {
     assert!(cut.len() <= NOTE_LIMIT && cut.ends_with('…'), "{}", cut.len());
     assert_eq!(truncate("short", NOTE_LIMIT), "short");
 }
-
