@@ -318,6 +318,16 @@ async fn api_errors_are_counted_and_reporting_recovers() {
             started.elapsed() < Duration::from_millis(100),
             "after_scan waited for the API"
         );
+        eventually("a failed patch", Duration::from_secs(10), || {
+            metrics.condition_patches("failed") == 1
+        })
+        .await;
+        // Scans during the backoff (at least 1 s) do not hurry the retry.
+        for _ in 0..5 {
+            reporter.after_scan(&[stale_endpoint()]);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(metrics.condition_patches("failed"), 1);
         eventually("the failed Event counted", Duration::from_secs(10), || {
             metrics.events("failed") == 1
         })

@@ -147,7 +147,7 @@ impl ReportMetrics {
         );
         registry.register(
             "events_over_budget",
-            "Findings whose Event the Event budget deferred (each once; written when the budget refills if the finding persists)",
+            "Findings whose Event the Event budget (or a writer behind the API server) deferred, each once; written later if the finding persists",
             metrics.over_budget.clone(),
         );
         registry.register(

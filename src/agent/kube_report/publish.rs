@@ -295,6 +295,8 @@ impl ConditionKeeper {
         self.seed().await;
         let mut retry = PATCH_RETRY;
         let mut wait: Option<Duration> = None;
+        // After a failure, no patch before this, even when a scan asks sooner.
+        let mut retry_at: Option<tokio::time::Instant> = None;
         loop {
             let woke = match wait {
                 Some(wait) => tokio::select! {
@@ -310,15 +312,26 @@ impl ConditionKeeper {
                 continue;
             };
             let Some(condition) = self.tracker.due(&want, Timestamp::now()) else {
+                // Back to what the API holds: nothing left to retry.
+                retry = PATCH_RETRY;
+                retry_at = None;
                 wait = None;
                 continue;
             };
+            if let Some(at) = retry_at {
+                let now = tokio::time::Instant::now();
+                if now < at {
+                    wait = Some(at - now);
+                    continue;
+                }
+            }
             match self.patch(&condition).await {
                 Ok(()) => {
                     tracing::info!(status = want.status(), message = %want.message, "NodePortDrift condition set");
                     self.tracker.accepted(&want, &condition);
                     self.metrics.count_patch("ok");
                     retry = PATCH_RETRY;
+                    retry_at = None;
                     wait = None;
                 }
                 Err(error) => {
@@ -326,6 +339,7 @@ impl ConditionKeeper {
                     tracing::warn!(%error, error_kind = error.metric_label(), ?retry_in, "cannot patch the NodePortDrift condition");
                     self.metrics.count_patch("failed");
                     wait = Some(retry_in);
+                    retry_at = Some(tokio::time::Instant::now() + retry_in);
                     retry = (retry * 2).min(self.config.max_backoff.max(PATCH_RETRY));
                 }
             }
