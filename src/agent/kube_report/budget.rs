@@ -195,12 +195,13 @@ impl EventGate {
         order.sort();
         let mut created = Vec::new();
         for (_, identity) in order {
-            if room == 0 || !self.bucket.try_take(now) {
-                break;
-            }
+            // Every finding that qualifies has a draft (see `qualifies`).
             let Some(draft) = current.get(identity).and_then(|f| EventDraft::of(f)) else {
                 continue;
             };
+            if room == 0 || !self.bucket.try_take(now) {
+                break;
+            }
             room -= 1;
             created.push(identity.clone());
             let id = self.next_id;
