@@ -38,6 +38,10 @@
 //!   object in the Event's namespace (or, cluster-scoped, in `default`); `422 Invalid`
 //!   otherwise, `409 AlreadyExists` for a name taken. The two groups are stored apart
 //!   (the real server converts one into the other; the fake does not).
+//!   `PATCH /apis/events.k8s.io/v1/namespaces/<ns>/events/<name>` (strategic merge or
+//!   merge patch) updates one, as a series update does, after the API server's update
+//!   checks: immutable fields, and `series.count >= 2` with a `lastObservedTime` when
+//!   the series changed; `404` for an Event that does not exist.
 //! - **Node status:** `PATCH /api/v1/nodes/<name>/status` with
 //!   `application/strategic-merge-patch+json` merges `status`, its `conditions` and
 //!   `addresses` by `type` as the strategic merge of a Node does (a `null` removes a
@@ -1271,6 +1275,15 @@ fn write(
                 ..
             },
         ) if sub == "status" => patch_node_status(shared, name, content_type, body),
+        (
+            "PATCH",
+            Route {
+                kind: Kind::Event,
+                namespace: Some(namespace),
+                name: Some(name),
+                subresource: None,
+            },
+        ) => patch_event(shared, namespace, name, content_type, body),
         _ => {
             let body = status(
                 405,
@@ -1415,6 +1428,9 @@ fn event_problems(kind: Kind, event: &Value, namespace: &str) -> Vec<(String, St
     if text("note").len() > 1024 {
         problem("note", "Too long: may not be more than 1024 bytes");
     }
+    for (field, text) in series_problems(event) {
+        problem(&field, &text);
+    }
     for field in [
         "deprecatedSource",
         "deprecatedCount",
@@ -1426,6 +1442,105 @@ fn event_problems(kind: Kind, event: &Value, namespace: &str) -> Vec<(String, St
         }
     }
     problems
+}
+
+/// What the API server's `validateV1EventSeries` refuses in an `events.k8s.io/v1`
+/// Event's `series`: a count below 2, no `lastObservedTime`.
+fn series_problems(event: &Value) -> Vec<(String, String)> {
+    let series = &event["series"];
+    if series.is_null() {
+        return Vec::new();
+    }
+    let mut problems = Vec::new();
+    if series["count"].as_i64().unwrap_or(0) < 2 {
+        problems.push((
+            "series.count".into(),
+            "Invalid value: \"\": should be at least 2".into(),
+        ));
+    }
+    if series["lastObservedTime"].as_str().is_none_or(str::is_empty) {
+        problems.push(("series.lastObservedTime".into(), "Required value".into()));
+    }
+    problems
+}
+
+/// The fields of an `events.k8s.io/v1` Event that `ValidateEventUpdate` keeps
+/// immutable (`regarding` is the internal `involvedObject`, `note` its `message`).
+const EVENT_IMMUTABLE: [&str; 13] = [
+    "regarding",
+    "reason",
+    "note",
+    "type",
+    "eventTime",
+    "action",
+    "related",
+    "reportingController",
+    "reportingInstance",
+    "deprecatedSource",
+    "deprecatedFirstTimestamp",
+    "deprecatedLastTimestamp",
+    "deprecatedCount",
+];
+
+/// `PATCH` of an `events.k8s.io/v1` Event (how client-go's `tools/events` writes a
+/// series): a strategic merge or merge patch, then `ValidateEventUpdate`'s checks: the
+/// Event's own, its name, the immutable fields, and the series when it changed.
+/// `404` for an Event that does not exist (or whose TTL passed).
+fn patch_event(
+    shared: &Shared,
+    namespace: &str,
+    name: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Response<Body> {
+    let strategic = match media_type(content_type) {
+        "application/strategic-merge-patch+json" => true,
+        "application/merge-patch+json" => false,
+        _ => return unsupported_media_type(content_type),
+    };
+    let patch: Value = match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) => return bad_request("the patch is not an object"),
+        Err(e) => return bad_request(&format!("the patch is not JSON: {e}")),
+    };
+    let mut state = lock(&shared.state);
+    let key = (namespace.to_string(), name.to_string());
+    let Some(stored) = state
+        .objects
+        .get(&Kind::Event)
+        .and_then(|events| events.get(&key))
+    else {
+        drop(state);
+        return not_found(Kind::Event, name);
+    };
+    let old: Value = serde_json::from_str(&stored.json).expect("stored JSON parses");
+    let mut new = old.clone();
+    // An Event has no list with a merge key, so both patch types merge alike here.
+    merge_patch(&mut new, &patch, strategic, "");
+    let mut problems = event_problems(Kind::Event, &new, namespace);
+    problems.retain(|(field, _)| !field.starts_with("series"));
+    for field in ["name", "namespace", "uid"] {
+        if new["metadata"][field] != old["metadata"][field] {
+            problems.push((
+                format!("metadata.{field}"),
+                "Invalid value: field is immutable".into(),
+            ));
+        }
+    }
+    for field in EVENT_IMMUTABLE {
+        if new[field] != old[field] {
+            problems.push((field.to_string(), "Invalid value: field is immutable".into()));
+        }
+    }
+    if new["series"] != old["series"] {
+        problems.extend(series_problems(&new));
+    }
+    if !problems.is_empty() {
+        return invalid(Kind::Event, name, &problems);
+    }
+    state.apply(Kind::Event, new);
+    let stored = state.objects[&Kind::Event][&key].json.to_string();
+    json_response(StatusCode::OK, stored)
 }
 
 /// `422 Invalid`, as the API server words it.
