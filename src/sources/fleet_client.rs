@@ -88,10 +88,10 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
                 None
             }
         };
-        // Every node, or the drifted and unknown ones; None: every agent's pod.
+        // The listed nodes to ask (all of them with --all); None: every agent's pod.
         let wanted: Option<BTreeSet<String>> = match &nodes {
-            Some(statuses) if !query.all => Some(nodes_to_ask(statuses, false)),
-            _ => None,
+            Some(statuses) => Some(nodes_to_ask(statuses, query.all)),
+            None => None,
         };
         if wanted.as_ref().is_some_and(BTreeSet::is_empty) {
             return Ok(FleetAnswers {

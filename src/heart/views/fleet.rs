@@ -63,7 +63,7 @@ pub struct FleetView {
     /// Every node by its state, when a list of the nodes was read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodes: Option<NodesSummary>,
-    /// Agents asked (or Prometheus targets).
+    /// Nodes asked for details, one agent each (or Prometheus's targets).
     pub agents: usize,
     pub answered: usize,
     /// Most widespread first, then most severe, then by port.
@@ -101,7 +101,7 @@ impl FleetView {
         self.source = source;
         self.nodes = nodes;
         self.notes.extend(notes);
-        if self.agents > 0 && self.answered == 0 && self.unanswered.iter().all(|u| u.reason.starts_with("403 ")) {
+        if self.answered == 0 && self.unanswered.iter().any(|u| u.reason.starts_with("403 ")) {
             self.notes.push(
                 "the pod proxy is forbidden (403) for these credentials: no agent was asked; \
                  what the conditions say is all that was checked"
