@@ -174,8 +174,10 @@ fn node(i: usize, now: jiff::Timestamp) -> Node {
         )],
         Shape::NoCondition => vec![],
     };
-    let mut all = vec![json!({"type": "Ready", "status": "True", "reason": "KubeletReady",
-                              "lastTransitionTime": "2026-11-30T08:00:00Z"})];
+    let mut all = vec![
+        json!({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                              "lastTransitionTime": "2026-11-30T08:00:00Z"}),
+    ];
     all.extend(conditions);
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
@@ -206,7 +208,11 @@ fn pod(i: usize, port: u16) -> Pod {
 /// to one target, half to another), the rest nothing.
 fn findings(i: usize) -> String {
     let findings = if shape(i) == Shape::Drift {
-        let target = if i % 40 == 0 { "10.244.1.5:8080" } else { "10.244.2.9:8080" };
+        let target = if i % 40 == 0 {
+            "10.244.1.5:8080"
+        } else {
+            "10.244.2.9:8080"
+        };
         json!([{"kind": "stale-endpoint", "severity": "critical", "protocol": "tcp", "port": 30080,
                 "service": "shop/web", "target": target, "message": "stale"}])
     } else {
@@ -308,7 +314,10 @@ fn assert_two_lists(other: &[String]) {
     assert_eq!(query_param(nodes, "resourceVersion").as_deref(), Some("0"));
     assert_eq!(query_param(nodes, "limit"), None);
     let pods = &other[1];
-    assert!(pods.starts_with("/api/v1/namespaces/portdrift/pods?"), "{other:?}");
+    assert!(
+        pods.starts_with("/api/v1/namespaces/portdrift/pods?"),
+        "{other:?}"
+    );
     assert_eq!(
         query_param(pods, "labelSelector").as_deref(),
         Some("app.kubernetes.io/name=portdrift")
@@ -330,7 +339,8 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
     assert_two_lists(&other);
 
     // Asked: the drifted and the unknown nodes, each once; none of the clean ones.
-    let by_shape = |want: &[Shape]| -> BTreeSet<usize> { (0..n).filter(|i| want.contains(&shape(*i))).collect() };
+    let by_shape =
+        |want: &[Shape]| -> BTreeSet<usize> { (0..n).filter(|i| want.contains(&shape(*i))).collect() };
     let to_ask = by_shape(&[Shape::Drift, Shape::NoCondition, Shape::Stale]);
     assert_eq!(to_ask.len(), 50 + 10 + 1);
     let expected: BTreeSet<String> = to_ask
@@ -350,7 +360,12 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
     assert_eq!(unknown.len(), 11);
     assert!(unknown.contains(&node_name(501)), "{unknown:?}");
     assert_eq!(nodes["clean"].as_array().unwrap().len(), n - 61);
-    assert!(!nodes["clean"].as_array().unwrap().contains(&json!(node_name(501))));
+    assert!(
+        !nodes["clean"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(node_name(501)))
+    );
 
     // The details: the stale endpoint on exactly the drifted nodes that answered.
     let silent: BTreeSet<usize> = [HANGS[0], HANGS[1], RESETS, PENDING, NO_POD].into();
@@ -396,7 +411,11 @@ async fn with_all_every_agent_is_asked_once() {
     );
     assert_eq!(code, 1, "{view}");
     assert_two_lists(&other);
-    assert_eq!(proxied.len(), n - 2, "every pod but the missing and the pending one");
+    assert_eq!(
+        proxied.len(),
+        n - 2,
+        "every pod but the missing and the pending one"
+    );
     assert_eq!(view["agents"], n);
     assert_eq!(view["answered"], n - 5);
     assert_eq!(names(&view, "unanswered").len(), 5);
@@ -453,7 +472,8 @@ async fn without_the_pod_proxy_the_conditions_are_shown_and_the_rest_named_unche
     let drift = names(&view["nodes"], "drift");
     assert_eq!(drift, [0, 20].map(node_name).into());
     assert!(
-        reason_of(&view, &node_name(20)).starts_with("403 from the pod proxy: pods \"portdrift-node-0020\" is forbidden"),
+        reason_of(&view, &node_name(20))
+            .starts_with("403 from the pod proxy: pods \"portdrift-node-0020\" is forbidden"),
         "{view}"
     );
     let notes = view["notes"].to_string();

@@ -125,7 +125,12 @@ pub struct FleetArgs {
     pub prometheus: Option<String>,
 
     /// With --prometheus: the `job` label of the agents' scrape job.
-    #[arg(long, value_name = "JOB", default_value = "portdrift", requires = "prometheus")]
+    #[arg(
+        long,
+        value_name = "JOB",
+        default_value = "portdrift",
+        requires = "prometheus"
+    )]
     pub prometheus_job: String,
 
     /// Output format.

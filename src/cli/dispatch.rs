@@ -114,7 +114,11 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
         all: args.all,
         stale_after: args.stale_after,
     };
-    let fleet_client::FleetAnswers { nodes, answers, notes } = fleet_client::ask_fleet(&query)?;
+    let fleet_client::FleetAnswers {
+        nodes,
+        answers,
+        notes,
+    } = fleet_client::ask_fleet(&query)?;
     if nodes.is_none() && answers.is_empty() {
         anyhow::bail!(
             "no agent pods in namespace {} match {}",

@@ -84,7 +84,9 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
         let nodes = match list_node_statuses(client.clone(), query).await {
             Ok(nodes) => Some(nodes),
             Err(why) => {
-                notes.push(format!("cannot list the Nodes ({why}): every agent was asked instead"));
+                notes.push(format!(
+                    "cannot list the Nodes ({why}): every agent was asked instead"
+                ));
                 None
             }
         };
@@ -125,7 +127,11 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
         );
         let mut answers = not_asked(missing, &reason);
         answers.extend(answered);
-        Ok(FleetAnswers { nodes, answers, notes })
+        Ok(FleetAnswers {
+            nodes,
+            answers,
+            notes,
+        })
     })
 }
 
@@ -144,16 +150,28 @@ fn not_asked(nodes: impl IntoIterator<Item = String>, reason: &str) -> Vec<Agent
 /// The pods to ask (those on `wanted` nodes, or all), and the wanted nodes without an
 /// agent's pod. A pod on a node the list did not have is asked too: nothing else says
 /// what its node is like.
-fn select_pods(pods: Vec<Pod>, wanted: Option<&BTreeSet<String>>, listed: Option<&[NodeStatus]>) -> (Vec<Pod>, Vec<String>) {
+fn select_pods(
+    pods: Vec<Pod>,
+    wanted: Option<&BTreeSet<String>>,
+    listed: Option<&[NodeStatus]>,
+) -> (Vec<Pod>, Vec<String>) {
     let Some(wanted) = wanted else {
         return (pods, Vec::new());
     };
-    let listed: BTreeSet<&str> = listed.unwrap_or_default().iter().map(|s| s.node.as_str()).collect();
+    let listed: BTreeSet<&str> = listed
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s.node.as_str())
+        .collect();
     let mut covered = BTreeSet::new();
     let asked = pods
         .into_iter()
         .filter(|pod| {
-            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default();
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or_default();
             covered.insert(node.to_string());
             wanted.contains(node) || !listed.contains(node)
         })

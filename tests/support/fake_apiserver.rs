@@ -875,7 +875,12 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
 /// its resource (see [`FakeApiServer::forbid`]), worded as its authorizer does.
 fn forbidden_answer(shared: &Shared, method: &str, target: &str) -> Option<Response<Body>> {
     let (verb, resource, namespace, name) = match ProxyTarget::parse(target) {
-        Some(proxy) => ("get", "pods/proxy".to_string(), Some(proxy.namespace), Some(proxy.name)),
+        Some(proxy) => (
+            "get",
+            "pods/proxy".to_string(),
+            Some(proxy.namespace),
+            Some(proxy.name),
+        ),
         None => {
             let path = target.split('?').next().unwrap_or_default();
             let route = Route::parse(path)?;

@@ -87,17 +87,18 @@ impl FleetView {
             .iter()
             .any(|f| matches!(f.key.severity.as_str(), "critical" | "warning"));
         let nodes_say = self.nodes.as_ref().is_some_and(|n| {
-            !n.drift.is_empty()
-                || n
-                    .unknown
-                    .iter()
-                    .any(|u| !self.answered_nodes.contains(&u.node))
+            !n.drift.is_empty() || n.unknown.iter().any(|u| !self.answered_nodes.contains(&u.node))
         });
         u8::from(serious || nodes_say || !self.unanswered.is_empty())
     }
 
     /// The same view with the nodes' states read from `source`, and `notes`.
-    pub fn with_nodes(mut self, source: String, nodes: Option<NodesSummary>, notes: Vec<String>) -> FleetView {
+    pub fn with_nodes(
+        mut self,
+        source: String,
+        nodes: Option<NodesSummary>,
+        notes: Vec<String>,
+    ) -> FleetView {
         self.source = source;
         self.nodes = nodes;
         self.notes.extend(notes);
@@ -223,7 +224,10 @@ pub fn render_fleet(view: &FleetView) -> String {
     if let Some(nodes) = &view.nodes {
         render_nodes(&mut out, &view.source, nodes);
         if view.agents == 0 && view.notes.is_empty() {
-            let _ = writeln!(out, "no agent asked: no node drifted or is unknown (--all asks every agent)");
+            let _ = writeln!(
+                out,
+                "no agent asked: no node drifted or is unknown (--all asks every agent)"
+            );
             return out;
         }
     }

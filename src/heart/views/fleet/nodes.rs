@@ -66,7 +66,11 @@ pub fn node_status(node: &Node, now: Timestamp, stale_after: Duration) -> NodeSt
         }
     };
     if let Some(age) = age.filter(|age: &Duration| *age > stale_after) {
-        let said = if state == NodeState::Drift { "drift" } else { "no drift" };
+        let said = if state == NodeState::Drift {
+            "drift"
+        } else {
+            "no drift"
+        };
         return unknown(
             name,
             format!(

@@ -161,7 +161,11 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
             match (n.serious > 0.0, complete) {
                 (true, _) => (
                     NodeState::Drift,
-                    format!("{} critical or warning findings", n.serious),
+                    format!(
+                        "{} critical or warning finding{}",
+                        n.serious,
+                        if n.serious == 1.0 { "" } else { "s" }
+                    ),
                 ),
                 (false, true) => (NodeState::Clean, String::new()),
                 (false, false) => (
