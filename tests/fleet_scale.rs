@@ -136,7 +136,7 @@ enum Shape {
 fn shape(i: usize) -> Shape {
     match i {
         501 => Shape::Stale,
-        _ if i % 20 == 0 => Shape::Drift,
+        _ if i.is_multiple_of(20) => Shape::Drift,
         _ if i % 100 == 7 => Shape::NoCondition,
         _ => Shape::Clean,
     }
@@ -208,7 +208,7 @@ fn pod(i: usize, port: u16) -> Pod {
 /// to one target, half to another), the rest nothing.
 fn findings(i: usize) -> String {
     let findings = if shape(i) == Shape::Drift {
-        let target = if i % 40 == 0 {
+        let target = if i.is_multiple_of(40) {
             "10.244.1.5:8080"
         } else {
             "10.244.2.9:8080"
@@ -498,4 +498,60 @@ async fn without_the_pod_proxy_the_conditions_are_shown_and_the_rest_named_unche
         "{text}"
     );
     assert!(text.contains("not checked:\n"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_text_names_the_drifted_unknown_and_silent_nodes() {
+    let n = 30;
+    let (server, agents) = fleet(n).await;
+    let scratch = TempDir::new().unwrap();
+    let kubeconfig = server.write_kubeconfig(scratch.path());
+    let out = tokio::process::Command::new(PORTDRIFT)
+        .args([
+            "fleet",
+            "--timeout",
+            "2s",
+            "--port",
+            &agents.port.to_string(),
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..6],
+        [
+            "30 nodes by their NodePortDrift condition: 2 drift, 27 clean, 1 unknown",
+            "drift:",
+            "  node-0000 (since 2026-11-30T08:00:00Z): 1 critical NodePort finding: 1 stale-endpoint; ports tcp/30080",
+            "  node-0020 (since 2026-11-30T08:00:00Z): 1 critical NodePort finding: 1 stale-endpoint; ports tcp/30080",
+            "unknown:",
+            "  node-0007: no NodePortDrift condition (no agent reporting, or --node-condition off)",
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains("\n1 of 3 agents answered; 1 distinct findings\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "critical stale-endpoint tcp/30080 shop/web → 10.244.2.9:8080: 1 of 3 nodes: node-0020\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  node-0000 (portdrift-node-0000): no answer within 2s\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  node-0007: no agent pod on this node (namespace portdrift, app.kubernetes.io/name=portdrift)\n"
+        ),
+        "{text}"
+    );
 }

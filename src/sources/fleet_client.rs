@@ -91,11 +91,12 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
             }
         };
         // The listed nodes to ask (all of them with --all); None: every agent's pod.
-        let wanted: Option<BTreeSet<String>> = match &nodes {
-            Some(statuses) => Some(nodes_to_ask(statuses, query.all)),
-            None => None,
-        };
-        if wanted.as_ref().is_some_and(BTreeSet::is_empty) {
+        let wanted: Option<BTreeSet<String>> =
+            nodes.as_ref().map(|statuses| nodes_to_ask(statuses, query.all));
+        // Every listed node is clean: nothing to ask. (No Node listed at all: the
+        // agents' pods, if any, are on nodes the list did not have, and are asked.)
+        let listed_any = nodes.as_ref().is_some_and(|n| !n.is_empty());
+        if listed_any && wanted.as_ref().is_some_and(BTreeSet::is_empty) {
             return Ok(FleetAnswers {
                 nodes,
                 answers: Vec::new(),

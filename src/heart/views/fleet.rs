@@ -261,7 +261,11 @@ pub fn render_fleet(view: &FleetView) -> String {
     if !view.unanswered.is_empty() {
         let _ = writeln!(out, "\nno answer from {} agents:", view.unanswered.len());
         for u in &view.unanswered {
-            let _ = writeln!(out, "  {} ({}): {}", u.node, u.pod, u.reason);
+            if u.pod.is_empty() {
+                let _ = writeln!(out, "  {}: {}", u.node, u.reason);
+            } else {
+                let _ = writeln!(out, "  {} ({}): {}", u.node, u.pod, u.reason);
+            }
         }
     }
     if !view.notes.is_empty() {
