@@ -306,6 +306,29 @@ fn reason_of(view: &Value, node: &str) -> String {
         .unwrap_or_else(|| panic!("{node} is not unanswered: {view}"))
 }
 
+/// Runs the view again once the hung agents answer: what asking costs without a
+/// timeout in the way. The same requests; only the reset, pending and missing agents
+/// stay silent.
+async fn rerun_healed(server: &FakeApiServer, agents: &Agents, n: usize, args: &[&str], proxied: usize) {
+    {
+        let mut by_ip = agents.by_ip.lock().unwrap();
+        for i in HANGS {
+            by_ip.insert(IpAddr::V4(pod_ip(i)), Agent::Answer(findings(i)));
+        }
+    }
+    let before = server.requests().len();
+    let (code, view, took) = run_fleet(server, agents, args).await;
+    let requests = server.requests().len() - before;
+    eprintln!(
+        "fleet at {n} nodes ({}), no agent hanging: {took:?}, {requests} requests",
+        args.join(" ")
+    );
+    assert_eq!(code, 1, "{view}");
+    assert_eq!(requests, 2 + proxied);
+    assert_eq!(names(&view, "unanswered").len(), 3, "{view}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
 /// The list requests: exactly one Node list from the cache and one pod list.
 fn assert_two_lists(other: &[String]) {
     assert_eq!(other.len(), 2, "{other:?}");
@@ -396,6 +419,7 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
     assert!((2..=8).contains(&max), "max in flight {max}");
     // Two hung agents cost about one timeout, not two, nor the run.
     assert!(took < Duration::from_secs(10), "took {took:?}");
+    rerun_healed(&server, &agents, n, &["--concurrency", "8"], 59).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -422,6 +446,7 @@ async fn with_all_every_agent_is_asked_once() {
     let max = agents.max_in_flight.load(Ordering::SeqCst);
     assert!((2..=16).contains(&max), "max in flight {max}");
     assert!(took < Duration::from_secs(20), "took {took:?}");
+    rerun_healed(&server, &agents, n, &["--all", "--concurrency", "16"], n - 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
