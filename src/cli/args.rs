@@ -100,7 +100,7 @@ pub struct FleetArgs {
     #[arg(long, value_name = "PORT", default_value_t = 9741)]
     pub port: u16,
 
-    /// How long one agent may take to answer (and each list).
+    /// How long one agent may take to answer (and each list, or Prometheus query).
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
 
