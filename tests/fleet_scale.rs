@@ -580,3 +580,25 @@ async fn the_text_names_the_drifted_unknown_and_silent_nodes() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_list_on_pods_the_conditions_are_shown_and_no_agent_asked() {
+    let n = 30;
+    let (server, agents) = fleet(n).await;
+    server.forbid("list", "pods");
+    let (code, view, _) = run_fleet(&server, &agents, &[]).await;
+    assert_eq!(code, 1, "{view}");
+    assert_eq!(agents.requests.load(Ordering::SeqCst), 0);
+    assert_eq!(names(&view["nodes"], "drift"), [0, 20].map(node_name).into());
+    assert_eq!(
+        names(&view, "unanswered"),
+        [0, 7, 20].map(node_name).into(),
+        "the drifted and the unknown nodes, named"
+    );
+    assert!(reason_of(&view, &node_name(7)).starts_with("not asked: cannot list the agents' pods"));
+    let notes = view["notes"].to_string();
+    assert!(
+        notes.contains("no agent was asked") && notes.contains("pods is forbidden"),
+        "{notes}"
+    );
+}
