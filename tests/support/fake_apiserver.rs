@@ -56,6 +56,10 @@
 //!   exist. A pod that accepts and never answers makes the request hang, as it does on
 //!   a real server.
 //!
+//! - **RBAC:** [`FakeApiServer::forbid`] denies a verb on a resource (`list` `nodes`,
+//!   `get` `pods/proxy`) with the `403 Forbidden` Status the API server's authorizer
+//!   gives.
+//!
 //! Every write is recorded ([`FakeApiServer::writes`]); [`FakeApiServer::stored`]
 //! reads back what is stored, as `GET` does over HTTP. [`FakeApiServer::set_write_failure`]
 //! fails writes alone, so a watch can stay up while Events and patches fail.
@@ -241,6 +245,8 @@ struct State {
     next_token: u64,
     /// Every request: its method, and its `path?query`.
     requests: Vec<(String, String)>,
+    /// `(verb, resource)` pairs RBAC denies, e.g. `("list", "nodes")`.
+    forbidden: Vec<(String, String)>,
     writes: Vec<Write>,
 }
 
@@ -480,6 +486,13 @@ impl FakeApiServer {
             .into_iter()
             .filter(|r| r.split('?').next() == Some(kind.path()))
             .collect()
+    }
+
+    /// Denies `verb` on `resource` from now on, as RBAC does for a user without it:
+    /// `("list", "nodes")`, `("get", "pods/proxy")`, `("list", "pods")`.
+    pub fn forbid(&self, verb: &str, resource: &str) {
+        let mut state = lock(&self.shared.state);
+        state.forbidden.push((verb.to_string(), resource.to_string()));
     }
 
     /// Watches open now.
@@ -814,6 +827,9 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
     if let Some(answer) = failure_answer(&shared.failure).await {
         return answer;
     }
+    if let Some(answer) = forbidden_answer(&shared, request.method().as_str(), &target) {
+        return Ok(answer);
+    }
     let path = request.uri().path().to_string();
     let query = parse_query(request.uri().query().unwrap_or(""));
     let route = Route::parse(&path);
@@ -857,6 +873,75 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
         status: answer.as_ref().map(|r| r.status().as_u16()).unwrap_or(0),
     });
     answer
+}
+
+/// The `403 Forbidden` the API server answers when RBAC denies the request's verb on
+/// its resource (see [`FakeApiServer::forbid`]), worded as its authorizer does.
+fn forbidden_answer(shared: &Shared, method: &str, target: &str) -> Option<Response<Body>> {
+    let (verb, resource, namespace, name) = match ProxyTarget::parse(target) {
+        Some(proxy) => (
+            "get",
+            "pods/proxy".to_string(),
+            Some(proxy.namespace),
+            Some(proxy.name),
+        ),
+        None => {
+            let path = target.split('?').next().unwrap_or_default();
+            let route = Route::parse(path)?;
+            let watch = target.contains("watch=true") || target.contains("watch=1");
+            let verb = match (method, &route.name) {
+                ("GET", None) if watch => "watch",
+                ("GET", None) => "list",
+                ("GET", Some(_)) => "get",
+                ("POST", _) => "create",
+                ("PATCH", _) => "patch",
+                ("PUT", _) => "update",
+                ("DELETE", _) => "delete",
+                _ => return None,
+            };
+            let plural = route.kind.path().rsplit('/').next().unwrap_or_default();
+            let resource = match &route.subresource {
+                Some(sub) => format!("{plural}/{sub}"),
+                None => plural.to_string(),
+            };
+            (verb, resource, route.namespace, route.name)
+        }
+    };
+    let denied = lock(&shared.state)
+        .forbidden
+        .iter()
+        .any(|(v, r)| v == verb && *r == resource);
+    if !denied {
+        return None;
+    }
+    let base = resource.split('/').next().unwrap_or_default();
+    let group = Kind::ALL
+        .into_iter()
+        .find(|k| k.path().ends_with(&format!("/{base}")))
+        .and_then(|k| k.api_version().split_once('/').map(|(g, _)| g))
+        .unwrap_or("");
+    let scope = match &namespace {
+        Some(ns) => format!("in the namespace {ns:?}"),
+        None => "at the cluster scope".to_string(),
+    };
+    let qualified = if group.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}.{group}")
+    };
+    let object = match &name {
+        Some(name) => format!("{qualified} {name:?}"),
+        None => qualified.clone(),
+    };
+    let message = format!(
+        "{object} is forbidden: User \"system:anonymous\" cannot {verb} resource {resource:?} in API group {group:?} {scope}"
+    );
+    let mut body = status(403, "Forbidden", &message);
+    body["details"] = json!({"kind": base});
+    if let Some(name) = name {
+        body["details"]["name"] = json!(name);
+    }
+    Some(json_response(StatusCode::FORBIDDEN, body.to_string()))
 }
 
 /// A pod-proxy request: `/api/v1/namespaces/NS/pods/NAME[:PORT]/proxy/PATH`.
