@@ -380,7 +380,7 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
     assert_eq!(view["agents"], 61, "{view}");
 
     // The conditions: 50 drift, 11 unknown (10 without a condition, 1 clean without a
-    // ready agent, which was asked and answered).
+    // ready agent, which was asked and answered, and is noted as not ready).
     let nodes = &view["nodes"];
     assert_eq!(nodes["total"], n);
     assert_eq!(names(nodes, "drift").len(), 50);
@@ -418,6 +418,12 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
     assert!(reason_of(&view, &node_name(RESETS)).starts_with("503 from the pod proxy"));
     assert!(reason_of(&view, &node_name(PENDING)).contains("not running"));
     assert!(reason_of(&view, &node_name(NO_POD)).contains("no agent pod on this node"));
+    assert!(!names(&view, "unanswered").contains(&node_name(UNREADY)));
+    let notes = view["notes"].to_string();
+    assert!(
+        notes.contains("node-0501: the agent is not ready (pod portdrift-node-0501: not ready"),
+        "{notes}"
+    );
 
     // Never more agents at once than asked for; and they did overlap.
     let max = agents.max_in_flight.load(Ordering::SeqCst);
@@ -543,18 +549,35 @@ async fn a_clean_condition_without_a_ready_agent_is_unknown_asked_and_named() {
         "{text}"
     );
 
-    // Its agent answers, a full check without findings: the node is resolved.
+    // Its agent answers, a full check without findings, but it is still not ready (its
+    // last scan may be old): shown, not trusted.
     agents
         .by_ip
         .lock()
         .unwrap()
         .insert(IpAddr::V4(pod_ip(3)), Agent::Answer(findings(3)));
     let (code, view, _) = run_fleet(&server, &agents, &[]).await;
-    assert_eq!(code, 0, "{view}");
+    assert_eq!(code, 1, "{view}");
     assert_eq!(
         (view["agents"].as_u64(), view["answered"].as_u64()),
         (Some(1), Some(1))
     );
+    assert_eq!(
+        view["notes"],
+        json!([
+            "node-0003: the agent is not ready (pod portdrift-node-0003: not ready (ContainersNotReady)): \
+             its answer may be out of date"
+        ])
+    );
+
+    // Ready again: the condition stands, and nobody is asked.
+    server.apply(&pod(3, agents.port));
+    let before = agents.requests.load(Ordering::SeqCst);
+    let (code, view, _) = run_fleet(&server, &agents, &[]).await;
+    assert_eq!(code, 0, "{view}");
+    assert_eq!(view["agents"], 0);
+    assert_eq!(view["nodes"]["clean"].as_array().unwrap().len(), 6);
+    assert_eq!(agents.requests.load(Ordering::SeqCst), before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::heart::views::fleet::AgentAnswer;
 use crate::heart::views::fleet::nodes::{
-    AgentReadiness, NodeState, NodeStatus, confirm_clean, node_status, nodes_to_ask,
+    AgentReadiness, NodeState, NodeStatus, confirm_clean, node_status, nodes_to_ask, pod_ready,
 };
 use crate::sources::kube_client::{self, WatchError};
 
@@ -161,6 +161,7 @@ fn not_asked(nodes: impl IntoIterator<Item = String>, reason: &str) -> Vec<Agent
             node,
             pod: String::new(),
             outcome: Err(reason.to_string()),
+            unready: None,
         })
         .collect()
 }
@@ -276,6 +277,7 @@ async fn list_agents(client: Client, query: &FleetQuery) -> Result<Vec<Pod>, Fle
 /// One agent's answer, or why there is none.
 async fn ask_agent(client: Client, query: &FleetQuery, pod: Pod) -> AgentAnswer {
     let name = pod.metadata.name.clone().unwrap_or_default();
+    let unready = pod_ready(&pod).err();
     let node = pod
         .spec
         .as_ref()
@@ -292,6 +294,7 @@ async fn ask_agent(client: Client, query: &FleetQuery, pod: Pod) -> AgentAnswer 
         node,
         pod: name,
         outcome,
+        unready,
     }
 }
 

@@ -12,6 +12,7 @@ fn answer(node: &str, outcome: Result<Value, String>) -> AgentAnswer {
         node: node.into(),
         pod: format!("portdrift-{node}"),
         outcome,
+        unready: None,
     }
 }
 
@@ -255,9 +256,20 @@ mod by_condition {
         assert_eq!((summary.clean.len(), summary.unknown.len()), (1, 1));
         let v = fleet_view(&[]).with_nodes(String::new(), Some(summary.clone()), vec![]);
         assert_eq!(v.exit_code(), 1, "b is unknown and nobody answered for it");
-        let clean = Ok(json!({"findings": [], "coverage": {"complete": true}}));
-        let v = fleet_view(&[answer("b", clean)]).with_nodes(String::new(), Some(summary), vec![]);
+        let clean = || Ok(json!({"findings": [], "coverage": {"complete": true}}));
+        let v = fleet_view(&[answer("b", clean())]).with_nodes(String::new(), Some(summary.clone()), vec![]);
         assert_eq!(v.exit_code(), 0, "b's agent answered: clean, fully checked");
+        // An answer from an agent that is not ready is shown, but resolves nothing.
+        let unready = AgentAnswer {
+            unready: Some("pod portdrift-b: not ready".into()),
+            ..answer("b", clean())
+        };
+        let v = fleet_view(&[unready]).with_nodes(String::new(), Some(summary), vec![]);
+        assert_eq!((v.answered, v.exit_code()), (1, 1));
+        assert_eq!(
+            v.notes,
+            ["b: the agent is not ready (pod portdrift-b: not ready): its answer may be out of date"]
+        );
         // Both confirmed: clean without asking anyone.
         let both = [
             pod("a", "Running", Some("True")),
