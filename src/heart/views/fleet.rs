@@ -82,8 +82,8 @@ pub struct FleetView {
 
 impl FleetView {
     /// 1 when a warning or critical finding is on some node, a node's condition says
-    /// drift, an agent did not answer, or a node's state is unknown and no agent
-    /// answered for it (the view is incomplete); else 0.
+    /// drift, an agent did not answer, or a node's state is unknown and no ready agent
+    /// answered for it with a complete check (the view is incomplete); else 0.
     pub fn exit_code(&self) -> u8 {
         let serious = self
             .findings
