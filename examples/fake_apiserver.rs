@@ -10,7 +10,8 @@
 //! agent's writes (Events, the Node's status); read them back over HTTP, e.g.
 //! `GET /apis/events.k8s.io/v1/events` and `GET /api/v1/nodes/NAME`. With `--agent-pod
 //! NODE@IP:PORT` it also serves a portdrift agent's Pod on NODE (namespace `portdrift`,
-//! label `app.kubernetes.io/name=portdrift`), whose pod-proxy path forwards to IP:PORT.
+//! label `app.kubernetes.io/name=portdrift`), Running and Ready, whose pod-proxy path
+//! forwards to IP:PORT.
 
 use std::path::PathBuf;
 
@@ -52,12 +53,14 @@ struct Args {
     #[arg(long)]
     request_log: Option<PathBuf>,
     /// Serve a portdrift agent's Pod `portdrift-NODE` on NODE, reached through the pod
-    /// proxy at IP:PORT (repeatable).
+    /// proxy at IP:PORT (repeatable). The Pod is Running and Ready, as the kubelet
+    /// reports it once the agent's `/readyz` passes: the caller waits for that.
     #[arg(long, value_name = "NODE@IP:PORT")]
     agent_pod: Vec<String>,
 }
 
-/// A DaemonSet pod of the agent, as the API server stores it (running, with its IP).
+/// A DaemonSet pod of the agent, as the API server stores it (running and ready, with
+/// its IP).
 fn agent_pod(spec: &str) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
     let (node, addr) = spec
         .split_once('@')
@@ -70,7 +73,8 @@ fn agent_pod(spec: &str) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
                      "labels": {"app.kubernetes.io/name": "portdrift"}},
         "spec": {"nodeName": node, "containers": [{"name": "portdrift", "image": "portdrift",
                  "ports": [{"name": "http", "containerPort": addr.port()}]}]},
-        "status": {"phase": "Running", "podIP": addr.ip().to_string()}
+        "status": {"phase": "Running", "podIP": addr.ip().to_string(),
+                   "conditions": [{"type": "Ready", "status": "True"}]}
     }))?)
 }
 

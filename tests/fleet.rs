@@ -1,6 +1,7 @@
 //! `portdrift fleet`, end to end, inside a bundle's node (real rules in a private
 //! network namespace, by `scripts/capture-testdata.sh --exec`), with the fake API
-//! server (`examples/fake_apiserver --agent-pod`) proxying to five agent pods:
+//! server (`examples/fake_apiserver --agent-pod`) proxying to five agent pods, which it
+//! serves Running and Ready (the view starts once the real agents' `/readyz` says so):
 //!
 //! - node-a and node-b: real `portdrift run --node-condition` agents on the bundle's
 //!   rules, whose Nodes carry the `NodePortDrift` condition they set;

@@ -1,15 +1,18 @@
 //! `portdrift fleet` at 1,000 nodes, against the fake API server over real HTTP: 1,000
 //! Nodes with their `NodePortDrift` condition (most `False`, some `True`, a few without
-//! one or with one not renewed for an hour) and 1,000 agent pods, whose pod IPs are
-//! distinct loopback addresses (127.1.x.y) where simulated agents answer `/findings`
-//! over real HTTP through the fake's pod proxy. A few agents hang, one resets the
-//! connection, one pod is not running and one node has no agent pod.
+//! one; none renewed since it was set, as the agents patch it only on a change) and
+//! 1,000 agent pods, Running and Ready but for two, whose pod IPs are distinct loopback
+//! addresses (127.1.x.y) where simulated agents answer `/findings` over real HTTP
+//! through the fake's pod proxy. A few agents hang, one resets the connection, one pod
+//! is not running, one is running but not ready on a node whose condition says clean,
+//! and one node has no agent pod.
 //!
 //! What a user relies on: one Node list (from the cache, `resourceVersion=0`), one pod
 //! list, and pod-proxy requests only for the drifted and unknown nodes (every node with
-//! `--all`); no more agents in flight than `--concurrency`; the silent nodes named with
-//! the reason within about one `--timeout`; and where RBAC forbids the Node list or the
-//! pod proxy, the view that can still be given, saying what was not checked.
+//! `--all`), a clean condition counting only where an agent pod is ready; no more
+//! agents in flight than `--concurrency`; the silent nodes named with the reason within
+//! about one `--timeout`; and where RBAC forbids a list or the pod proxy, the view that
+//! can still be given, saying what was not checked.
 
 mod support;
 
@@ -129,13 +132,13 @@ enum Shape {
     Clean,
     /// No condition.
     NoCondition,
-    /// A `False` condition last renewed an hour ago.
-    Stale,
+    /// A `False` condition, and the node's agent pod running but not ready.
+    Unready,
 }
 
 fn shape(i: usize) -> Shape {
     match i {
-        501 => Shape::Stale,
+        UNREADY => Shape::Unready,
         _ if i.is_multiple_of(20) => Shape::Drift,
         _ if i % 100 == 7 => Shape::NoCondition,
         _ => Shape::Clean,
@@ -147,30 +150,24 @@ const HANGS: [usize; 2] = [0, 100];
 const RESETS: usize = 200;
 const PENDING: usize = 300;
 const NO_POD: usize = 7;
+const UNREADY: usize = 501;
 
-fn node(i: usize, now: jiff::Timestamp) -> Node {
-    let condition = |status: &str, reason: &str, message: &str, heartbeat: jiff::Timestamp| {
+fn node(i: usize) -> Node {
+    // Patched once, days before the view: the heartbeat's age is no sign of trouble.
+    let condition = |status: &str, reason: &str, message: &str| {
         json!({"type": "NodePortDrift", "status": status, "reason": reason, "message": message,
-               "lastTransitionTime": "2026-11-30T08:00:00Z", "lastHeartbeatTime": heartbeat.to_string()})
+               "lastTransitionTime": "2026-11-30T08:00:00Z", "lastHeartbeatTime": "2026-11-30T08:00:00Z"})
     };
     let conditions = match shape(i) {
         Shape::Drift => vec![condition(
             "True",
             "NodePortDrift",
             "1 critical NodePort finding: 1 stale-endpoint; ports tcp/30080",
-            now,
         )],
-        Shape::Clean => vec![condition(
+        Shape::Clean | Shape::Unready => vec![condition(
             "False",
             "NoNodePortDrift",
             "no critical NodePort drift on this node",
-            now,
-        )],
-        Shape::Stale => vec![condition(
-            "False",
-            "NoNodePortDrift",
-            "no critical NodePort drift on this node",
-            now - jiff::SignedDuration::from_hours(1),
         )],
         Shape::NoCondition => vec![],
     };
@@ -187,11 +184,19 @@ fn node(i: usize, now: jiff::Timestamp) -> Node {
     .unwrap()
 }
 
+/// Node `i`'s agent pod: Running and Ready (its `/readyz` passes), but for the pending
+/// one and the unready one.
 fn pod(i: usize, port: u16) -> Pod {
-    let status = if i == PENDING {
-        json!({"phase": "Pending"})
-    } else {
-        json!({"phase": "Running", "podIP": pod_ip(i).to_string()})
+    let ready = |status: &str, reason: Option<&str>| {
+        json!([{"type": "Ready", "status": status, "reason": reason,
+                "lastTransitionTime": "2026-11-30T08:00:00Z"}])
+    };
+    let status = match shape(i) {
+        _ if i == PENDING => json!({"phase": "Pending"}),
+        Shape::Unready => json!({"phase": "Running", "podIP": pod_ip(i).to_string(),
+                                  "conditions": ready("False", Some("ContainersNotReady"))}),
+        _ => json!({"phase": "Running", "podIP": pod_ip(i).to_string(),
+                    "conditions": ready("True", None)}),
     };
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -225,8 +230,7 @@ fn findings(i: usize) -> String {
 async fn fleet(n: usize) -> (FakeApiServer, Arc<Agents>) {
     let server = FakeApiServer::start().await;
     let agents = Agents::start().await;
-    let now = jiff::Timestamp::now();
-    let nodes: Vec<Node> = (0..n).map(|i| node(i, now)).collect();
+    let nodes: Vec<Node> = (0..n).map(node).collect();
     server.apply_all(&nodes);
     let pods: Vec<Pod> = (0..n)
         .filter(|i| *i != NO_POD)
@@ -364,7 +368,7 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
     // Asked: the drifted and the unknown nodes, each once; none of the clean ones.
     let by_shape =
         |want: &[Shape]| -> BTreeSet<usize> { (0..n).filter(|i| want.contains(&shape(*i))).collect() };
-    let to_ask = by_shape(&[Shape::Drift, Shape::NoCondition, Shape::Stale]);
+    let to_ask = by_shape(&[Shape::Drift, Shape::NoCondition, Shape::Unready]);
     assert_eq!(to_ask.len(), 50 + 10 + 1);
     let expected: BTreeSet<String> = to_ask
         .iter()
@@ -375,19 +379,20 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
     // One entry per node asked, the one without an agent pod included.
     assert_eq!(view["agents"], 61, "{view}");
 
-    // The conditions: 50 drift, 11 unknown (10 without a condition, 1 not renewed).
+    // The conditions: 50 drift, 11 unknown (10 without a condition, 1 clean without a
+    // ready agent, which was asked and answered, and is noted as not ready).
     let nodes = &view["nodes"];
     assert_eq!(nodes["total"], n);
     assert_eq!(names(nodes, "drift").len(), 50);
     let unknown = names(nodes, "unknown");
     assert_eq!(unknown.len(), 11);
-    assert!(unknown.contains(&node_name(501)), "{unknown:?}");
+    assert!(unknown.contains(&node_name(UNREADY)), "{unknown:?}");
     assert_eq!(nodes["clean"].as_array().unwrap().len(), n - 61);
     assert!(
         !nodes["clean"]
             .as_array()
             .unwrap()
-            .contains(&json!(node_name(501)))
+            .contains(&json!(node_name(UNREADY)))
     );
 
     // The details: the stale endpoint on exactly the drifted nodes that answered.
@@ -413,6 +418,12 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
     assert!(reason_of(&view, &node_name(RESETS)).starts_with("503 from the pod proxy"));
     assert!(reason_of(&view, &node_name(PENDING)).contains("not running"));
     assert!(reason_of(&view, &node_name(NO_POD)).contains("no agent pod on this node"));
+    assert!(!names(&view, "unanswered").contains(&node_name(UNREADY)));
+    let notes = view["notes"].to_string();
+    assert!(
+        notes.contains("node-0501: the agent is not ready (pod portdrift-node-0501: not ready"),
+        "{notes}"
+    );
 
     // Never more agents at once than asked for; and they did overlap.
     let max = agents.max_in_flight.load(Ordering::SeqCst);
@@ -450,20 +461,123 @@ async fn with_all_every_agent_is_asked_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clean_fleet_costs_one_list_and_exits_zero() {
+async fn a_clean_fleet_costs_two_lists_and_exits_zero() {
     let server = FakeApiServer::start().await;
     let agents = Agents::start().await;
-    let now = jiff::Timestamp::now();
-    // Clean nodes only (node 1 .. 19 are all Clean by shape).
-    let nodes: Vec<Node> = (1..7).map(|i| node(i, now)).collect();
+    // Clean nodes only (node 1 .. 6 are all Clean by shape), each with a ready agent.
+    let nodes: Vec<Node> = (1..7).map(node).collect();
     server.apply_all(&nodes);
     let pods: Vec<Pod> = (1..7).map(|i| pod(i, agents.port)).collect();
     server.apply_all(&pods);
     let (code, view, _) = run_fleet(&server, &agents, &[]).await;
     assert_eq!(code, 0, "{view}");
-    assert_eq!(server.requests().len(), 1, "{:?}", server.requests());
+    assert_two_lists(&server.requests());
+    assert_eq!(agents.requests.load(Ordering::SeqCst), 0);
     assert_eq!(view["agents"], 0);
     assert_eq!(view["nodes"]["clean"].as_array().unwrap().len(), 6);
+}
+
+/// A small clean fleet in which node 3's agent pod runs but is not ready: its clean
+/// condition may be out of date, so node 3 is unknown, its agent asked and, while it
+/// cannot answer, named as silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_condition_without_a_ready_agent_is_unknown_asked_and_named() {
+    let server = FakeApiServer::start().await;
+    let agents = Agents::start().await;
+    let nodes: Vec<Node> = (1..7).map(node).collect();
+    server.apply_all(&nodes);
+    let mut pods: Vec<Pod> = (1..7).map(|i| pod(i, agents.port)).collect();
+    pods[2] = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": "portdrift", "name": "portdrift-node-0003",
+                     "labels": {"app.kubernetes.io/name": "portdrift"}},
+        "spec": {"nodeName": node_name(3), "containers": [{"name": "portdrift", "image": "portdrift",
+                 "ports": [{"name": "http", "containerPort": agents.port}]}]},
+        "status": {"phase": "Running", "podIP": pod_ip(3).to_string(),
+                   "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}
+    }))
+    .unwrap();
+    server.apply_all(&pods);
+    {
+        let mut by_ip = agents.by_ip.lock().unwrap();
+        for i in 1..7 {
+            let agent = if i == 3 {
+                Agent::Hang
+            } else {
+                Agent::Answer(findings(i))
+            };
+            by_ip.insert(IpAddr::V4(pod_ip(i)), agent);
+        }
+    }
+    let (code, view, _) = run_fleet(&server, &agents, &[]).await;
+    assert_eq!(code, 1, "{view}");
+    let (proxied, other) = split_requests(&server);
+    assert_two_lists(&other);
+    assert_eq!(proxied, BTreeSet::from(["portdrift-node-0003".to_string()]));
+    let nodes = &view["nodes"];
+    assert_eq!(names(nodes, "unknown"), BTreeSet::from([node_name(3)]));
+    assert_eq!(
+        nodes["unknown"][0]["message"],
+        "NodePortDrift says no drift, but no ready agent on this node \
+         (pod portdrift-node-0003: not ready (ContainersNotReady)): the condition may be out of date"
+    );
+    assert_eq!(nodes["clean"].as_array().unwrap().len(), 5);
+    assert!(reason_of(&view, &node_name(3)).contains("no answer within 2s"));
+
+    // The text names it, with why.
+    let scratch = TempDir::new().unwrap();
+    let kubeconfig = server.write_kubeconfig(scratch.path());
+    let out = tokio::process::Command::new(PORTDRIFT)
+        .args(["fleet", "--timeout", "2s", "--port", &agents.port.to_string()])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    eprintln!("{text}");
+    assert!(
+        text.starts_with(
+            "6 nodes by their NodePortDrift condition: 0 drift, 5 clean, 1 unknown\n\
+             unknown:\n  node-0003: NodePortDrift says no drift, but no ready agent on this node"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nno answer from 1 agents:\n  node-0003 (portdrift-node-0003): no answer within 2s\n"),
+        "{text}"
+    );
+
+    // Its agent answers, a full check without findings, but it is still not ready (its
+    // last scan may be old): shown, not trusted.
+    agents
+        .by_ip
+        .lock()
+        .unwrap()
+        .insert(IpAddr::V4(pod_ip(3)), Agent::Answer(findings(3)));
+    let (code, view, _) = run_fleet(&server, &agents, &[]).await;
+    assert_eq!(code, 1, "{view}");
+    assert_eq!(
+        (view["agents"].as_u64(), view["answered"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(
+        view["notes"],
+        json!([
+            "node-0003: the agent is not ready (pod portdrift-node-0003: not ready (ContainersNotReady)): \
+             its answer may be out of date"
+        ])
+    );
+
+    // Ready again: the condition stands, and nobody is asked.
+    server.apply(&pod(3, agents.port));
+    let before = agents.requests.load(Ordering::SeqCst);
+    let (code, view, _) = run_fleet(&server, &agents, &[]).await;
+    assert_eq!(code, 0, "{view}");
+    assert_eq!(view["agents"], 0);
+    assert_eq!(view["nodes"]["clean"].as_array().unwrap().len(), 6);
+    assert_eq!(agents.requests.load(Ordering::SeqCst), before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -582,23 +696,46 @@ async fn the_text_names_the_drifted_unknown_and_silent_nodes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_list_on_pods_the_conditions_are_shown_and_no_agent_asked() {
+async fn without_list_on_pods_the_conditions_are_shown_and_none_confirmed_clean() {
     let n = 30;
     let (server, agents) = fleet(n).await;
     server.forbid("list", "pods");
     let (code, view, _) = run_fleet(&server, &agents, &[]).await;
     assert_eq!(code, 1, "{view}");
     assert_eq!(agents.requests.load(Ordering::SeqCst), 0);
-    assert_eq!(names(&view["nodes"], "drift"), [0, 20].map(node_name).into());
+    let nodes = &view["nodes"];
+    assert_eq!(names(nodes, "drift"), [0, 20].map(node_name).into());
+    // No agent's readiness read: the clean conditions are not taken on trust.
+    assert_eq!(nodes["clean"], json!([]), "{view}");
+    assert_eq!(names(nodes, "unknown").len(), n - 2);
+    let unconfirmed = nodes["unknown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["node"] == node_name(1))
+        .unwrap()["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        unconfirmed.starts_with(
+            "NodePortDrift says no drift, but no ready agent on this node \
+             (the agents' pods could not be listed: cannot list the agents' pods"
+        ) && unconfirmed.contains("pods is forbidden"),
+        "{unconfirmed}"
+    );
     assert_eq!(
         names(&view, "unanswered"),
-        [0, 7, 20].map(node_name).into(),
+        (0..n).map(node_name).collect(),
         "the drifted and the unknown nodes, named"
     );
     assert!(reason_of(&view, &node_name(7)).starts_with("not asked: cannot list the agents' pods"));
     let notes = view["notes"].to_string();
     assert!(
         notes.contains("no agent was asked") && notes.contains("pods is forbidden"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("the 27 nodes whose NodePortDrift condition says no drift were not confirmed clean"),
         "{notes}"
     );
 }

@@ -113,11 +113,6 @@ pub struct FleetArgs {
     #[arg(long)]
     pub all: bool,
 
-    /// A NodePortDrift condition not renewed for this long counts as unknown (the
-    /// agents renew it every 5 minutes).
-    #[arg(long, value_name = "DUR", default_value = "15m", value_parser = parse_timeout)]
-    pub stale_after: Duration,
-
     /// Read the findings from Prometheus's HTTP API at this URL instead of the API
     /// server (portdrift_findings_by_severity, portdrift_finding, up and coverage by
     /// the `node` label, else `instance`).

@@ -112,7 +112,6 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
         timeout: args.timeout,
         concurrency: usize::from(args.concurrency),
         all: args.all,
-        stale_after: args.stale_after,
     };
     let fleet_client::FleetAnswers {
         nodes,

@@ -1,10 +1,12 @@
 //! The fleet's state in a few requests: every Node's `NodePortDrift` condition in one
-//! list (from the API server's cache, `resourceVersion=0`), then `/findings` from the
-//! agents on the nodes that need a closer look, through the API server's pod proxy
-//! (`GET /api/v1/namespaces/NS/pods/NAME:PORT/proxy/findings`): the cluster's own path
-//! to pods, with the caller's credentials, so no new network path and no new secret.
-//! Needs `list` on `nodes`; `list` on `pods` and `get` on `pods/proxy` in the agents'
-//! namespace for the details. Without the Node list it asks every agent.
+//! list (from the API server's cache, `resourceVersion=0`), the agents' pods in another
+//! (a `False` condition counts as clean only where an agent pod is ready), then
+//! `/findings` from the agents on the nodes that need a closer look, through the API
+//! server's pod proxy (`GET /api/v1/namespaces/NS/pods/NAME:PORT/proxy/findings`): the
+//! cluster's own path to pods, with the caller's credentials, so no new network path
+//! and no new secret. Needs `list` on `nodes`; `list` on `pods` (without it no clean
+//! node is confirmed) and `get` on `pods/proxy` in the agents' namespace for the
+//! details. Without the Node list it asks every agent.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -18,7 +20,9 @@ use kube::api::{Api, ListParams};
 use serde::Deserialize;
 
 use crate::heart::views::fleet::AgentAnswer;
-use crate::heart::views::fleet::nodes::{NodeStatus, node_status, nodes_to_ask};
+use crate::heart::views::fleet::nodes::{
+    AgentReadiness, NodeState, NodeStatus, confirm_clean, node_status, nodes_to_ask, pod_ready,
+};
 use crate::sources::kube_client::{self, WatchError};
 
 /// Which agents to ask, and how.
@@ -36,8 +40,6 @@ pub struct FleetQuery {
     pub concurrency: usize,
     /// Ask every agent, not only those on nodes that drifted or are unknown.
     pub all: bool,
-    /// A condition not renewed for this long is unknown.
-    pub stale_after: Duration,
 }
 
 /// What the fleet said.
@@ -90,11 +92,39 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
                 None
             }
         };
+        // The agents' pods, always: they say which clean conditions stand.
+        let pods = match list_agents(client.clone(), query).await {
+            Ok(pods) => pods,
+            // With the conditions in hand, they are worth showing without details.
+            Err(e) if nodes.is_some() => {
+                let why = e.to_string();
+                let unconfirmed = nodes.as_deref().map_or(0, |statuses| {
+                    statuses.iter().filter(|s| s.state == NodeState::Clean).count()
+                });
+                let nodes = nodes.map(|statuses| confirm_clean(statuses, Err(&why)));
+                let wanted = nodes.as_deref().map(|s| nodes_to_ask(s, query.all));
+                notes.push(format!("no agent was asked: {why}"));
+                if unconfirmed > 0 {
+                    notes.push(format!(
+                        "no agent's readiness was read: the {unconfirmed} nodes whose NodePortDrift \
+                         condition says no drift were not confirmed clean"
+                    ));
+                }
+                return Ok(FleetAnswers {
+                    answers: not_asked(wanted.unwrap_or_default(), &format!("not asked: {why}")),
+                    nodes,
+                    notes,
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let readiness = AgentReadiness::of(&pods);
+        let nodes = nodes.map(|statuses| confirm_clean(statuses, Ok(&readiness)));
         // The listed nodes to ask (all of them with --all); None: every agent's pod.
         let wanted: Option<BTreeSet<String>> =
             nodes.as_ref().map(|statuses| nodes_to_ask(statuses, query.all));
-        // Every listed node is clean: nothing to ask. (No Node listed at all: the
-        // agents' pods, if any, are on nodes the list did not have, and are asked.)
+        // Every listed node is confirmed clean: nothing to ask. (No Node listed at all:
+        // the agents' pods, if any, are on nodes the list did not have, and are asked.)
         let listed_any = nodes.as_ref().is_some_and(|n| !n.is_empty());
         if listed_any && wanted.as_ref().is_some_and(BTreeSet::is_empty) {
             return Ok(FleetAnswers {
@@ -103,19 +133,6 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
                 notes,
             });
         }
-        let pods = match list_agents(client.clone(), query).await {
-            Ok(pods) => pods,
-            // With the conditions in hand, they are worth showing without details.
-            Err(e) if nodes.is_some() => {
-                notes.push(format!("no agent was asked: {e}"));
-                return Ok(FleetAnswers {
-                    answers: not_asked(wanted.unwrap_or_default(), &format!("not asked: {e}")),
-                    nodes,
-                    notes,
-                });
-            }
-            Err(e) => return Err(e),
-        };
         let (asked, missing) = select_pods(pods, wanted.as_ref(), nodes.as_deref());
         let answered: Vec<AgentAnswer> = futures::stream::iter(asked)
             .map(|pod| ask_agent(client.clone(), query, pod))
@@ -144,6 +161,7 @@ fn not_asked(nodes: impl IntoIterator<Item = String>, reason: &str) -> Vec<Agent
             node,
             pod: String::new(),
             outcome: Err(reason.to_string()),
+            unready: None,
         })
         .collect()
 }
@@ -218,7 +236,6 @@ async fn list_node_statuses(client: Client, query: &FleetQuery) -> Result<Vec<No
         kube::Error::Api(status) => format!("{} {}", status.code, status.message),
         e => e.to_string(),
     })?;
-    let now = jiff::Timestamp::now();
     Ok(list
         .items
         .into_iter()
@@ -234,7 +251,7 @@ async fn list_node_statuses(client: Client, query: &FleetQuery) -> Result<Vec<No
                 }),
                 ..Node::default()
             };
-            node_status(&node, now, query.stale_after)
+            node_status(&node)
         })
         .collect())
 }
@@ -260,6 +277,7 @@ async fn list_agents(client: Client, query: &FleetQuery) -> Result<Vec<Pod>, Fle
 /// One agent's answer, or why there is none.
 async fn ask_agent(client: Client, query: &FleetQuery, pod: Pod) -> AgentAnswer {
     let name = pod.metadata.name.clone().unwrap_or_default();
+    let unready = pod_ready(&pod).err();
     let node = pod
         .spec
         .as_ref()
@@ -276,6 +294,7 @@ async fn ask_agent(client: Client, query: &FleetQuery, pod: Pod) -> AgentAnswer 
         node,
         pod: name,
         outcome,
+        unready,
     }
 }
 

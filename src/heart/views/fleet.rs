@@ -22,6 +22,9 @@ pub struct AgentAnswer {
     pub pod: String,
     /// The `/findings` document, or why there is none.
     pub outcome: Result<Value, String>,
+    /// Why the agent's pod was not ready when asked: its answer is shown, but may be
+    /// out of date (a scan that stopped succeeding), so it resolves nothing.
+    pub unready: Option<String>,
 }
 
 /// The fields that make two nodes' findings the same finding.
@@ -79,8 +82,8 @@ pub struct FleetView {
 
 impl FleetView {
     /// 1 when a warning or critical finding is on some node, a node's condition says
-    /// drift, an agent did not answer, or a node's state is unknown and no agent
-    /// answered for it (the view is incomplete); else 0.
+    /// drift, an agent did not answer, or a node's state is unknown and no ready agent
+    /// answered for it with a complete check (the view is incomplete); else 0.
     pub fn exit_code(&self) -> u8 {
         let serious = self
             .findings
@@ -133,10 +136,15 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
                 continue;
             }
         };
-        // An agent that could not check everything has not shown its node clean.
-        match document_incomplete(answer) {
-            Some(why) => notes.push(format!("{}: the agent's check is incomplete: {why}", answer.node)),
-            None => {
+        // An agent that could not check everything, or is not ready (its verdicts may
+        // not be current), has not shown its node clean.
+        match (document_incomplete(answer), &answer.unready) {
+            (Some(why), _) => notes.push(format!("{}: the agent's check is incomplete: {why}", answer.node)),
+            (None, Some(why)) => notes.push(format!(
+                "{}: the agent is not ready ({why}): its answer may be out of date",
+                answer.node
+            )),
+            (None, None) => {
                 answered_nodes.insert(answer.node.clone());
             }
         }

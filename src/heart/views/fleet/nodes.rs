@@ -1,12 +1,17 @@
 //! The fleet from the Nodes' `NodePortDrift` conditions, as the agents set them with
-//! `--node-condition`: which nodes drifted, which are clean, and which are unknown
-//! (no condition, or one too old to trust), and so which agents to ask for details.
+//! `--node-condition`: which nodes drifted, which are clean, and which are unknown (no
+//! condition, or a clean one that no ready agent stands behind), and so which agents to
+//! ask for details.
+//!
+//! The agents patch the condition only when its status changes, so its age says
+//! nothing. What says a `False` is current is the agent itself being ready (its API
+//! watch synced and fresh, a scan within three intervals): a node is clean only when
+//! its condition says so and an agent pod on it is Running and Ready
+//! ([`confirm_clean`]).
 
-use std::collections::BTreeSet;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
 
-use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Serialize;
 
 /// The condition's `type`, as the agents write it.
@@ -18,9 +23,9 @@ pub const CONDITION_TYPE: &str = "NodePortDrift";
 pub enum NodeState {
     /// `True`: critical findings at the agent's last scan.
     Drift,
-    /// `False`: no critical finding at the agent's last scan.
+    /// `False`, with a ready agent on the node: no critical finding at its last scan.
     Clean,
-    /// No condition, status `Unknown`, or a condition not renewed lately.
+    /// No condition, status `Unknown`, or `False` without a ready agent to stand by it.
     Unknown,
 }
 
@@ -38,9 +43,10 @@ pub struct NodeStatus {
     pub since: Option<String>,
 }
 
-/// The node's status from its `NodePortDrift` condition at `now`. A condition whose
-/// `lastHeartbeatTime` is older than `stale_after` is unknown: its agent may be gone.
-pub fn node_status(node: &Node, now: Timestamp, stale_after: Duration) -> NodeStatus {
+/// The node's status as its `NodePortDrift` condition says, before any agent's
+/// readiness is known: a `False` here is clean only once [`confirm_clean`] finds a
+/// ready agent on the node.
+pub fn node_status(node: &Node) -> NodeStatus {
     let name = node.metadata.name.clone().unwrap_or_default();
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref());
     let Some(c) = conditions
@@ -53,11 +59,6 @@ pub fn node_status(node: &Node, now: Timestamp, stale_after: Duration) -> NodeSt
             "no NodePortDrift condition (no agent reporting, or --node-condition off)".into(),
         );
     };
-    let since = c.last_transition_time.as_ref().map(|t| t.0.to_string());
-    let age = c
-        .last_heartbeat_time
-        .as_ref()
-        .and_then(|t| now.duration_since(t.0).try_into().ok());
     let state = match c.status.as_str() {
         "True" => NodeState::Drift,
         "False" => NodeState::Clean,
@@ -65,27 +66,101 @@ pub fn node_status(node: &Node, now: Timestamp, stale_after: Duration) -> NodeSt
             return unknown(name, format!("NodePortDrift condition is {other:?}"));
         }
     };
-    if let Some(age) = age.filter(|age: &Duration| *age > stale_after) {
-        let said = if state == NodeState::Drift {
-            "drift"
-        } else {
-            "no drift"
-        };
-        return unknown(
-            name,
-            format!(
-                "NodePortDrift condition not renewed for {}s (said {said}): is the agent running?",
-                age.as_secs()
-            ),
-        );
-    }
     NodeStatus {
         node: name,
         state,
         reason: c.reason.clone(),
         message: c.message.clone().unwrap_or_default(),
-        since,
+        since: c.last_transition_time.as_ref().map(|t| t.0.to_string()),
     }
+}
+
+/// The agents' pods by node: the nodes with a ready agent, and for the others with a
+/// pod, why none of their pods is ready.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentReadiness {
+    pub ready: BTreeSet<String>,
+    pub not_ready: BTreeMap<String, String>,
+}
+
+impl AgentReadiness {
+    /// From the listed pods: a node has a ready agent when any of its pods is.
+    pub fn of(pods: &[Pod]) -> AgentReadiness {
+        let mut readiness = AgentReadiness::default();
+        for pod in pods {
+            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                continue;
+            };
+            match pod_ready(pod) {
+                Ok(()) => {
+                    readiness.not_ready.remove(&node);
+                    readiness.ready.insert(node);
+                }
+                Err(why) if !readiness.ready.contains(&node) => {
+                    let entry = readiness.not_ready.entry(node).or_default();
+                    if !entry.is_empty() {
+                        entry.push_str("; ");
+                    }
+                    entry.push_str(&why);
+                }
+                Err(_) => {}
+            }
+        }
+        readiness
+    }
+}
+
+/// Whether an agent's pod is Running with its `Ready` condition `True` (its `/readyz`
+/// passes); if not, why, naming the pod.
+pub fn pod_ready(pod: &Pod) -> Result<(), String> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("unknown");
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Err(format!("pod {name}: terminating"));
+    }
+    if phase != "Running" {
+        return Err(format!("pod {name}: phase {phase}"));
+    }
+    let ready = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.type_ == "Ready");
+    match ready {
+        Some(c) if c.status == "True" => Ok(()),
+        Some(c) => Err(match &c.reason {
+            Some(reason) => format!("pod {name}: not ready ({reason})"),
+            None => format!("pod {name}: not ready"),
+        }),
+        None => Err(format!("pod {name}: no Ready condition")),
+    }
+}
+
+/// The statuses with every clean node that no ready agent stands behind demoted to
+/// unknown, saying why. `agents` is the agents' readiness, or why it could not be read
+/// (then no clean node is confirmed).
+pub fn confirm_clean(statuses: Vec<NodeStatus>, agents: Result<&AgentReadiness, &str>) -> Vec<NodeStatus> {
+    statuses
+        .into_iter()
+        .map(|s| {
+            if s.state != NodeState::Clean {
+                return s;
+            }
+            let why = match agents {
+                Ok(a) if a.ready.contains(&s.node) => return s,
+                Ok(a) => match a.not_ready.get(&s.node) {
+                    Some(why) => why.clone(),
+                    None => "no agent pod".to_string(),
+                },
+                Err(e) => format!("the agents' pods could not be listed: {e}"),
+            };
+            let message = format!(
+                "NodePortDrift says no drift, but no ready agent on this node ({why}): the condition may be out of date"
+            );
+            unknown(s.node, message)
+        })
+        .collect()
 }
 
 fn unknown(node: String, message: String) -> NodeStatus {

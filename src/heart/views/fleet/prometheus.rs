@@ -132,6 +132,7 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
                 node: node.clone(),
                 pod,
                 outcome: Err("Prometheus cannot scrape it (up 0)".into()),
+                unready: None,
             });
             (NodeState::Unknown, "not scraped: up 0".to_string())
         } else if n.complete.is_none() {
@@ -139,6 +140,7 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
                 node: node.clone(),
                 pod,
                 outcome: Err("scraped, but no scan reported yet (no portdrift_coverage_complete)".into()),
+                unready: None,
             });
             (NodeState::Unknown, "no scan reported yet".to_string())
         } else {
@@ -146,6 +148,7 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
                 node: node.clone(),
                 pod,
                 outcome: Ok(json!({"findings": n.details})),
+                unready: None,
             });
             if n.not_detailed > 0.0 || n.detailed < n.total {
                 let missing = n.not_detailed.max(n.total - n.detailed);

@@ -12,6 +12,7 @@ fn answer(node: &str, outcome: Result<Value, String>) -> AgentAnswer {
         node: node.into(),
         pod: format!("portdrift-{node}"),
         outcome,
+        unready: None,
     }
 }
 
@@ -80,18 +81,20 @@ fn a_clean_fleet_exits_zero() {
 }
 
 mod by_condition {
-    use super::super::nodes::{NodeState, NodesSummary, node_status, nodes_to_ask};
+    use super::super::nodes::{
+        AgentReadiness, NodeState, NodeStatus, NodesSummary, confirm_clean, node_status, nodes_to_ask,
+        pod_ready,
+    };
     use super::*;
-    use k8s_openapi::api::core::v1::Node;
-    use std::time::Duration;
+    use k8s_openapi::api::core::v1::{Node, Pod};
 
-    const NOW: &str = "2026-12-01T12:00:00Z";
-
-    fn node(name: &str, condition: Option<(&str, &str)>) -> Node {
-        let conditions: Vec<Value> = condition
-            .map(|(status, heartbeat)| {
+    fn node(name: &str, status: Option<&str>) -> Node {
+        let conditions: Vec<Value> = status
+            .map(|status| {
+                // An old heartbeat: the agents patch only on a change, so age says nothing.
                 json!({"type": "NodePortDrift", "status": status, "reason": "R", "message": "said",
-                       "lastTransitionTime": "2026-12-01T08:00:00Z", "lastHeartbeatTime": heartbeat})
+                       "lastTransitionTime": "2026-12-01T08:00:00Z",
+                       "lastHeartbeatTime": "2026-12-01T08:00:00Z"})
             })
             .into_iter()
             .chain([json!({"type": "Ready", "status": "True"})])
@@ -100,41 +103,128 @@ mod by_condition {
             .unwrap()
     }
 
-    fn state(node: &Node) -> (NodeState, String) {
-        let s = node_status(node, NOW.parse().unwrap(), Duration::from_secs(900));
-        (s.state, s.message)
+    /// An agent pod on `node`: its phase and its Ready condition's status, if any.
+    fn pod(node: &str, phase: &str, ready: Option<&str>) -> Pod {
+        let conditions: Vec<Value> = ready
+            .map(|status| json!({"type": "Ready", "status": status, "reason": "ContainersNotReady"}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("portdrift-{node}")},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"phase": phase, "conditions": conditions}
+        }))
+        .unwrap()
+    }
+
+    fn confirmed(nodes: &[Node], pods: &[Pod]) -> Vec<NodeStatus> {
+        let statuses = nodes.iter().map(node_status).collect();
+        confirm_clean(statuses, Ok(&AgentReadiness::of(pods)))
     }
 
     #[test]
-    fn a_node_is_clean_only_by_a_fresh_false_condition() {
-        let fresh = "2026-12-01T11:58:00Z";
-        assert_eq!(state(&node("a", Some(("True", fresh)))).0, NodeState::Drift);
+    fn the_condition_alone_says_drift_clean_or_unknown_whatever_its_age() {
+        let s = node_status(&node("a", Some("True")));
+        assert_eq!((s.state, s.message.as_str()), (NodeState::Drift, "said"));
+        let s = node_status(&node("b", Some("False")));
         assert_eq!(
-            state(&node("b", Some(("False", fresh)))),
-            (NodeState::Clean, "said".into())
+            (s.state, s.since.as_deref()),
+            (NodeState::Clean, Some("2026-12-01T08:00:00Z"))
         );
-        let (s, why) = state(&node("c", None));
-        assert_eq!(s, NodeState::Unknown);
-        assert!(why.contains("no NodePortDrift condition"), "{why}");
-        let (s, why) = state(&node("d", Some(("Unknown", fresh))));
-        assert_eq!(s, NodeState::Unknown, "{why}");
-        let (s, why) = state(&node("e", Some(("False", "2026-12-01T11:00:00Z"))));
-        assert_eq!(s, NodeState::Unknown);
-        assert!(why.contains("not renewed for 3600s (said no drift)"), "{why}");
+        let s = node_status(&node("c", None));
+        assert_eq!(s.state, NodeState::Unknown);
+        assert!(s.message.contains("no NodePortDrift condition"), "{}", s.message);
+        let s = node_status(&node("d", Some("Unknown")));
+        assert_eq!(s.state, NodeState::Unknown, "{}", s.message);
+    }
+
+    #[test]
+    fn a_pod_is_ready_only_running_with_ready_true() {
+        assert_eq!(pod_ready(&pod("a", "Running", Some("True"))), Ok(()));
+        assert_eq!(
+            pod_ready(&pod("a", "Running", Some("False"))).unwrap_err(),
+            "pod portdrift-a: not ready (ContainersNotReady)"
+        );
+        assert_eq!(
+            pod_ready(&pod("a", "Running", None)).unwrap_err(),
+            "pod portdrift-a: no Ready condition"
+        );
+        assert_eq!(
+            pod_ready(&pod("a", "Pending", Some("True"))).unwrap_err(),
+            "pod portdrift-a: phase Pending"
+        );
+        let mut terminating = pod("a", "Running", Some("True"));
+        terminating.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-12-01T08:00:00Z".parse().unwrap(),
+        ));
+        assert_eq!(
+            pod_ready(&terminating).unwrap_err(),
+            "pod portdrift-a: terminating"
+        );
+    }
+
+    #[test]
+    fn a_clean_condition_counts_only_with_a_ready_agent_on_the_node() {
+        let nodes = [
+            node("a", Some("False")),
+            node("b", Some("False")),
+            node("c", Some("False")),
+            node("d", Some("False")),
+            node("e", Some("True")),
+        ];
+        let pods = [
+            pod("a", "Running", Some("True")),
+            pod("b", "Running", Some("False")),
+            // d: one pod on its way out, one ready: the ready one stands.
+            pod("d", "Failed", None),
+            pod("d", "Running", Some("True")),
+            // e drifted: asked whatever its agent's state.
+            pod("e", "Pending", None),
+        ];
+        let statuses = confirmed(&nodes, &pods);
+        let states: Vec<(&str, NodeState)> = statuses.iter().map(|s| (s.node.as_str(), s.state)).collect();
+        assert_eq!(
+            states,
+            [
+                ("a", NodeState::Clean),
+                ("b", NodeState::Unknown),
+                ("c", NodeState::Unknown),
+                ("d", NodeState::Clean),
+                ("e", NodeState::Drift),
+            ]
+        );
+        assert_eq!(
+            statuses[1].message,
+            "NodePortDrift says no drift, but no ready agent on this node \
+             (pod portdrift-b: not ready (ContainersNotReady)): the condition may be out of date"
+        );
+        assert!(
+            statuses[2].message.contains("(no agent pod)"),
+            "{}",
+            statuses[2].message
+        );
+        assert_eq!(statuses[1].since, None);
+        let asked: Vec<String> = nodes_to_ask(&statuses, false).into_iter().collect();
+        assert_eq!(asked, ["b", "c", "e"]);
+
+        // Without the pods' readiness no clean condition stands.
+        let all = nodes.iter().map(node_status).collect();
+        let statuses = confirm_clean(all, Err("403 pods is forbidden"));
+        assert!(statuses.iter().all(|s| s.state != NodeState::Clean));
+        assert!(
+            statuses[0]
+                .message
+                .contains("(the agents' pods could not be listed: 403 pods is forbidden)"),
+            "{}",
+            statuses[0].message
+        );
+        assert_eq!(statuses[4].state, NodeState::Drift);
     }
 
     #[test]
     fn drifted_and_unknown_nodes_are_asked_and_all_asks_every_one() {
-        let fresh = "2026-12-01T11:58:00Z";
-        let nodes = [
-            node("a", Some(("True", fresh))),
-            node("b", Some(("False", fresh))),
-            node("c", None),
-        ];
-        let statuses: Vec<_> = nodes
-            .iter()
-            .map(|n| node_status(n, NOW.parse().unwrap(), Duration::from_secs(900)))
-            .collect();
+        let nodes = [node("a", Some("True")), node("b", Some("False")), node("c", None)];
+        let statuses = confirmed(&nodes, &[pod("b", "Running", Some("True"))]);
         let asked: Vec<String> = nodes_to_ask(&statuses, false).into_iter().collect();
         assert_eq!(asked, ["a", "c"]);
         assert_eq!(nodes_to_ask(&statuses, true).len(), 3);
@@ -156,6 +246,38 @@ mod by_condition {
         let v = fleet_view(&[answer("c", partial)]).with_nodes(String::new(), Some(only_unknown), vec![]);
         assert_eq!(v.exit_code(), 1);
         assert_eq!(v.notes, ["c: the agent's check is incomplete: no sockets"]);
+    }
+
+    #[test]
+    fn an_unconfirmed_clean_node_not_answered_for_keeps_the_exit_status_one() {
+        let nodes = [node("a", Some("False")), node("b", Some("False"))];
+        let ready = [pod("a", "Running", Some("True"))];
+        let summary = NodesSummary::of(&confirmed(&nodes, &ready));
+        assert_eq!((summary.clean.len(), summary.unknown.len()), (1, 1));
+        let v = fleet_view(&[]).with_nodes(String::new(), Some(summary.clone()), vec![]);
+        assert_eq!(v.exit_code(), 1, "b is unknown and nobody answered for it");
+        let clean = || Ok(json!({"findings": [], "coverage": {"complete": true}}));
+        let v = fleet_view(&[answer("b", clean())]).with_nodes(String::new(), Some(summary.clone()), vec![]);
+        assert_eq!(v.exit_code(), 0, "b's agent answered: clean, fully checked");
+        // An answer from an agent that is not ready is shown, but resolves nothing.
+        let unready = AgentAnswer {
+            unready: Some("pod portdrift-b: not ready".into()),
+            ..answer("b", clean())
+        };
+        let v = fleet_view(&[unready]).with_nodes(String::new(), Some(summary), vec![]);
+        assert_eq!((v.answered, v.exit_code()), (1, 1));
+        assert_eq!(
+            v.notes,
+            ["b: the agent is not ready (pod portdrift-b: not ready): its answer may be out of date"]
+        );
+        // Both confirmed: clean without asking anyone.
+        let both = [
+            pod("a", "Running", Some("True")),
+            pod("b", "Running", Some("True")),
+        ];
+        let summary = NodesSummary::of(&confirmed(&nodes, &both));
+        let v = fleet_view(&[]).with_nodes(String::new(), Some(summary), vec![]);
+        assert_eq!(v.exit_code(), 0);
     }
 }
 
