@@ -3,7 +3,6 @@
 //! to pods, with the caller's credentials, so no new network path and no new secret.
 //! Needs `get` on `pods/proxy` and `list` on `pods` in the agents' namespace.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -17,7 +16,7 @@ use crate::sources::kube_client::{self, WatchError};
 /// Which agents to ask, and how.
 #[derive(Debug, Clone)]
 pub struct FleetQuery {
-    pub kubeconfig: Option<PathBuf>,
+    pub api: kube_client::KubeTarget,
     pub namespace: String,
     /// A label selector for the agents' pods.
     pub selector: String,
@@ -53,7 +52,7 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<Vec<AgentAnswer>, FleetError> {
         .build()
         .map_err(FleetError::Runtime)?;
     runtime.block_on(async {
-        let mut config = kube_client::kube_config(query.kubeconfig.as_deref()).await?;
+        let mut config = query.api.config().await?;
         // A 503 from the pod proxy is an agent that cannot be reached: the view says
         // so. kube's default retries of it would only spend the agent's timeout.
         config.default_retry = false;
