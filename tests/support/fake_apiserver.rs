@@ -58,6 +58,10 @@
 //!
 //! [`objects`] builds test objects, from single ones to a realistic 10,000-Service
 //! cluster for benchmarks.
+//!
+//! [`FakeApiServer::traffic`] counts every request and its response body bytes by phase
+//! ([`FakeApiServer::set_traffic_phase`]) and [`request_signature`], for
+//! `scripts/bench-api.sh`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
