@@ -158,6 +158,40 @@ async fn context_picks_the_server_the_kubeconfig_names_for_it() {
                 "{err}"
             );
         }
+        // The commands that read the cluster state first fail the same way, before
+        // anything else: a snapshot does not silently go without its cluster.json, nor
+        // does the agent start.
+        let out_dir = scratch.path().join("bundle");
+        let out_dir = out_dir.to_str().unwrap();
+        let snapshot = [
+            "snapshot",
+            "--out",
+            out_dir,
+            "--kubeconfig",
+            path,
+            "--context",
+            "staging",
+        ];
+        let run = [
+            "run",
+            "--node",
+            "worker-1",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig",
+            path,
+            "--context",
+            "staging",
+        ];
+        for args in [&snapshot[..], &run[..]] {
+            let out = portdrift(args, None, home).await;
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains("context \"staging\" is not in the kubeconfig"),
+                "{args:?}: {err}"
+            );
+        }
         assert_eq!(server.requests().len(), asked);
 
         // --context with no kubeconfig anywhere: said so, not a silent in-cluster try.
