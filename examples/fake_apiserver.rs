@@ -46,9 +46,9 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: std::net::SocketAddr,
     /// Also serve a Node of this name (with `--objects`; a bundle's `cluster.json` has
-    /// none), so that its status can be patched.
+    /// none), so that its status can be patched (repeatable).
     #[arg(long)]
-    node: Option<String>,
+    node: Vec<String>,
     /// When it stops (stdin closed), write every request it was asked, one
     /// `METHOD path?query` a line: what the client needs RBAC for.
     #[arg(long)]
@@ -137,7 +137,7 @@ async fn serve(args: Args) -> anyhow::Result<fake_apiserver::FakeApiServer> {
     match &args.objects {
         Some(path) => {
             serve_list(&server, path)?;
-            if let Some(node) = &args.node {
+            for node in &args.node {
                 server.apply(&fake_apiserver::objects::node(node, None));
             }
         }

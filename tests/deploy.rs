@@ -280,6 +280,10 @@ fn requests_map_to_the_rbac_they_need() {
             t("events.k8s.io", "events", "create"),
         ),
         (
+            "PATCH /apis/events.k8s.io/v1/namespaces/shop/events/web.1",
+            t("events.k8s.io", "events", "patch"),
+        ),
+        (
             "GET /api/v1/pods?fieldSelector=spec.nodeName%3Dw",
             t("", "pods", "list"),
         ),
@@ -682,6 +686,11 @@ fn the_cluster_roles_grant_exactly_what_the_code_uses() {
     for rel in kustomizations() {
         let r = Rendered::of(&rel);
         let mut used = runs.by_args[&r.args()].clone();
+        // An Event's series is patched 30 minutes into a persisting finding, long after
+        // this run ends; tests/events.rs has the agent make that request.
+        if used.contains(&Triple::new("events.k8s.io", "events", "create")) {
+            used.insert(Triple::new("events.k8s.io", "events", "patch"));
+        }
         // `portdrift scan` in the agent's container names a squatter's pod only where
         // the agent can see host processes at all.
         if r.host_pid() {

@@ -2,11 +2,15 @@
 //! network namespace, by `scripts/capture-testdata.sh --exec`), with the fake API
 //! server (`examples/fake_apiserver --agent-pod`) proxying to five agent pods:
 //!
-//! - node-a and node-b: real `portdrift run` agents on the bundle's rules;
+//! - node-a and node-b: real `portdrift run --node-condition` agents on the bundle's
+//!   rules, whose Nodes carry the `NodePortDrift` condition they set;
 //! - node-c: a real HTTP server serving the `/findings` that `portdrift scan --from`
 //!   gives for another bundle (a node with other drift);
 //! - node-d: accepts connections and never answers (hangs);
 //! - node-e: gone (nothing listens on its address).
+//!
+//! node-c, node-d and node-e have no Node in the fake, so the view asks their agents
+//! too (a pod on a node the list lacks is never taken as clean).
 //!
 //! The view must put each finding on exactly the nodes whose own `/findings` have it,
 //! list node-d and node-e as not answering, and finish within about one timeout even
@@ -33,14 +37,14 @@ set -u
 pd=$1; fake=$2; dir=$3; other=$4
 ready() { [ "$(curl -s -m 2 -o /dev/null -w '%{http_code}' "http://$1:9741/readyz")" = 200 ]; }
 
-"$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" --listen 127.0.0.1:6443 \
+"$fake" --objects "$BUNDLE/cluster.json" --node node-a --node node-b --dir "$dir" --listen 127.0.0.1:6443 \
   --agent-pod node-a@127.0.0.2:9741 --agent-pod node-b@127.0.0.3:9741 \
   --agent-pod node-c@127.0.0.4:9741 --agent-pod node-d@127.0.0.5:9741 \
   --agent-pod node-e@127.0.0.6:9741 2>>"$dir/server.log" < <(sleep 300) &
 wait_for 10 test -f "$dir/kubeconfig" || fail "the fake API server did not start"
 
 for n in a:2 b:3; do
-  "$pd" run --node "node-${n%:*}" --listen "127.0.0.${n#*:}:9741" --interval 1s \
+  "$pd" run --node "node-${n%:*}" --listen "127.0.0.${n#*:}:9741" --interval 1s --node-condition \
     --kubeconfig "$dir/kubeconfig" --kube-proxy-healthz off 2>>"$dir/agent-${n%:*}.log" &
 done
 mkdir -p "$dir/static"
@@ -51,6 +55,10 @@ s = socket.socket(); s.bind(("127.0.0.5", 9741)); s.listen(16); time.sleep(300)'
 wait_for 20 ready 127.0.0.2 || fail "agent node-a not ready"
 wait_for 20 ready 127.0.0.3 || fail "agent node-b not ready"
 wait_for 10 curl -sf -m 1 -o /dev/null http://127.0.0.4:9741/findings || fail "node-c's server"
+# The real agents' NodePortDrift conditions, as the fleet view reads them.
+has_condition() { curl -sf -m 2 "http://127.0.0.1:6443/api/v1/nodes/$1" | grep -q '"NodePortDrift"'; }
+wait_for 20 has_condition node-a || fail "node-a's condition"
+wait_for 20 has_condition node-b || fail "node-b's condition"
 
 # What each agent says itself, for the comparison.
 for n in a:2 b:3 c:4; do
@@ -120,6 +128,19 @@ fn the_fleet_view_groups_real_agents_findings_and_names_the_silent_ones() {
         (Some(5), Some(3))
     );
 
+    // The real agents' conditions say drift on node-a and node-b; the other pods'
+    // nodes are not in the Node list, so their agents are asked too.
+    let drift: Vec<(&str, &str)> = view["nodes"]["drift"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no nodes in {view}"))
+        .iter()
+        .map(|n| (n["node"].as_str().unwrap(), n["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(view["nodes"]["total"], 2, "{view}");
+    assert_eq!(drift.len(), 2, "{view}");
+    assert_eq!((drift[0].0, drift[1].0), ("node-a", "node-b"));
+    assert!(drift[0].1.contains("critical NodePort finding"), "{drift:?}");
+
     // Each finding on exactly the nodes whose own /findings have it.
     let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for node in ["a", "b", "c"] {
@@ -182,6 +203,10 @@ fn the_fleet_view_groups_real_agents_findings_and_names_the_silent_ones() {
     assert!(Duration::from_millis(ms) < Duration::from_secs(8), "took {ms} ms");
 
     let text = read(dir, "fleet.txt");
+    assert!(
+        text.starts_with("2 nodes by their NodePortDrift condition: 2 drift, 0 clean, 0 unknown\n"),
+        "{text}"
+    );
     assert!(text.contains("3 of 5 agents answered"), "{text}");
     assert!(text.contains(": 2 of 5 nodes: node-a, node-b"), "{text}");
     assert!(

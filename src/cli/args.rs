@@ -44,9 +44,11 @@ pub enum Command {
     /// other or (with --kubeconfig or --cluster-state) with the cluster, or fall outside
     /// the range; hard-coded nodePorts and other hazards as warnings. Exit 1 on errors.
     Lint(LintArgs),
-    /// Ask every portdrift agent for its findings through the API server's pod proxy,
-    /// and show each finding with the nodes that have it. Exit 1 when a warning or
-    /// critical finding is on some node, or an agent did not answer.
+    /// Show the fleet's drift: every Node's NodePortDrift condition (one list), then
+    /// the findings of the agents on drifted and unknown nodes through the API
+    /// server's pod proxy (or from Prometheus with --prometheus), each finding with the
+    /// nodes that have it. Exit 1 when some node drifted, a node could not be checked
+    /// or an agent did not answer; 2 when nothing could be listed.
     Fleet(FleetArgs),
     /// Developer tools (undocumented; for tests and benchmarks).
     #[command(hide = true, subcommand)]
@@ -103,13 +105,38 @@ pub struct FleetArgs {
     #[arg(long, value_name = "PORT", default_value_t = 9741)]
     pub port: u16,
 
-    /// How long one agent may take to answer (and the pod list).
+    /// How long one agent may take to answer (and each list, or Prometheus query).
     #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
     pub timeout: Duration,
 
     /// How many agents are asked at once.
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+
+    /// Ask every agent, not only those on nodes whose condition says drift or is
+    /// unknown.
+    #[arg(long)]
+    pub all: bool,
+
+    /// A NodePortDrift condition not renewed for this long counts as unknown (the
+    /// agents renew it every 5 minutes).
+    #[arg(long, value_name = "DUR", default_value = "15m", value_parser = parse_timeout)]
+    pub stale_after: Duration,
+
+    /// Read the findings from Prometheus's HTTP API at this URL instead of the API
+    /// server (portdrift_findings_by_severity, portdrift_finding, up and coverage by
+    /// the `node` label, else `instance`).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["all", "kubeconfig", "context"])]
+    pub prometheus: Option<String>,
+
+    /// With --prometheus: the `job` label of the agents' scrape job.
+    #[arg(
+        long,
+        value_name = "JOB",
+        default_value = "portdrift",
+        requires = "prometheus"
+    )]
+    pub prometheus_job: String,
 
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]

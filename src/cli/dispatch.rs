@@ -88,7 +88,22 @@ fn lint(args: LintArgs) -> anyhow::Result<u8> {
 
 fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
     use crate::heart::views::fleet;
-    use crate::sources::fleet_client;
+    use crate::sources::{fleet_client, fleet_prometheus};
+    if let Some(url) = args.prometheus {
+        let query = fleet_prometheus::PromQuery {
+            url: url.clone(),
+            job: args.prometheus_job,
+            timeout: args.timeout,
+        };
+        let answers = fleet_prometheus::query_prometheus(&query)?;
+        if answers.up.is_empty() {
+            anyhow::bail!("Prometheus at {url} has no target of job {:?} (up)", query.job);
+        }
+        let source = format!("Prometheus at {url} (job {})", query.job);
+        let view = fleet::prometheus::prometheus_view(&answers, source);
+        print_view(args.format, &view, fleet::render_fleet)?;
+        return Ok(view.exit_code());
+    }
     let query = fleet_client::FleetQuery {
         api: super::configs::api_target(&args.kubeconfig, &args.context),
         namespace: args.namespace,
@@ -96,16 +111,29 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
         port: args.port,
         timeout: args.timeout,
         concurrency: usize::from(args.concurrency),
+        all: args.all,
+        stale_after: args.stale_after,
     };
-    let answers = fleet_client::ask_fleet(&query)?;
-    if answers.is_empty() {
+    let fleet_client::FleetAnswers {
+        nodes,
+        answers,
+        notes,
+    } = fleet_client::ask_fleet(&query)?;
+    if nodes.is_none() && answers.is_empty() {
         anyhow::bail!(
             "no agent pods in namespace {} match {}",
             query.namespace,
             query.selector
         );
     }
-    let view = fleet::fleet_view(&answers);
+    let (source, summary) = match &nodes {
+        Some(statuses) => (
+            "their NodePortDrift condition".to_string(),
+            Some(fleet::nodes::NodesSummary::of(statuses)),
+        ),
+        None => (String::new(), None),
+    };
+    let view = fleet::fleet_view(&answers).with_nodes(source, summary, notes);
     print_view(args.format, &view, fleet::render_fleet)?;
     Ok(view.exit_code())
 }

@@ -1,16 +1,23 @@
-//! Asks every portdrift agent for its `/findings` through the API server's pod proxy
+//! The fleet's state in a few requests: every Node's `NodePortDrift` condition in one
+//! list (from the API server's cache, `resourceVersion=0`), then `/findings` from the
+//! agents on the nodes that need a closer look, through the API server's pod proxy
 //! (`GET /api/v1/namespaces/NS/pods/NAME:PORT/proxy/findings`): the cluster's own path
 //! to pods, with the caller's credentials, so no new network path and no new secret.
-//! Needs `get` on `pods/proxy` and `list` on `pods` in the agents' namespace.
+//! Needs `list` on `nodes`; `list` on `pods` and `get` on `pods/proxy` in the agents'
+//! namespace for the details. Without the Node list it asks every agent.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus as K8sNodeStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, ListParams};
+use serde::Deserialize;
 
 use crate::heart::views::fleet::AgentAnswer;
+use crate::heart::views::fleet::nodes::{NodeStatus, node_status, nodes_to_ask};
 use crate::sources::kube_client::{self, WatchError};
 
 /// Which agents to ask, and how.
@@ -26,6 +33,21 @@ pub struct FleetQuery {
     pub timeout: Duration,
     /// How many agents are asked at once.
     pub concurrency: usize,
+    /// Ask every agent, not only those on nodes that drifted or are unknown.
+    pub all: bool,
+    /// A condition not renewed for this long is unknown.
+    pub stale_after: Duration,
+}
+
+/// What the fleet said.
+#[derive(Debug, Clone)]
+pub struct FleetAnswers {
+    /// Every node by its condition; None when the Nodes could not be listed.
+    pub nodes: Option<Vec<NodeStatus>>,
+    /// The answers of the agents asked.
+    pub answers: Vec<AgentAnswer>,
+    /// What could not be checked, and why.
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,8 +67,8 @@ pub enum FleetError {
     ListTimeout { namespace: String, timeout: Duration },
 }
 
-/// Asks every agent matching `query`; one answer per pod.
-pub fn ask_fleet(query: &FleetQuery) -> Result<Vec<AgentAnswer>, FleetError> {
+/// Reads the Nodes' conditions and asks the agents that `query` calls for.
+pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -57,17 +79,168 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<Vec<AgentAnswer>, FleetError> {
         // so. kube's default retries of it would only spend the agent's timeout.
         config.default_retry = false;
         let client = kube_client::kube_client(config)?;
-        let pods = list_agents(client.clone(), query).await?;
-        let asked = futures::stream::iter(pods)
+        let mut notes = Vec::new();
+        let nodes = match list_node_statuses(client.clone(), query).await {
+            Ok(nodes) => Some(nodes),
+            Err(why) => {
+                notes.push(format!(
+                    "cannot list the Nodes ({why}): every agent was asked instead"
+                ));
+                None
+            }
+        };
+        // The listed nodes to ask (all of them with --all); None: every agent's pod.
+        let wanted: Option<BTreeSet<String>> =
+            nodes.as_ref().map(|statuses| nodes_to_ask(statuses, query.all));
+        // Every listed node is clean: nothing to ask. (No Node listed at all: the
+        // agents' pods, if any, are on nodes the list did not have, and are asked.)
+        let listed_any = nodes.as_ref().is_some_and(|n| !n.is_empty());
+        if listed_any && wanted.as_ref().is_some_and(BTreeSet::is_empty) {
+            return Ok(FleetAnswers {
+                nodes,
+                answers: Vec::new(),
+                notes,
+            });
+        }
+        let pods = match list_agents(client.clone(), query).await {
+            Ok(pods) => pods,
+            // With the conditions in hand, they are worth showing without details.
+            Err(e) if nodes.is_some() => {
+                notes.push(format!("no agent was asked: {e}"));
+                return Ok(FleetAnswers {
+                    answers: not_asked(wanted.unwrap_or_default(), &format!("not asked: {e}")),
+                    nodes,
+                    notes,
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let (asked, missing) = select_pods(pods, wanted.as_ref(), nodes.as_deref());
+        let answered: Vec<AgentAnswer> = futures::stream::iter(asked)
             .map(|pod| ask_agent(client.clone(), query, pod))
-            .buffer_unordered(query.concurrency.max(1));
-        Ok(asked.collect().await)
+            .buffer_unordered(query.concurrency.max(1))
+            .collect()
+            .await;
+        let reason = format!(
+            "no agent pod on this node (namespace {}, {})",
+            query.namespace, query.selector
+        );
+        let mut answers = not_asked(missing, &reason);
+        answers.extend(answered);
+        Ok(FleetAnswers {
+            nodes,
+            answers,
+            notes,
+        })
     })
+}
+
+/// An unanswered entry for each of `nodes`.
+fn not_asked(nodes: impl IntoIterator<Item = String>, reason: &str) -> Vec<AgentAnswer> {
+    nodes
+        .into_iter()
+        .map(|node| AgentAnswer {
+            node,
+            pod: String::new(),
+            outcome: Err(reason.to_string()),
+        })
+        .collect()
+}
+
+/// The pods to ask (those on `wanted` nodes, or all), and the wanted nodes without an
+/// agent's pod. A pod on a node the list did not have is asked too: nothing else says
+/// what its node is like.
+fn select_pods(
+    pods: Vec<Pod>,
+    wanted: Option<&BTreeSet<String>>,
+    listed: Option<&[NodeStatus]>,
+) -> (Vec<Pod>, Vec<String>) {
+    let Some(wanted) = wanted else {
+        return (pods, Vec::new());
+    };
+    let listed: BTreeSet<&str> = listed
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s.node.as_str())
+        .collect();
+    let mut covered = BTreeSet::new();
+    let asked = pods
+        .into_iter()
+        .filter(|pod| {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or_default();
+            covered.insert(node.to_string());
+            wanted.contains(node) || !listed.contains(node)
+        })
+        .collect();
+    let missing = wanted.iter().filter(|n| !covered.contains(*n)).cloned().collect();
+    (asked, missing)
+}
+
+/// A Node as far as the view reads it: its name and conditions (a Node's images and
+/// the rest are skipped while parsing, which at thousands of nodes is most of it).
+#[derive(Deserialize)]
+struct SlimNode {
+    metadata: SlimMeta,
+    status: Option<SlimStatus>,
+}
+
+#[derive(Deserialize)]
+struct SlimMeta {
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SlimStatus {
+    conditions: Option<Vec<NodeCondition>>,
+}
+
+#[derive(Deserialize)]
+struct SlimNodeList {
+    items: Vec<SlimNode>,
+}
+
+/// Every Node's status by its condition, in one list served from the API server's
+/// cache; the error says why not (e.g. a 403 when `list` on `nodes` is not allowed).
+async fn list_node_statuses(client: Client, query: &FleetQuery) -> Result<Vec<NodeStatus>, String> {
+    let params = ListParams::default().match_any();
+    let request = kube::core::Request::new("/api/v1/nodes")
+        .list(&params)
+        .map_err(|e| e.to_string())?;
+    let listed = tokio::time::timeout(query.timeout, client.request::<SlimNodeList>(request))
+        .await
+        .map_err(|_| format!("no answer within {:?}", query.timeout))?;
+    let list = listed.map_err(|e| match e {
+        kube::Error::Api(status) => format!("{} {}", status.code, status.message),
+        e => e.to_string(),
+    })?;
+    let now = jiff::Timestamp::now();
+    Ok(list
+        .items
+        .into_iter()
+        .map(|slim| {
+            let node = Node {
+                metadata: ObjectMeta {
+                    name: slim.metadata.name,
+                    ..ObjectMeta::default()
+                },
+                status: Some(K8sNodeStatus {
+                    conditions: slim.status.and_then(|s| s.conditions),
+                    ..K8sNodeStatus::default()
+                }),
+                ..Node::default()
+            };
+            node_status(&node, now, query.stale_after)
+        })
+        .collect())
 }
 
 async fn list_agents(client: Client, query: &FleetQuery) -> Result<Vec<Pod>, FleetError> {
     let api = Api::<Pod>::namespaced(client, &query.namespace);
-    let params = ListParams::default().labels(&query.selector);
+    let params = ListParams::default().labels(&query.selector).match_any();
     let listed = tokio::time::timeout(query.timeout, api.list(&params))
         .await
         .map_err(|_| FleetError::ListTimeout {

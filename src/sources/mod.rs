@@ -1,9 +1,10 @@
 //! All I/O that reads the node: the kernel over netlink, the dump tools, `/proc`,
 //! kube-proxy's HTTP endpoints and bundle files, behind one [`bundle::Source`] trait;
-//! and the fleet's agents and manifest files for the cluster-wide views.
+//! and the fleet's agents, Prometheus and manifest files for the cluster-wide views.
 
 pub mod bundle;
 pub mod fleet_client;
+pub mod fleet_prometheus;
 pub mod kube_client;
 pub mod kube_proxy_http;
 pub mod live;

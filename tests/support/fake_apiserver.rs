@@ -38,6 +38,10 @@
 //!   object in the Event's namespace (or, cluster-scoped, in `default`); `422 Invalid`
 //!   otherwise, `409 AlreadyExists` for a name taken. The two groups are stored apart
 //!   (the real server converts one into the other; the fake does not).
+//!   `PATCH /apis/events.k8s.io/v1/namespaces/<ns>/events/<name>` (strategic merge or
+//!   merge patch) updates one, as a series update does, after the API server's update
+//!   checks: immutable fields, and `series.count >= 2` with a `lastObservedTime` when
+//!   the series changed; `404` for an Event that does not exist.
 //! - **Node status:** `PATCH /api/v1/nodes/<name>/status` with
 //!   `application/strategic-merge-patch+json` merges `status`, its `conditions` and
 //!   `addresses` by `type` as the strategic merge of a Node does (a `null` removes a
@@ -51,6 +55,10 @@
 //!   with a `Status` when the pod cannot be reached, `404` for a pod that does not
 //!   exist. A pod that accepts and never answers makes the request hang, as it does on
 //!   a real server.
+//!
+//! - **RBAC:** [`FakeApiServer::forbid`] denies a verb on a resource (`list` `nodes`,
+//!   `get` `pods/proxy`) with the `403 Forbidden` Status the API server's authorizer
+//!   gives.
 //!
 //! Every write is recorded ([`FakeApiServer::writes`]); [`FakeApiServer::stored`]
 //! reads back what is stored, as `GET` does over HTTP. [`FakeApiServer::set_write_failure`]
@@ -241,6 +249,8 @@ struct State {
     next_token: u64,
     /// Every request: its method, and its `path?query`.
     requests: Vec<(String, String)>,
+    /// `(verb, resource)` pairs RBAC denies, e.g. `("list", "nodes")`.
+    forbidden: Vec<(String, String)>,
     writes: Vec<Write>,
 }
 
@@ -502,6 +512,13 @@ impl FakeApiServer {
             bytes: tally.bytes,
         });
         lines.collect()
+    }
+
+    /// Denies `verb` on `resource` from now on, as RBAC does for a user without it:
+    /// `("list", "nodes")`, `("get", "pods/proxy")`, `("list", "pods")`.
+    pub fn forbid(&self, verb: &str, resource: &str) {
+        let mut state = lock(&self.shared.state);
+        state.forbidden.push((verb.to_string(), resource.to_string()));
     }
 
     /// Watches open now.
@@ -836,6 +853,9 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
     if let Some(answer) = failure_answer(&shared.failure).await {
         return answer;
     }
+    if let Some(answer) = forbidden_answer(&shared, request.method().as_str(), &target) {
+        return Ok(answer);
+    }
     let path = request.uri().path().to_string();
     let query = parse_query(request.uri().query().unwrap_or(""));
     let route = Route::parse(&path);
@@ -879,6 +899,75 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
         status: answer.as_ref().map(|r| r.status().as_u16()).unwrap_or(0),
     });
     answer
+}
+
+/// The `403 Forbidden` the API server answers when RBAC denies the request's verb on
+/// its resource (see [`FakeApiServer::forbid`]), worded as its authorizer does.
+fn forbidden_answer(shared: &Shared, method: &str, target: &str) -> Option<Response<Body>> {
+    let (verb, resource, namespace, name) = match ProxyTarget::parse(target) {
+        Some(proxy) => (
+            "get",
+            "pods/proxy".to_string(),
+            Some(proxy.namespace),
+            Some(proxy.name),
+        ),
+        None => {
+            let path = target.split('?').next().unwrap_or_default();
+            let route = Route::parse(path)?;
+            let watch = target.contains("watch=true") || target.contains("watch=1");
+            let verb = match (method, &route.name) {
+                ("GET", None) if watch => "watch",
+                ("GET", None) => "list",
+                ("GET", Some(_)) => "get",
+                ("POST", _) => "create",
+                ("PATCH", _) => "patch",
+                ("PUT", _) => "update",
+                ("DELETE", _) => "delete",
+                _ => return None,
+            };
+            let plural = route.kind.path().rsplit('/').next().unwrap_or_default();
+            let resource = match &route.subresource {
+                Some(sub) => format!("{plural}/{sub}"),
+                None => plural.to_string(),
+            };
+            (verb, resource, route.namespace, route.name)
+        }
+    };
+    let denied = lock(&shared.state)
+        .forbidden
+        .iter()
+        .any(|(v, r)| v == verb && *r == resource);
+    if !denied {
+        return None;
+    }
+    let base = resource.split('/').next().unwrap_or_default();
+    let group = Kind::ALL
+        .into_iter()
+        .find(|k| k.path().ends_with(&format!("/{base}")))
+        .and_then(|k| k.api_version().split_once('/').map(|(g, _)| g))
+        .unwrap_or("");
+    let scope = match &namespace {
+        Some(ns) => format!("in the namespace {ns:?}"),
+        None => "at the cluster scope".to_string(),
+    };
+    let qualified = if group.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}.{group}")
+    };
+    let object = match &name {
+        Some(name) => format!("{qualified} {name:?}"),
+        None => qualified.clone(),
+    };
+    let message = format!(
+        "{object} is forbidden: User \"system:anonymous\" cannot {verb} resource {resource:?} in API group {group:?} {scope}"
+    );
+    let mut body = status(403, "Forbidden", &message);
+    body["details"] = json!({"kind": base});
+    if let Some(name) = name {
+        body["details"]["name"] = json!(name);
+    }
+    Some(json_response(StatusCode::FORBIDDEN, body.to_string()))
 }
 
 /// A pod-proxy request: `/api/v1/namespaces/NS/pods/NAME[:PORT]/proxy/PATH`.
@@ -1413,6 +1502,15 @@ fn write(
                 ..
             },
         ) if sub == "status" => patch_node_status(shared, name, content_type, body),
+        (
+            "PATCH",
+            Route {
+                kind: Kind::Event,
+                namespace: Some(namespace),
+                name: Some(name),
+                subresource: None,
+            },
+        ) => patch_event(shared, namespace, name, content_type, body),
         _ => {
             let body = status(
                 405,
@@ -1557,6 +1655,9 @@ fn event_problems(kind: Kind, event: &Value, namespace: &str) -> Vec<(String, St
     if text("note").len() > 1024 {
         problem("note", "Too long: may not be more than 1024 bytes");
     }
+    for (field, text) in series_problems(event) {
+        problem(&field, &text);
+    }
     for field in [
         "deprecatedSource",
         "deprecatedCount",
@@ -1568,6 +1669,105 @@ fn event_problems(kind: Kind, event: &Value, namespace: &str) -> Vec<(String, St
         }
     }
     problems
+}
+
+/// What the API server's `validateV1EventSeries` refuses in an `events.k8s.io/v1`
+/// Event's `series`: a count below 2, no `lastObservedTime`.
+fn series_problems(event: &Value) -> Vec<(String, String)> {
+    let series = &event["series"];
+    if series.is_null() {
+        return Vec::new();
+    }
+    let mut problems = Vec::new();
+    if series["count"].as_i64().unwrap_or(0) < 2 {
+        problems.push((
+            "series.count".into(),
+            "Invalid value: \"\": should be at least 2".into(),
+        ));
+    }
+    if series["lastObservedTime"].as_str().is_none_or(str::is_empty) {
+        problems.push(("series.lastObservedTime".into(), "Required value".into()));
+    }
+    problems
+}
+
+/// The fields of an `events.k8s.io/v1` Event that `ValidateEventUpdate` keeps
+/// immutable (`regarding` is the internal `involvedObject`, `note` its `message`).
+const EVENT_IMMUTABLE: [&str; 13] = [
+    "regarding",
+    "reason",
+    "note",
+    "type",
+    "eventTime",
+    "action",
+    "related",
+    "reportingController",
+    "reportingInstance",
+    "deprecatedSource",
+    "deprecatedFirstTimestamp",
+    "deprecatedLastTimestamp",
+    "deprecatedCount",
+];
+
+/// `PATCH` of an `events.k8s.io/v1` Event (how client-go's `tools/events` writes a
+/// series): a strategic merge or merge patch, then `ValidateEventUpdate`'s checks: the
+/// Event's own, its name, the immutable fields, and the series when it changed.
+/// `404` for an Event that does not exist (or whose TTL passed).
+fn patch_event(
+    shared: &Shared,
+    namespace: &str,
+    name: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Response<Body> {
+    let strategic = match media_type(content_type) {
+        "application/strategic-merge-patch+json" => true,
+        "application/merge-patch+json" => false,
+        _ => return unsupported_media_type(content_type),
+    };
+    let patch: Value = match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => value,
+        Ok(_) => return bad_request("the patch is not an object"),
+        Err(e) => return bad_request(&format!("the patch is not JSON: {e}")),
+    };
+    let mut state = lock(&shared.state);
+    let key = (namespace.to_string(), name.to_string());
+    let Some(stored) = state
+        .objects
+        .get(&Kind::Event)
+        .and_then(|events| events.get(&key))
+    else {
+        drop(state);
+        return not_found(Kind::Event, name);
+    };
+    let old: Value = serde_json::from_str(&stored.json).expect("stored JSON parses");
+    let mut new = old.clone();
+    // An Event has no list with a merge key, so both patch types merge alike here.
+    merge_patch(&mut new, &patch, strategic, "");
+    let mut problems = event_problems(Kind::Event, &new, namespace);
+    problems.retain(|(field, _)| !field.starts_with("series"));
+    for field in ["name", "namespace", "uid"] {
+        if new["metadata"][field] != old["metadata"][field] {
+            problems.push((
+                format!("metadata.{field}"),
+                "Invalid value: field is immutable".into(),
+            ));
+        }
+    }
+    for field in EVENT_IMMUTABLE {
+        if new[field] != old[field] {
+            problems.push((field.to_string(), "Invalid value: field is immutable".into()));
+        }
+    }
+    if new["series"] != old["series"] {
+        problems.extend(series_problems(&new));
+    }
+    if !problems.is_empty() {
+        return invalid(Kind::Event, name, &problems);
+    }
+    state.apply(Kind::Event, new);
+    let stored = state.objects[&Kind::Event][&key].json.to_string();
+    json_response(StatusCode::OK, stored)
 }
 
 /// `422 Invalid`, as the API server words it.

@@ -1,9 +1,8 @@
 //! The `NodePortDrift` Node condition, decided without I/O: its status and one-line
-//! summary from a scan's findings, and when to patch it (on a change, or a heartbeat)
-//! with which `lastTransitionTime`, as node-problem-detector keeps its conditions.
+//! summary from a scan's findings, and when to patch it (when its status or reason
+//! changes) with which `lastTransitionTime`.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::NodeCondition;
@@ -85,9 +84,9 @@ pub fn summarize(findings: &[Finding]) -> ConditionSummary {
 /// What the API holds (or was last sent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Published {
-    summary: ConditionSummary,
-    transition: Timestamp,
-    heartbeat: Timestamp,
+    status: String,
+    reason: String,
+    transition: Option<Timestamp>,
 }
 
 /// Tracks the condition as last written, to decide the next patch.
@@ -98,32 +97,26 @@ pub struct ConditionTracker {
 
 impl ConditionTracker {
     /// Starts from the condition the Node already carries (from an earlier run of the
-    /// agent), so that a restart keeps its `lastTransitionTime` and skips a patch that
-    /// would change nothing.
+    /// agent), so that a restart patches nothing while the status and reason hold.
     pub fn seed(&mut self, existing: &[NodeCondition]) {
         let Some(c) = existing.iter().find(|c| c.type_ == CONDITION_TYPE) else {
             return;
         };
-        let (Some(transition), Some(heartbeat)) = (&c.last_transition_time, &c.last_heartbeat_time) else {
-            return;
-        };
         self.published = Some(Published {
-            summary: ConditionSummary {
-                drift: c.status == "True",
-                message: c.message.clone().unwrap_or_default(),
-            },
-            transition: transition.0,
-            heartbeat: heartbeat.0,
+            status: c.status.clone(),
+            reason: c.reason.clone().unwrap_or_default(),
+            transition: c.last_transition_time.as_ref().map(|t| t.0),
         });
     }
 
-    /// The condition to patch now, if any: when there is none yet, when it changed,
-    /// or when the last one is `heartbeat` old. `lastTransitionTime` moves only when
-    /// the status does.
-    pub fn due(&self, want: &ConditionSummary, now: Timestamp, heartbeat: Duration) -> Option<NodeCondition> {
+    /// The condition to patch now, if any: when there is none yet, or its status or
+    /// reason changed. A new message alone waits for the next such change, so that a
+    /// drifted node's changing counts cost the API server nothing; `/findings` has them.
+    /// `lastTransitionTime` moves only when the status does.
+    pub fn due(&self, want: &ConditionSummary, now: Timestamp) -> Option<NodeCondition> {
         let transition = match &self.published {
-            Some(p) if p.summary == *want && since(p.heartbeat, now) < heartbeat => return None,
-            Some(p) if p.summary.drift == want.drift => p.transition,
+            Some(p) if p.status == want.status() && p.reason == want.reason() => return None,
+            Some(p) if p.status == want.status() => p.transition.unwrap_or(now),
             _ => now,
         };
         Some(NodeCondition {
@@ -138,31 +131,17 @@ impl ConditionTracker {
 
     /// Records a condition the API accepted.
     pub fn accepted(&mut self, want: &ConditionSummary, sent: &NodeCondition) {
-        let time = |t: &Option<Time>| t.as_ref().map(|t| t.0).unwrap_or_else(Timestamp::now);
         self.published = Some(Published {
-            summary: want.clone(),
-            transition: time(&sent.last_transition_time),
-            heartbeat: time(&sent.last_heartbeat_time),
+            status: want.status().into(),
+            reason: want.reason().into(),
+            transition: sent.last_transition_time.as_ref().map(|t| t.0),
         });
     }
 
     /// The status last written: `Some(true)` for `True`.
     pub fn drift(&self) -> Option<bool> {
-        self.published.as_ref().map(|p| p.summary.drift)
+        self.published.as_ref().map(|p| p.status == "True")
     }
-
-    /// How long until the next heartbeat is due (zero: now, or nothing published yet).
-    pub fn until_heartbeat(&self, now: Timestamp, heartbeat: Duration) -> Duration {
-        match &self.published {
-            Some(p) => heartbeat.saturating_sub(since(p.heartbeat, now)),
-            None => Duration::ZERO,
-        }
-    }
-}
-
-/// Time from `then` to `now`; zero if the clock went back.
-fn since(then: Timestamp, now: Timestamp) -> Duration {
-    Duration::try_from(now.duration_since(then)).unwrap_or(Duration::ZERO)
 }
 
 #[cfg(test)]

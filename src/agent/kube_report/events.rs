@@ -1,9 +1,6 @@
 //! What becomes a Kubernetes Event, decided without I/O: which findings qualify, the
-//! reason each kind is reported under, which object an Event regards, de-duplication
-//! across scans, and the rate limit.
-
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+//! reason each kind is reported under, which object an Event regards and what it says
+//! ([`super::budget`] decides when it is written).
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -11,7 +8,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
 use crate::agent::repair::{ActionOutcome, RepairResult};
-use crate::heart::finding::{Finding, Identity, Kind, Severity};
+use crate::heart::finding::{Finding, Kind, Severity};
 
 /// The API server's limit on an Event's `note` (`message`), in bytes.
 pub const NOTE_LIMIT: usize = 1024;
@@ -195,125 +192,6 @@ pub fn truncate(text: &str, limit: usize) -> String {
         "{}{ELLIPSIS}",
         truncate_bytes(text, limit.saturating_sub(ELLIPSIS.len()))
     )
-}
-
-/// A token bucket: `capacity` Events at once, then one every `refill_every`.
-#[derive(Debug, Clone)]
-pub struct TokenBucket {
-    capacity: u32,
-    refill_every: Duration,
-    tokens: u32,
-    /// When the last whole token was added (or the bucket was last full).
-    refilled_at: Instant,
-}
-
-impl TokenBucket {
-    /// A full bucket.
-    pub fn new(capacity: u32, refill_every: Duration, now: Instant) -> TokenBucket {
-        TokenBucket {
-            capacity,
-            refill_every,
-            tokens: capacity,
-            refilled_at: now,
-        }
-    }
-
-    /// Takes a token if there is one.
-    pub fn try_take(&mut self, now: Instant) -> bool {
-        self.refill(now);
-        if self.tokens == 0 {
-            return false;
-        }
-        self.tokens -= 1;
-        true
-    }
-
-    fn refill(&mut self, now: Instant) {
-        if self.tokens >= self.capacity {
-            // A full bucket earns nothing: the refill clock starts when one is taken.
-            self.refilled_at = now;
-            return;
-        }
-        let elapsed = now.saturating_duration_since(self.refilled_at);
-        let earned = match self.refill_every.as_nanos() {
-            0 => u128::from(self.capacity),
-            every => elapsed.as_nanos() / every,
-        };
-        if earned == 0 {
-            return;
-        }
-        let room = self.capacity - self.tokens;
-        if earned >= u128::from(room) {
-            self.tokens = self.capacity;
-            self.refilled_at = now;
-        } else {
-            // `earned < room <= u32::MAX`, so these conversions are exact.
-            let earned = earned as u32;
-            self.tokens += earned;
-            self.refilled_at += self.refill_every * earned;
-        }
-    }
-}
-
-/// What one scan gave the Event writer.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Admitted {
-    /// Events to write, one per finding that newly qualifies.
-    pub events: Vec<EventDraft>,
-    /// New findings whose Event the rate limit dropped.
-    pub dropped: u64,
-    /// This scan began a run of drops (after none): the moment to log it, once.
-    pub drops_began: bool,
-    /// A run of drops ended (an Event passed again): how many it dropped.
-    pub drops_ended: Option<u64>,
-}
-
-/// De-duplication and rate limit: one Event per finding when it starts to qualify
-/// (see [`qualifies`]); none while it persists; a new one if it clears and returns.
-#[derive(Debug)]
-pub struct EventGate {
-    /// Findings that qualified in the last scan.
-    qualified: BTreeSet<Identity>,
-    bucket: TokenBucket,
-    /// Drops since the last Event that passed.
-    dropping: u64,
-}
-
-impl EventGate {
-    pub fn new(bucket: TokenBucket) -> EventGate {
-        EventGate {
-            qualified: BTreeSet::new(),
-            bucket,
-            dropping: 0,
-        }
-    }
-
-    /// The Events one scan's findings call for.
-    pub fn admit(&mut self, findings: &[Finding], now: Instant) -> Admitted {
-        let mut admitted = Admitted::default();
-        let mut qualified = BTreeSet::new();
-        for f in findings.iter().filter(|f| qualifies(f)) {
-            let identity = f.identity();
-            let new = !self.qualified.contains(&identity);
-            // A finding listed twice (two backends' copies share an identity) counts once.
-            if !qualified.insert(identity) || !new {
-                continue;
-            }
-            let Some(draft) = EventDraft::of(f) else { continue };
-            if self.bucket.try_take(now) {
-                if self.dropping > 0 {
-                    admitted.drops_ended = Some(std::mem::take(&mut self.dropping));
-                }
-                admitted.events.push(draft);
-            } else {
-                admitted.drops_began |= self.dropping == 0;
-                self.dropping += 1;
-                admitted.dropped += 1;
-            }
-        }
-        self.qualified = qualified;
-        admitted
-    }
 }
 
 #[cfg(test)]

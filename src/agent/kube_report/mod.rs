@@ -7,6 +7,7 @@
 //! (in [`events`] and [`condition`], without I/O) and hands the writes to two tasks of
 //! their own (`publish`), so a slow or failing API server never holds up a scan.
 
+pub mod budget;
 pub mod condition;
 pub mod events;
 mod publish;
@@ -16,14 +17,15 @@ use std::time::{Duration, Instant};
 use kube::Client;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::agent::metrics::labels::ResultLabel;
 use crate::heart::finding::Finding;
+use budget::{EventGate, EventOp, TokenBucket};
 use condition::ConditionSummary;
-use events::{EventDraft, EventGate, TokenBucket};
 
 /// What to report, and how fast.
 #[derive(Debug, Clone)]
@@ -52,21 +54,33 @@ impl ReportConfig {
     }
 }
 
-/// The Event rate limit: a token bucket.
+/// The Event budget: a token bucket over every Event write (creates and series
+/// updates), and the series' timing.
 #[derive(Debug, Clone)]
 pub struct EventsConfig {
-    /// Events at once.
+    /// Writes at once.
     pub burst: u32,
     /// Then one per this.
     pub refill_every: Duration,
+    /// A persisting finding's series is written at most this often.
+    pub series_every: Duration,
+    /// A finding back within this joins its earlier Event's series; gone this long,
+    /// the series ends.
+    pub series_window: Duration,
 }
 
 impl Default for EventsConfig {
-    /// 25 at once (client-go's per-object burst), then 6 a minute.
+    /// 10 at once, then 3 a minute. With a stale rule for every Service on every node
+    /// of a 5,000-node cluster, the API server sees at most 50,000 Events at once (each
+    /// agent writes one at a time), then 5,000 / 20 s = 250 Events/s while the deferred
+    /// ones drain; one bad rule per node costs one Event per node. The series times are
+    /// client-go's `tools/events` ones (`refreshTime`, `finishTime`).
     fn default() -> Self {
         EventsConfig {
-            burst: 25,
-            refill_every: Duration::from_secs(10),
+            burst: 10,
+            refill_every: Duration::from_secs(20),
+            series_every: Duration::from_secs(30 * 60),
+            series_window: Duration::from_secs(6 * 60),
         }
     }
 }
@@ -74,33 +88,36 @@ impl Default for EventsConfig {
 /// How the condition is kept.
 #[derive(Debug, Clone)]
 pub struct ConditionConfig {
-    /// Patch at least this often, even unchanged (node-problem-detector: 5 min).
-    pub heartbeat: Duration,
-    /// Retries after a failed patch wait 1 s, 2 s, 4 s, ... up to this.
+    /// Retries after a failed patch wait about 1 s, 2 s, 4 s, ... up to this.
     pub max_backoff: Duration,
 }
 
 impl Default for ConditionConfig {
     fn default() -> Self {
         ConditionConfig {
-            heartbeat: Duration::from_secs(300),
             max_backoff: Duration::from_secs(60),
         }
     }
 }
 
 /// Counters of what reached the API (`portdrift_events_total{result}`,
-/// `portdrift_node_condition_patches_total{result}`).
+/// `portdrift_event_series_updates_total{result}`,
+/// `portdrift_node_condition_patches_total{result}`) and of the Event budget
+/// (`portdrift_events_over_budget_total`, `portdrift_events_pending`).
 #[derive(Debug, Clone, Default)]
 pub struct ReportMetrics {
     pub events: Family<ResultLabel, Counter>,
+    pub series_updates: Family<ResultLabel, Counter>,
     pub condition_patches: Family<ResultLabel, Counter>,
+    pub over_budget: Counter,
+    pub pending: Gauge,
 }
 
-/// `result` of `portdrift_events_total`: written, dropped by the rate limit, or
-/// refused by the API (after retries).
+/// `result` of `portdrift_events_total`: written, dropped (a repair's Event when the
+/// writer's queue is full), or refused by the API (after retries).
 pub const EVENT_RESULTS: [&str; 3] = ["sent", "dropped", "failed"];
-/// `result` of `portdrift_node_condition_patches_total`.
+/// `result` of `portdrift_node_condition_patches_total` and
+/// `portdrift_event_series_updates_total`.
 pub const PATCH_RESULTS: [&str; 2] = ["ok", "failed"];
 
 impl ReportMetrics {
@@ -114,11 +131,29 @@ impl ReportMetrics {
             metrics
                 .condition_patches
                 .get_or_create_owned(&ResultLabel { result });
+            metrics
+                .series_updates
+                .get_or_create_owned(&ResultLabel { result });
         }
         registry.register(
             "events",
             "Kubernetes Events for new findings, by result",
             metrics.events.clone(),
+        );
+        registry.register(
+            "event_series_updates",
+            "Updates of a persisting finding's Event series (count, last observed), by result",
+            metrics.series_updates.clone(),
+        );
+        registry.register(
+            "events_over_budget",
+            "Findings whose Event the Event budget (or a writer behind the API server) deferred, each once; written later if the finding persists",
+            metrics.over_budget.clone(),
+        );
+        registry.register(
+            "events_pending",
+            "Findings waiting for their Event, deferred by the Event budget",
+            metrics.pending.clone(),
         );
         registry.register(
             "node_condition_patches",
@@ -133,6 +168,11 @@ impl ReportMetrics {
         self.events.get_or_create(&ResultLabel { result }).get()
     }
 
+    /// `portdrift_event_series_updates_total{result}` now.
+    pub fn series_updates(&self, result: &'static str) -> u64 {
+        self.series_updates.get_or_create(&ResultLabel { result }).get()
+    }
+
     /// `portdrift_node_condition_patches_total{result}` now.
     pub fn condition_patches(&self, result: &'static str) -> u64 {
         self.condition_patches
@@ -140,8 +180,22 @@ impl ReportMetrics {
             .get()
     }
 
+    /// `portdrift_events_over_budget_total` now.
+    pub fn over_budget(&self) -> u64 {
+        self.over_budget.get()
+    }
+
+    /// `portdrift_events_pending` now.
+    pub fn pending(&self) -> i64 {
+        self.pending.get()
+    }
+
     fn count_events(&self, result: &'static str, n: u64) {
         self.events.get_or_create(&ResultLabel { result }).inc_by(n);
+    }
+
+    fn count_series(&self, result: &'static str) {
+        self.series_updates.get_or_create(&ResultLabel { result }).inc();
     }
 
     fn count_patch(&self, result: &'static str) {
@@ -210,7 +264,7 @@ pub struct KubeReporter {
 
 struct EventFeed {
     gate: EventGate,
-    tx: mpsc::Sender<EventDraft>,
+    tx: mpsc::Sender<EventOp>,
     metrics: ReportMetrics,
 }
 
@@ -231,16 +285,17 @@ impl KubeReporter {
             tasks: Vec::new(),
         };
         if let Some(events) = &config.events {
-            // The bucket bounds what one scan sends; the queue holds a full burst.
+            // The bucket bounds what one scan sends; the queue holds a full burst, and
+            // what does not fit waits in the gate.
             let (tx, rx) = mpsc::channel(events.burst.max(1) as usize);
             let writer = publish::EventWriter::new(client.clone(), &config, metrics.clone());
             reporter.tasks.push(tokio::spawn(writer.run(rx)));
             reporter.events = Some(EventFeed {
-                gate: EventGate::new(TokenBucket::new(
-                    events.burst,
-                    events.refill_every,
-                    Instant::now(),
-                )),
+                gate: EventGate::new(
+                    TokenBucket::new(events.burst, events.refill_every, Instant::now()),
+                    events.series_every,
+                    events.series_window,
+                ),
                 tx,
                 metrics: metrics.clone(),
             });
@@ -254,8 +309,8 @@ impl KubeReporter {
         reporter
     }
 
-    /// Reports one scan's findings: Events for those that newly qualify, and the
-    /// condition's new value. Never waits for the API.
+    /// Reports one scan's findings: Events within the budget, and the condition's new
+    /// value. Never waits for the API.
     pub fn after_scan(&mut self, findings: &[Finding]) {
         if let Some(feed) = &mut self.events {
             feed.admit(findings);
@@ -269,15 +324,17 @@ impl KubeReporter {
 impl KubeReporter {
     /// Records a repair cycle's actions that changed (or failed to change) the node as
     /// Events on the Node. Repair caps its actions per cycle, so these bypass the
-    /// findings' rate limit: an audit record is not dropped. Never waits for the API.
+    /// findings' budget: an audit record is not deferred. Never waits for the API.
     pub fn after_repair(&mut self, outcome: &crate::agent::repair::CycleOutcome) {
         let Some(feed) = &mut self.events else { return };
         for draft in outcome.actions.iter().filter_map(events::repair_draft) {
-            if let Err(e) = feed.tx.try_send(draft) {
-                tracing::warn!(
-                    reason = e.into_inner().reason,
-                    "Event queue full: a repair Event was dropped"
-                );
+            if let Err(e) = feed.tx.try_send(EventOp::Single { draft }) {
+                let reason = match e.into_inner() {
+                    EventOp::Create { draft, .. }
+                    | EventOp::Series { draft, .. }
+                    | EventOp::Single { draft } => draft.reason,
+                };
+                tracing::warn!(reason, "Event queue full: a repair Event was dropped");
                 feed.metrics.count_events("dropped", 1);
             }
         }
@@ -286,26 +343,32 @@ impl KubeReporter {
 
 impl EventFeed {
     fn admit(&mut self, findings: &[Finding]) {
-        let admitted = self.gate.admit(findings, Instant::now());
-        if admitted.drops_began {
+        let room = self.tx.capacity();
+        let admitted = self
+            .gate
+            .admit(findings, room, Instant::now(), jiff::Timestamp::now());
+        if let Some(waiting) = admitted.run_began {
             tracing::warn!(
-                "Event rate limit reached: Events for new findings are dropped (and counted) until it refills"
+                waiting,
+                "Event budget spent: findings wait for their Event, most severe and oldest first, as the budget refills"
             );
         }
-        if let Some(dropped) = admitted.drops_ended {
+        if let Some(deferred) = admitted.run_ended {
             tracing::info!(
-                dropped,
-                "Event rate limit refilled: Events for new findings are written again"
+                deferred,
+                "Event budget: every finding it deferred has its Event now, or has cleared"
             );
         }
-        let mut dropped = admitted.dropped;
-        for draft in admitted.events {
-            if let Err(e) = self.tx.try_send(draft) {
-                // The writer is behind a full burst (a slow API server): same as the limit.
-                tracing::debug!(reason = e.into_inner().reason, "Event queue full: dropped");
-                dropped += 1;
+        self.metrics.over_budget.inc_by(admitted.deferred);
+        self.metrics
+            .pending
+            .set(i64::try_from(admitted.pending).unwrap_or(i64::MAX));
+        for op in admitted.ops {
+            // Cannot fail for want of room: only this feed sends, and it asked for at
+            // most the room there was. A closed queue (the writer stopped) is logged.
+            if self.tx.try_send(op).is_err() {
+                tracing::debug!("the Event writer has stopped");
             }
         }
-        self.metrics.count_events("dropped", dropped);
     }
 }

@@ -4,19 +4,22 @@
 //!
 //! Events are written directly, not through kube-runtime's `Recorder`: it folds Events
 //! with the same reason about one object into a series that keeps only the first note,
-//! losing a second stale endpoint's address. De-duplication and the rate limit are
-//! [`crate::agent::kube_report::events::EventGate`]'s.
+//! losing a second stale endpoint's address. What is written when is
+//! [`crate::agent::kube_report::budget::EventGate`]'s; a series here is one finding's.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use tokio::sync::{mpsc, watch};
 
+use crate::agent::kube_report::budget::EventOp;
 use crate::agent::kube_report::condition::{ConditionSummary, ConditionTracker};
 use crate::agent::kube_report::events::{EventDraft, Regarding, k8s_event, node_reference};
 use crate::agent::kube_report::{ConditionConfig, ReportConfig, ReportError, ReportMetrics};
@@ -41,7 +44,43 @@ async fn timed<T>(
     }
 }
 
+/// `wait` plus up to a quarter more, at random (client-go's `wait.Jitter(d, 0.25)`), so
+/// that agents that failed together do not retry together.
+fn jittered(wait: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A randomly keyed hasher (std's) is random enough to spread retries.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    wait + wait.mul_f64((random % 1000) as f64 / 4000.0)
+}
+
 // === Events ===
+
+/// How many Events' names the writer keeps for their series; past it, the oldest is
+/// forgotten, and its next series write creates the Event anew (as after its TTL).
+const NAMES_KEPT: usize = 4096;
+
+/// `f` tried up to [`EVENT_ATTEMPTS`] times while it fails transiently.
+async fn with_retries<T, F, Fut>(mut f: F) -> Result<T, ReportError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ReportError>>,
+{
+    let mut wait = EVENT_RETRY;
+    let mut attempt = 1;
+    loop {
+        match f().await {
+            Err(e) if e.is_transient() && attempt < EVENT_ATTEMPTS => {
+                tracing::debug!(error = %e, attempt, "retrying an Event write");
+                tokio::time::sleep(jittered(wait)).await;
+                wait *= 2;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
 
 pub(super) struct EventWriter {
     client: Client,
@@ -50,6 +89,8 @@ pub(super) struct EventWriter {
     metrics: ReportMetrics,
     /// The last `eventTime` used, so that two Events never share a name.
     last_stamp: Option<Timestamp>,
+    /// Each Event's namespace and name, by the budget's id, for its series.
+    names: BTreeMap<u64, (String, String)>,
 }
 
 impl EventWriter {
@@ -60,56 +101,123 @@ impl EventWriter {
             timeout: config.request_timeout,
             metrics,
             last_stamp: None,
+            names: BTreeMap::new(),
         }
     }
 
-    /// Writes the queued Events one at a time until the queue closes.
-    pub(super) async fn run(mut self, mut queue: mpsc::Receiver<EventDraft>) {
-        while let Some(draft) = queue.recv().await {
-            match self.write(&draft).await {
-                Ok(()) => {
-                    tracing::debug!(reason = draft.reason, "Event written");
-                    self.metrics.count_events("sent", 1);
+    /// Makes the queued writes one at a time until the queue closes.
+    pub(super) async fn run(mut self, mut queue: mpsc::Receiver<EventOp>) {
+        while let Some(op) = queue.recv().await {
+            match op {
+                EventOp::Create { id, draft } => {
+                    let created = self.create(&draft, None).await;
+                    if let Ok(name) = &created {
+                        self.remember(id, name.clone());
+                    }
+                    self.count_create(&draft, created.map(drop));
                 }
-                Err(error) => {
-                    tracing::warn!(
-                        %error,
-                        error_kind = error.metric_label(),
-                        reason = draft.reason,
-                        "cannot write a Kubernetes Event"
-                    );
-                    self.metrics.count_events("failed", 1);
+                EventOp::Single { draft } => {
+                    let created = self.create(&draft, None).await;
+                    self.count_create(&draft, created.map(drop));
+                }
+                EventOp::Series {
+                    id,
+                    draft,
+                    count,
+                    last_observed,
+                } => {
+                    let series = EventSeries {
+                        count: i32::try_from(count).unwrap_or(i32::MAX),
+                        last_observed_time: MicroTime(last_observed),
+                    };
+                    match self.series(id, &draft, series).await {
+                        Ok(()) => {
+                            tracing::debug!(reason = draft.reason, count, "Event series written");
+                            self.metrics.count_series("ok");
+                        }
+                        Err(error) => {
+                            tracing::warn!(
+                                %error,
+                                error_kind = error.metric_label(),
+                                reason = draft.reason,
+                                "cannot write a Kubernetes Event's series"
+                            );
+                            self.metrics.count_series("failed");
+                        }
+                    }
                 }
             }
         }
     }
 
-    async fn write(&mut self, draft: &EventDraft) -> Result<(), ReportError> {
+    fn count_create(&self, draft: &EventDraft, result: Result<(), ReportError>) {
+        match result {
+            Ok(()) => {
+                tracing::debug!(reason = draft.reason, "Event written");
+                self.metrics.count_events("sent", 1);
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    error_kind = error.metric_label(),
+                    reason = draft.reason,
+                    "cannot write a Kubernetes Event"
+                );
+                self.metrics.count_events("failed", 1);
+            }
+        }
+    }
+
+    fn remember(&mut self, id: u64, name: (String, String)) {
+        self.names.insert(id, name);
+        while self.names.len() > NAMES_KEPT {
+            self.names.pop_first();
+        }
+    }
+
+    /// Creates the Event for `draft` (with `series` when it recreates one): its
+    /// namespace and name.
+    async fn create(
+        &mut self,
+        draft: &EventDraft,
+        series: Option<EventSeries>,
+    ) -> Result<(String, String), ReportError> {
         let (regarding, related) = self.references(&draft.regarding).await;
         let stamp = self.stamp();
-        let event = k8s_event(draft, regarding, related, &self.node, stamp);
+        let mut event = k8s_event(draft, regarding, related, &self.node, stamp);
+        event.series = series;
         let namespace = event.metadata.namespace.clone().unwrap_or_default();
+        let name = event.metadata.name.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        let mut wait = EVENT_RETRY;
-        let mut attempt = 1;
-        loop {
-            let result = timed(
-                "create an Event",
-                self.timeout,
-                api.create(&PostParams::default(), &event),
-            )
+        let params = PostParams::default();
+        with_retries(|| timed("create an Event", self.timeout, api.create(&params, &event))).await?;
+        Ok((namespace, name))
+    }
+
+    /// Writes an Event's series: a strategic merge patch of `series` alone, as
+    /// client-go's `tools/events` sends it; an Event that is gone (its TTL passed) or
+    /// was never written is created with the series.
+    async fn series(&mut self, id: u64, draft: &EventDraft, series: EventSeries) -> Result<(), ReportError> {
+        if let Some((namespace, name)) = self.names.get(&id) {
+            let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+            let patch = Patch::Strategic(serde_json::json!({ "series": series }));
+            let params = PatchParams::default();
+            let patched = with_retries(|| {
+                timed(
+                    "patch an Event's series",
+                    self.timeout,
+                    api.patch(name, &params, &patch),
+                )
+            })
             .await;
-            match result {
-                Ok(_) => return Ok(()),
-                Err(e) if e.is_transient() && attempt < EVENT_ATTEMPTS => {
-                    tracing::debug!(error = %e, attempt, "retrying an Event");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
+            match patched {
+                Err(e) if e.is_not_found() => {}
+                other => return other.map(drop),
             }
         }
+        let name = self.create(draft, Some(series)).await?;
+        self.remember(id, name);
+        Ok(())
     }
 
     /// The Event's `regarding` and `related` objects. A Service is looked up for its
@@ -179,12 +287,16 @@ impl ConditionKeeper {
         }
     }
 
-    /// Patches the condition whenever the wanted one changes or a heartbeat is due,
-    /// retrying failures with a growing wait, until the sender is dropped.
+    /// Patches the condition whenever its status (and so its reason) changes, retrying
+    /// a failure with a growing, jittered wait, until the sender is dropped. Nothing is
+    /// patched while the status holds: 5,000 agents re-patching unchanged conditions
+    /// would be load on the API server for nothing.
     pub(super) async fn run(mut self, mut wanted: watch::Receiver<Option<ConditionSummary>>) {
         self.seed().await;
         let mut retry = PATCH_RETRY;
         let mut wait: Option<Duration> = None;
+        // After a failure, no patch before this, even when a scan asks sooner.
+        let mut retry_at: Option<tokio::time::Instant> = None;
         loop {
             let woke = match wait {
                 Some(wait) => tokio::select! {
@@ -199,25 +311,35 @@ impl ConditionKeeper {
             let Some(want) = wanted.borrow_and_update().clone() else {
                 continue;
             };
-            let now = Timestamp::now();
-            let Some(condition) = self.tracker.due(&want, now, self.config.heartbeat) else {
-                wait = Some(self.tracker.until_heartbeat(now, self.config.heartbeat));
+            let Some(condition) = self.tracker.due(&want, Timestamp::now()) else {
+                // Back to what the API holds: nothing left to retry.
+                retry = PATCH_RETRY;
+                retry_at = None;
+                wait = None;
                 continue;
             };
+            if let Some(at) = retry_at {
+                let now = tokio::time::Instant::now();
+                if now < at {
+                    wait = Some(at - now);
+                    continue;
+                }
+            }
             match self.patch(&condition).await {
                 Ok(()) => {
-                    if self.tracker.drift() != Some(want.drift) {
-                        tracing::info!(status = want.status(), message = %want.message, "NodePortDrift condition set");
-                    }
+                    tracing::info!(status = want.status(), message = %want.message, "NodePortDrift condition set");
                     self.tracker.accepted(&want, &condition);
                     self.metrics.count_patch("ok");
                     retry = PATCH_RETRY;
-                    wait = Some(self.config.heartbeat);
+                    retry_at = None;
+                    wait = None;
                 }
                 Err(error) => {
-                    tracing::warn!(%error, error_kind = error.metric_label(), retry_in = ?retry, "cannot patch the NodePortDrift condition");
+                    let retry_in = jittered(retry);
+                    tracing::warn!(%error, error_kind = error.metric_label(), ?retry_in, "cannot patch the NodePortDrift condition");
                     self.metrics.count_patch("failed");
-                    wait = Some(retry);
+                    wait = Some(retry_in);
+                    retry_at = Some(tokio::time::Instant::now() + retry_in);
                     retry = (retry * 2).min(self.config.max_backoff.max(PATCH_RETRY));
                 }
             }

@@ -1,12 +1,18 @@
-//! The fleet's drift at a glance (`portdrift fleet`): every agent's `/findings`,
-//! grouped by finding, with the nodes that have each, and the agents that did not
-//! answer. Pure: answers in, a view out.
+//! The fleet's drift at a glance (`portdrift fleet`): the nodes by their
+//! `NodePortDrift` condition ([`nodes`]) or by what Prometheus holds ([`prometheus`]),
+//! then the asked agents' `/findings` grouped by finding, with the nodes that have each,
+//! and the agents that did not answer. Pure: answers in, a view out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 use serde::Serialize;
 use serde_json::Value;
+
+pub mod nodes;
+pub mod prometheus;
+
+use nodes::NodesSummary;
 
 /// What one agent answered.
 #[derive(Debug, Clone)]
@@ -50,23 +56,60 @@ pub struct Unanswered {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FleetView {
-    /// Agents found (pods matching the selector).
+    /// Where the per-node states come from; empty when there are none (the agents
+    /// alone were asked).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    /// Every node by its state, when a list of the nodes was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodesSummary>,
+    /// Nodes asked for details, one agent each (or Prometheus's targets).
     pub agents: usize,
     pub answered: usize,
     /// Most widespread first, then most severe, then by port.
     pub findings: Vec<FleetFinding>,
     pub unanswered: Vec<Unanswered>,
+    /// What could not be checked, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The nodes whose agents answered.
+    #[serde(skip)]
+    answered_nodes: BTreeSet<String>,
 }
 
 impl FleetView {
-    /// 1 when a warning or critical finding is on some node, or an agent did not
-    /// answer (the view is incomplete); else 0.
+    /// 1 when a warning or critical finding is on some node, a node's condition says
+    /// drift, an agent did not answer, or a node's state is unknown and no agent
+    /// answered for it (the view is incomplete); else 0.
     pub fn exit_code(&self) -> u8 {
         let serious = self
             .findings
             .iter()
             .any(|f| matches!(f.key.severity.as_str(), "critical" | "warning"));
-        u8::from(serious || !self.unanswered.is_empty())
+        let nodes_say = self.nodes.as_ref().is_some_and(|n| {
+            !n.drift.is_empty() || n.unknown.iter().any(|u| !self.answered_nodes.contains(&u.node))
+        });
+        u8::from(serious || nodes_say || !self.unanswered.is_empty())
+    }
+
+    /// The same view with the nodes' states read from `source`, and `notes`.
+    pub fn with_nodes(
+        mut self,
+        source: String,
+        nodes: Option<NodesSummary>,
+        notes: Vec<String>,
+    ) -> FleetView {
+        self.source = source;
+        self.nodes = nodes;
+        self.notes.extend(notes);
+        if self.answered == 0 && self.unanswered.iter().any(|u| u.reason.starts_with("403 ")) {
+            self.notes.push(
+                "the pod proxy is forbidden (403) for these credentials: no agent was asked; \
+                 what the conditions say is all that was checked"
+                    .into(),
+            );
+        }
+        self
     }
 }
 
@@ -74,6 +117,8 @@ impl FleetView {
 pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
     let mut groups: BTreeMap<FindingKey, (Vec<String>, String)> = BTreeMap::new();
     let mut unanswered = Vec::new();
+    let mut answered_nodes = BTreeSet::new();
+    let mut notes = Vec::new();
     for answer in answers {
         let findings = match &answer.outcome {
             Ok(document) => match document.get("findings").and_then(Value::as_array) {
@@ -88,6 +133,13 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
                 continue;
             }
         };
+        // An agent that could not check everything has not shown its node clean.
+        match document_incomplete(answer) {
+            Some(why) => notes.push(format!("{}: the agent's check is incomplete: {why}", answer.node)),
+            None => {
+                answered_nodes.insert(answer.node.clone());
+            }
+        }
         for finding in findings {
             let Some(key) = key_of(finding) else { continue };
             let entry = groups.entry(key).or_insert_with(|| {
@@ -114,11 +166,25 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
     });
     unanswered.sort_by(|a, b| a.node.cmp(&b.node));
     FleetView {
+        source: String::new(),
+        nodes: None,
         agents: answers.len(),
         answered: answers.len() - unanswered.len(),
         findings,
         unanswered,
+        notes,
+        answered_nodes,
     }
+}
+
+/// Why an answer's `coverage` says its check was incomplete, if it does.
+fn document_incomplete(answer: &AgentAnswer) -> Option<String> {
+    let coverage = answer.outcome.as_ref().ok()?.get("coverage")?;
+    if coverage.get("complete").and_then(Value::as_bool) != Some(false) {
+        return None;
+    }
+    let first = coverage["not_checked"].get(0).and_then(Value::as_str);
+    Some(first.unwrap_or("coverage.complete is false").to_string())
 }
 
 fn unanswered_of(answer: &AgentAnswer, reason: String) -> Unanswered {
@@ -155,6 +221,16 @@ fn key_of(finding: &Value) -> Option<FindingKey> {
 /// the agents that did not answer.
 pub fn render_fleet(view: &FleetView) -> String {
     let mut out = String::new();
+    if let Some(nodes) = &view.nodes {
+        render_nodes(&mut out, &view.source, nodes);
+        if view.agents == 0 && view.notes.is_empty() {
+            let _ = writeln!(
+                out,
+                "no agent asked: no node drifted or is unknown (--all asks every agent)"
+            );
+            return out;
+        }
+    }
     let _ = writeln!(
         out,
         "{} of {} agents answered; {} distinct findings",
@@ -185,10 +261,50 @@ pub fn render_fleet(view: &FleetView) -> String {
     if !view.unanswered.is_empty() {
         let _ = writeln!(out, "\nno answer from {} agents:", view.unanswered.len());
         for u in &view.unanswered {
-            let _ = writeln!(out, "  {} ({}): {}", u.node, u.pod, u.reason);
+            if u.pod.is_empty() {
+                let _ = writeln!(out, "  {}: {}", u.node, u.reason);
+            } else {
+                let _ = writeln!(out, "  {} ({}): {}", u.node, u.pod, u.reason);
+            }
+        }
+    }
+    if !view.notes.is_empty() {
+        let _ = writeln!(out, "\nnot checked:");
+        for note in &view.notes {
+            let _ = writeln!(out, "  {note}");
         }
     }
     out
+}
+
+/// `N nodes by SOURCE: D drift, C clean, U unknown`, then the drifted and unknown
+/// nodes each with its message.
+fn render_nodes(out: &mut String, source: &str, nodes: &NodesSummary) {
+    let _ = writeln!(
+        out,
+        "{} nodes by {source}: {} drift, {} clean, {} unknown",
+        nodes.total,
+        nodes.drift.len(),
+        nodes.clean.len(),
+        nodes.unknown.len()
+    );
+    for (title, list) in [("drift", &nodes.drift), ("unknown", &nodes.unknown)] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "{title}:");
+        for n in list {
+            match &n.since {
+                Some(since) => {
+                    let _ = writeln!(out, "  {} (since {since}): {}", n.node, n.message);
+                }
+                None => {
+                    let _ = writeln!(out, "  {}: {}", n.node, n.message);
+                }
+            }
+        }
+    }
+    let _ = writeln!(out);
 }
 
 #[cfg(test)]

@@ -7,8 +7,10 @@
 //!   or the API server;
 //! - [`manifest`]: the Services a manifest declares, each value with its line;
 //! - [`lint`]: the pre-deploy check of manifests;
-//! - [`fleet`]: every agent's findings grouped by node, asked for by
-//!   [`fleet_client`](crate::sources::fleet_client) through the pod proxy.
+//! - [`fleet`]: the nodes by their `NodePortDrift` condition and the asked agents'
+//!   findings grouped by node, read by [`fleet_client`](crate::sources::fleet_client)
+//!   (one Node list, then the pod proxy), or from Prometheus by
+//!   [`fleet_prometheus`](crate::sources::fleet_prometheus).
 
 pub mod claims;
 pub mod fleet;

@@ -13,8 +13,6 @@ fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + seconds).unwrap()
 }
 
-const BEAT: Duration = Duration::from_secs(300);
-
 #[test]
 fn only_critical_findings_raise_the_condition() {
     let quiet = summarize(&[
@@ -47,48 +45,44 @@ fn the_summary_names_at_most_five_ports() {
 }
 
 #[test]
-fn patches_on_change_and_heartbeat_and_keeps_the_transition_time() {
+fn patches_when_the_status_changes_and_not_for_a_new_message() {
     let drift = ConditionSummary {
         drift: true,
         message: "1 critical".into(),
     };
     let mut t = ConditionTracker::default();
-    let first = t.due(&drift, at(0), BEAT).expect("nothing published yet");
+    let first = t.due(&drift, at(0)).expect("nothing published yet");
     assert_eq!(first.last_transition_time, Some(Time(at(0))));
     t.accepted(&drift, &first);
-    assert!(
-        t.due(&drift, at(10), BEAT).is_none(),
-        "unchanged, heartbeat not due"
-    );
-    assert_eq!(t.until_heartbeat(at(10), BEAT), Duration::from_secs(290));
+    assert!(t.due(&drift, at(10)).is_none(), "unchanged");
+    assert!(t.due(&drift, at(3600)).is_none(), "no heartbeat");
 
-    let beat = t.due(&drift, at(300), BEAT).expect("heartbeat due");
-    assert_eq!(beat.last_transition_time, Some(Time(at(0))));
-    assert_eq!(beat.last_heartbeat_time, Some(Time(at(300))));
-    t.accepted(&drift, &beat);
-
-    // A new message with the same status: patched at once, the transition kept.
+    // A new message with the same status and reason: no patch.
     let worse = ConditionSummary {
         drift: true,
         message: "2 critical".into(),
     };
-    let changed = t.due(&worse, at(301), BEAT).expect("message changed");
-    assert_eq!(changed.last_transition_time, Some(Time(at(0))));
-    t.accepted(&worse, &changed);
+    assert!(t.due(&worse, at(301)).is_none());
 
     let clear = summarize(&[]);
-    let cleared = t.due(&clear, at(400), BEAT).expect("status changed");
-    assert_eq!(cleared.status, "False");
+    let cleared = t.due(&clear, at(400)).expect("status changed");
+    assert_eq!(
+        (cleared.status.as_str(), cleared.reason.as_deref()),
+        ("False", Some(REASON_NO_DRIFT))
+    );
     assert_eq!(cleared.last_transition_time, Some(Time(at(400))));
+    assert_eq!(cleared.message.as_deref(), Some(clear.message.as_str()));
+    t.accepted(&clear, &cleared);
+    assert_eq!(t.drift(), Some(false));
 }
 
 #[test]
-fn a_restart_keeps_the_nodes_transition_time() {
+fn a_restart_patches_nothing_while_status_and_reason_hold() {
     let existing = NodeCondition {
         type_: CONDITION_TYPE.into(),
         status: "False".into(),
         reason: Some(REASON_NO_DRIFT.into()),
-        message: Some(summarize(&[]).message),
+        message: Some("an older wording".into()),
         last_transition_time: Some(Time(at(-1000))),
         last_heartbeat_time: Some(Time(at(-10))),
     };
@@ -98,11 +92,19 @@ fn a_restart_keeps_the_nodes_transition_time() {
         ..existing.clone()
     };
     let mut t = ConditionTracker::default();
-    t.seed(&[other, existing]);
+    t.seed(&[other, existing.clone()]);
+    assert!(t.due(&summarize(&[]), at(0)).is_none(), "same status and reason");
     assert!(
-        t.due(&summarize(&[]), at(0), BEAT).is_none(),
-        "fresh and unchanged"
+        t.due(&summarize(&[]), at(7200)).is_none(),
+        "and no heartbeat later"
     );
-    let beat = t.due(&summarize(&[]), at(290), BEAT).expect("heartbeat");
-    assert_eq!(beat.last_transition_time, Some(Time(at(-1000))));
+
+    // A reason another version wrote, same status: patched, the transition kept.
+    let mut t = ConditionTracker::default();
+    t.seed(&[NodeCondition {
+        reason: Some("SomethingElse".into()),
+        ..existing
+    }]);
+    let patched = t.due(&summarize(&[]), at(0)).expect("the reason differs");
+    assert_eq!(patched.last_transition_time, Some(Time(at(-1000))));
 }

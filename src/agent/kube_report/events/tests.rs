@@ -1,14 +1,11 @@
 use super::*;
+use std::collections::BTreeSet;
 
 fn finding(kind: Kind, severity: Severity, port: u16, service: Option<&str>) -> Finding {
     let mut f = Finding::new(kind, severity, format!("{kind} on {port}"));
     f.port = Some(port);
     f.service = service.map(str::to_string);
     f
-}
-
-fn gate(burst: u32, every: Duration, now: Instant) -> EventGate {
-    EventGate::new(TokenBucket::new(burst, every, now))
 }
 
 #[test]
@@ -120,73 +117,4 @@ fn long_notes_are_cut_on_a_character_boundary() {
     let cut = truncate(&long, NOTE_LIMIT);
     assert!(cut.len() <= NOTE_LIMIT && cut.ends_with('…'), "{}", cut.len());
     assert_eq!(truncate("short", NOTE_LIMIT), "short");
-}
-
-#[test]
-fn a_persisting_finding_makes_one_event_and_a_returning_one_another() {
-    let t0 = Instant::now();
-    let mut g = gate(25, Duration::from_secs(10), t0);
-    let f = finding(Kind::StaleEndpoint, Severity::Critical, 30080, Some("shop/web"));
-    let first = g.admit(std::slice::from_ref(&f), t0);
-    assert_eq!(first.events.len(), 1);
-    assert_eq!(first.events[0].reason, "StaleEndpointRule");
-    assert_eq!(first.events[0].type_, "Warning");
-    assert!(g.admit(std::slice::from_ref(&f), t0).events.is_empty());
-    // Reworded, it is still the same finding.
-    let mut reworded = f.clone();
-    reworded.message.push_str(" (again)");
-    assert!(g.admit(&[reworded], t0).events.is_empty());
-    assert!(g.admit(&[], t0).events.is_empty());
-    assert_eq!(g.admit(&[f], t0).events.len(), 1);
-}
-
-#[test]
-fn a_pending_finding_gets_its_event_when_its_grace_ends() {
-    let t0 = Instant::now();
-    let mut g = gate(25, Duration::from_secs(10), t0);
-    let mut f = finding(Kind::MissingRule, Severity::Info, 30081, Some("shop/api"));
-    f.pending_seconds = Some(20);
-    assert!(g.admit(std::slice::from_ref(&f), t0).events.is_empty());
-    f.pending_seconds = None;
-    f.severity = Severity::Critical;
-    assert_eq!(g.admit(&[f], t0).events.len(), 1);
-}
-
-#[test]
-fn a_burst_beyond_the_bucket_is_capped_counted_and_reported_once() {
-    let t0 = Instant::now();
-    let mut g = gate(3, Duration::from_secs(10), t0);
-    let many: Vec<Finding> = (0..5)
-        .map(|i| finding(Kind::StaleNodeport, Severity::Warning, 30000 + i, None))
-        .collect();
-    let a = g.admit(&many, t0);
-    assert_eq!(
-        (a.events.len(), a.dropped, a.drops_began, a.drops_ended),
-        (3, 2, true, None)
-    );
-    // The dropped ones persist: no Event, no new drop.
-    let b = g.admit(&many, t0 + Duration::from_secs(1));
-    assert_eq!((b.events.len(), b.dropped, b.drops_began), (0, 0, false));
-    // Still empty: a new finding is dropped, but the run of drops goes on (no new log).
-    let mut more = many.clone();
-    more.push(finding(Kind::StaleNodeport, Severity::Warning, 30010, None));
-    let c = g.admit(&more, t0 + Duration::from_secs(2));
-    assert_eq!((c.events.len(), c.dropped, c.drops_began), (0, 1, false));
-    // One token later, the next new finding passes and the run's count is reported.
-    more.push(finding(Kind::StaleNodeport, Severity::Warning, 30011, None));
-    let d = g.admit(&more, t0 + Duration::from_secs(12));
-    assert_eq!((d.events.len(), d.drops_ended), (1, Some(3)));
-}
-
-#[test]
-fn the_bucket_refills_one_token_per_period_up_to_its_capacity() {
-    let t0 = Instant::now();
-    let mut b = TokenBucket::new(2, Duration::from_secs(10), t0);
-    assert!(b.try_take(t0) && b.try_take(t0) && !b.try_take(t0));
-    assert!(!b.try_take(t0 + Duration::from_secs(9)));
-    assert!(b.try_take(t0 + Duration::from_secs(10)));
-    assert!(!b.try_take(t0 + Duration::from_secs(15)));
-    // A long quiet time fills it to capacity, not beyond.
-    let later = t0 + Duration::from_secs(1000);
-    assert!(b.try_take(later) && b.try_take(later) && !b.try_take(later));
 }
