@@ -6,7 +6,9 @@
 //! ```
 //!
 //! Writes `DIR/kubeconfig` (plain http to 127.0.0.1, no auth) once the objects are
-//! loaded, then serves until stdin closes or the process is killed. It also takes the
+//! loaded, then serves until stdin closes or the process is killed. Lines on stdin
+//! control it: `gone` ends every watch with `410 Gone` (clients relist), `phase NAME`
+//! counts the requests and bytes that follow under NAME (`--traffic-report`). It also takes the
 //! agent's writes (Events, the Node's status); read them back over HTTP, e.g.
 //! `GET /apis/events.k8s.io/v1/events` and `GET /api/v1/nodes/NAME`. With `--agent-pod
 //! NODE@IP:PORT` it also serves a portdrift agent's Pod on NODE (namespace `portdrift`,
@@ -16,7 +18,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use tokio::io::AsyncReadExt;
+use tokio::io::AsyncBufReadExt;
 
 // Shared with the tests, which use all of it.
 #[allow(dead_code)]
@@ -52,6 +54,18 @@ struct Args {
     /// `METHOD path?query` a line: what the client needs RBAC for.
     #[arg(long)]
     request_log: Option<PathBuf>,
+    /// When it stops, write the requests and response body bytes by phase and kind of
+    /// request, tab-separated: `phase signature requests bytes` (see
+    /// `request_signature` in tests/support/fake_apiserver.rs).
+    #[arg(long)]
+    traffic_report: Option<PathBuf>,
+    /// Serve Nodes worker-1 … worker-N (a generated cluster), one per agent.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// Send every watch that allows them a bookmark this often (seconds; the API
+    /// server's watch cache sends one a minute).
+    #[arg(long, default_value_t = fake_apiserver::BOOKMARK_INTERVAL.as_secs_f64())]
+    bookmark_every: f64,
     /// Serve a portdrift agent's Pod `portdrift-NODE` on NODE, reached through the pod
     /// proxy at IP:PORT (repeatable). The Pod is Running and Ready, as the kubelet
     /// reports it once the agent's `/readyz` passes: the caller waits for that.
@@ -103,18 +117,26 @@ fn serve_list(server: &fake_apiserver::FakeApiServer, path: &std::path::Path) ->
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let request_log = args.request_log.clone();
+    let traffic_report = args.traffic_report.clone();
     let server = serve(args).await?;
     if let Some(path) = request_log {
         let mut text = server.requests_with_methods().join("\n");
         text.push('\n');
         std::fs::write(path, text)?;
     }
+    if let Some(path) = traffic_report {
+        let lines = server
+            .traffic()
+            .into_iter()
+            .map(|t| format!("{}\t{}\t{}\t{}\n", t.phase, t.signature, t.requests, t.bytes));
+        std::fs::write(path, lines.collect::<String>())?;
+    }
     Ok(())
 }
 
 /// Serves until stdin closes; the server, for what it was asked.
 async fn serve(args: Args) -> anyhow::Result<fake_apiserver::FakeApiServer> {
-    let bookmarks = Some(fake_apiserver::BOOKMARK_INTERVAL);
+    let bookmarks = Some(std::time::Duration::try_from_secs_f64(args.bookmark_every)?);
     let server = fake_apiserver::FakeApiServer::start_at(args.listen, bookmarks).await;
     match &args.objects {
         Some(path) => {
@@ -128,7 +150,13 @@ async fn serve(args: Args) -> anyhow::Result<fake_apiserver::FakeApiServer> {
                 fake_apiserver::objects::realistic_cluster(args.services, args.endpoints);
             server.apply_all(&services);
             server.apply_all(&slices);
-            server.apply(&fake_apiserver::objects::node("worker-1", Some("zone-0")));
+            for i in 1..=args.nodes.max(1) {
+                let zone = format!("zone-{}", (i - 1) % 3);
+                server.apply(&fake_apiserver::objects::node(
+                    &format!("worker-{i}"),
+                    Some(&zone),
+                ));
+            }
         }
     }
     for spec in &args.agent_pod {
@@ -140,22 +168,37 @@ async fn serve(args: Args) -> anyhow::Result<fake_apiserver::FakeApiServer> {
     let written = server.write_kubeconfig(&staging);
     std::fs::rename(written, args.dir.join("kubeconfig"))?;
     eprintln!("fake API server on {}", server.url());
-    if let Some(seconds) = args.gone_every {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(seconds));
+    let mut gone_every = args
+        .gone_every
+        .map(|seconds| tokio::time::interval(std::time::Duration::from_secs(seconds)));
+    if let Some(tick) = &mut gone_every {
         tick.tick().await;
-        let stdin_closed = async {
-            let mut sink = Vec::new();
-            let _ = tokio::io::stdin().read_to_end(&mut sink).await;
-        };
-        tokio::pin!(stdin_closed);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => server.force_gone(),
-                () = &mut stdin_closed => return Ok(server),
+    }
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        let gone_tick = async {
+            match &mut gone_every {
+                Some(tick) => {
+                    tick.tick().await;
+                }
+                None => std::future::pending().await,
             }
+        };
+        tokio::select! {
+            () = gone_tick => server.force_gone(),
+            line = stdin.next_line() => match line {
+                Ok(Some(line)) => control(&server, line.trim()),
+                Ok(None) | Err(_) => return Ok(server),
+            },
         }
     }
-    let mut sink = Vec::new();
-    let _ = tokio::io::stdin().read_to_end(&mut sink).await;
-    Ok(server)
+}
+
+/// One control line from stdin.
+fn control(server: &fake_apiserver::FakeApiServer, line: &str) {
+    match line.split_once(' ').unwrap_or((line, "")) {
+        ("gone", "") => server.force_gone(),
+        ("phase", name) if !name.is_empty() => server.set_traffic_phase(name),
+        _ => eprintln!("fake API server: unknown control line {line:?} (gone, phase NAME)"),
+    }
 }

@@ -9,7 +9,6 @@ mod scan_loop;
 
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +32,7 @@ pub struct AgentConfig {
     pub interval: Duration,
     /// Zero: no grace window.
     pub grace: Duration,
-    pub kubeconfig: Option<PathBuf>,
+    pub api: kube_client::KubeTarget,
     pub live: LiveConfig,
     pub nodeport_range: RangeInclusive<u16>,
     /// At most this many per-finding metric series (0: none).
@@ -77,9 +76,7 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     let listener = crate::agent::http::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let kube = kube_client::kube_config(config.kubeconfig.as_deref())
-        .await
-        .context("no API server configured")?;
+    let kube = config.api.config().await.context("no API server configured")?;
     let api = kube.cluster_url.to_string();
     let shared = Arc::new(Shared::with_metrics(
         config.interval,

@@ -83,6 +83,11 @@ pub struct FleetArgs {
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// The kubeconfig's context to use instead of its current-context (as kubectl's
+    /// --context; without --kubeconfig, of KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
     /// The agents' namespace.
     #[arg(long, short = 'n', value_name = "NS", default_value = "portdrift")]
     pub namespace: String,
@@ -116,7 +121,7 @@ pub struct FleetArgs {
     /// Read the findings from Prometheus's HTTP API at this URL instead of the API
     /// server (portdrift_findings_by_severity, portdrift_finding, up and coverage by
     /// the `node` label, else `instance`).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["all", "kubeconfig"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["all", "kubeconfig", "context"])]
     pub prometheus: Option<String>,
 
     /// With --prometheus: the `job` label of the agents' scrape job.
@@ -140,6 +145,11 @@ pub struct ClusterSourceArgs {
     /// ~/.kube/config, then the in-cluster service account).
     #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
     pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig's context to use instead of its current-context (as kubectl's
+    /// --context; without --kubeconfig, of KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "NAME", conflicts_with = "cluster_state")]
+    pub context: Option<String>,
 
     /// Read the Services from a file, as `kubectl get services -A -o json` prints it
     /// (a bundle's cluster.json does too).
@@ -224,6 +234,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// The kubeconfig's context to use instead of its current-context (as kubectl's
+    /// --context; without --kubeconfig, of KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
     /// Log format (on stderr).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -305,6 +320,11 @@ pub struct ScanArgs {
     /// in-cluster service account.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster_state", "from"])]
     pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig's context to use instead of its current-context (as kubectl's
+    /// --context; without --kubeconfig, of KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["cluster_state", "from"])]
+    pub context: Option<String>,
 
     /// How long listing the cluster state from the API may take.
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]
@@ -438,6 +458,11 @@ pub struct SnapshotArgs {
     /// Read the cluster state from the API server with this kubeconfig.
     #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
     pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig's context to use instead of its current-context (as kubectl's
+    /// --context; without --kubeconfig, of KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "NAME", conflicts_with = "cluster_state")]
+    pub context: Option<String>,
 
     /// How long listing the cluster state from the API may take.
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration)]

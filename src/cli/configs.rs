@@ -10,17 +10,23 @@ use crate::agent::repair::RepairConfig;
 use crate::agent::repair::oneshot::RepairPassConfig;
 use crate::scan::cluster_services::ServiceSource;
 use crate::scan::oneshot::{NodeSnapshotConfig, OneshotConfig};
+use crate::sources::kube_client::KubeTarget;
 use crate::sources::kube_proxy_http::HEALTHZ_TIMEOUT;
 use crate::sources::live::{IptablesVia, LiveConfig, NftablesVia};
 use crate::sources::tools::ToolLimits;
 
 impl ClusterSourceArgs {
+    /// The API server --kubeconfig and --context name.
+    pub fn api(&self) -> KubeTarget {
+        api_target(&self.kubeconfig, &self.context)
+    }
+
     /// The source named on the command line: a file, else the API server.
     pub fn source(&self) -> ServiceSource {
         match &self.cluster_state {
             Some(path) => ServiceSource::File(path.clone()),
             None => ServiceSource::Api {
-                kubeconfig: self.kubeconfig.clone(),
+                api: self.api(),
                 timeout: self.api_timeout,
             },
         }
@@ -65,7 +71,7 @@ impl ScanArgs {
         OneshotConfig {
             bundle: self.from.clone(),
             cluster_state: self.cluster_state.clone(),
-            kubeconfig: self.kubeconfig.clone(),
+            api: api_target(&self.kubeconfig, &self.context),
             api_timeout: self.api_timeout,
             live: self.live.config(None),
             node: self.node.clone(),
@@ -100,7 +106,7 @@ impl SnapshotArgs {
             out: self.out.clone(),
             force: self.force,
             cluster_state: self.cluster_state.clone(),
-            kubeconfig: self.kubeconfig.clone(),
+            api: api_target(&self.kubeconfig, &self.context),
             api_timeout: self.api_timeout,
             node: self.node.clone(),
             live: self.live.config(None),
@@ -118,7 +124,7 @@ impl RunArgs {
             listen: self.listen,
             interval: self.interval,
             grace: self.grace,
-            kubeconfig: self.kubeconfig,
+            api: api_target(&self.kubeconfig, &self.context),
             live,
             nodeport_range: self.nodeport_range,
             metrics_max_series: self.metrics_max_series,
@@ -136,5 +142,13 @@ impl RunArgs {
                 limits: live_limits,
             }),
         }
+    }
+}
+
+/// The API server a command's --kubeconfig and --context name.
+pub(crate) fn api_target(kubeconfig: &Option<PathBuf>, context: &Option<String>) -> KubeTarget {
+    KubeTarget {
+        kubeconfig: kubeconfig.clone(),
+        context: context.clone(),
     }
 }

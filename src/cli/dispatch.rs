@@ -68,7 +68,7 @@ fn lint(args: LintArgs) -> anyhow::Result<u8> {
     let (services, problems) = manifest_files::read_manifests(&args.inputs)?;
     // The cluster is consulted only when asked: a CI job without credentials still
     // gets the checks that need none.
-    let source = (args.cluster.kubeconfig.is_some() || args.cluster.cluster_state.is_some())
+    let source = (args.cluster.api().is_named() || args.cluster.cluster_state.is_some())
         .then(|| args.cluster.source());
     let live = match &source {
         Some(source) => {
@@ -105,7 +105,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
         return Ok(view.exit_code());
     }
     let query = fleet_client::FleetQuery {
-        kubeconfig: args.kubeconfig,
+        api: super::configs::api_target(&args.kubeconfig, &args.context),
         namespace: args.namespace,
         selector: args.selector,
         port: args.port,

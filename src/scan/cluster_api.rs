@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::path::Path;
 use std::time::Duration;
 
 use kube::Client;
@@ -11,7 +10,7 @@ use thiserror::Error;
 
 use crate::heart::model::ProcessInfo;
 use crate::heart::outcome::{API_SOURCE, ScanInput, SourceState, SourceStatus};
-use crate::sources::kube_client::{self, WatchError};
+use crate::sources::kube_client::{self, KubeTarget, WatchError};
 
 /// Why the cluster state could not be read from the API server.
 #[derive(Debug, Error)]
@@ -33,15 +32,13 @@ fn runtime() -> io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
-/// A client of the API server `kubeconfig` names (default: as kube finds one), and
-/// the server's URL. Unconfigured when none is named and none is found.
-async fn connect(kubeconfig: Option<&Path>) -> Result<(Client, String), ClusterApiError> {
-    let config = kube_client::kube_config(kubeconfig)
-        .await
-        .map_err(|e| match kubeconfig {
-            None => ClusterApiError::Unconfigured(e),
-            Some(_) => ClusterApiError::Api(e),
-        })?;
+/// A client of the API server `api` names (default: as kube finds one), and the
+/// server's URL. Unconfigured when nothing is named and none is found.
+async fn connect(api: &KubeTarget) -> Result<(Client, String), ClusterApiError> {
+    let config = api.config().await.map_err(|e| match api.is_named() {
+        false => ClusterApiError::Unconfigured(e),
+        true => ClusterApiError::Api(e),
+    })?;
     let url = config.cluster_url.to_string();
     let client = kube_client::kube_client(config).map_err(ClusterApiError::Api)?;
     Ok((client, url))
@@ -50,14 +47,14 @@ async fn connect(kubeconfig: Option<&Path>) -> Result<(Client, String), ClusterA
 /// Lists the cluster state from the API server into `input`. An unreachable or
 /// unconfigured API is a source status, not a failed scan: the checks that need no
 /// cluster state still run, and the report says why the others did not.
-pub fn read_cluster_from_api(input: &mut ScanInput, kubeconfig: Option<&Path>, timeout: Duration) {
+pub fn read_cluster_from_api(input: &mut ScanInput, api: &KubeTarget, timeout: Duration) {
     let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
     let node = input.node.clone();
     // Pods are listed (on this node only) just when a squatter runs in one.
     let pod_uids = input.observed.owners.values().any(|p| p.pod.is_some());
     let loaded = runtime().map_err(ClusterApiError::Runtime).and_then(|runtime| {
         runtime.block_on(async {
-            let (client, url) = connect(kubeconfig).await?;
+            let (client, url) = connect(api).await?;
             let desired = kube_client::load_once(client.clone(), node.as_deref(), timeout)
                 .await
                 .map_err(ClusterApiError::Api)?;
@@ -123,15 +120,15 @@ pub enum ListToFileError {
 }
 
 /// Lists the cluster's objects from the API into a temporary `cluster.json`. None when
-/// no API is configured at all (said on stderr); an explicit kubeconfig that fails is
-/// an error.
+/// no API is configured at all (said on stderr); an explicit kubeconfig or context that
+/// fails is an error.
 pub fn list_cluster_to_file(
-    kubeconfig: Option<&Path>,
+    api: &KubeTarget,
     node: Option<&str>,
     timeout: Duration,
 ) -> Result<Option<tempfile::NamedTempFile>, ListToFileError> {
     let listed = runtime()?.block_on(async {
-        let (client, _) = connect(kubeconfig).await?;
+        let (client, _) = connect(api).await?;
         kube_client::list_once(client, node, timeout)
             .await
             .map_err(ClusterApiError::Api)

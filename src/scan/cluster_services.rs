@@ -8,18 +8,16 @@ use k8s_openapi::api::core::v1::Service;
 
 use crate::decode::cluster::{ClusterFileError, read_services};
 use crate::heart::views::claims::{Claim, ClaimProblem, claims_of};
-use crate::sources::kube_client::{self, WatchError};
+use crate::sources::kube_client::{self, KubeTarget, WatchError};
 
 /// Where the Services come from.
 #[derive(Debug, Clone)]
 pub enum ServiceSource {
     /// A `kubectl get services -A -o json` List (the bundle's `cluster.json` form).
     File(PathBuf),
-    /// The API server: this kubeconfig, or KUBECONFIG, ~/.kube/config, in-cluster.
-    Api {
-        kubeconfig: Option<PathBuf>,
-        timeout: Duration,
-    },
+    /// The API server: this kubeconfig and context, or KUBECONFIG, ~/.kube/config,
+    /// in-cluster.
+    Api { api: KubeTarget, timeout: Duration },
 }
 
 /// Why the Services could not be read.
@@ -67,7 +65,7 @@ impl ClusterServices {
 pub fn load_services(source: &ServiceSource) -> Result<ClusterServices, ServicesError> {
     match source {
         ServiceSource::File(path) => read_file(path),
-        ServiceSource::Api { kubeconfig, timeout } => list_from_api(kubeconfig.as_deref(), *timeout),
+        ServiceSource::Api { api, timeout } => list_from_api(api, *timeout),
     }
 }
 
@@ -94,13 +92,13 @@ fn read_file(path: &Path) -> Result<ClusterServices, ServicesError> {
     })
 }
 
-fn list_from_api(kubeconfig: Option<&Path>, timeout: Duration) -> Result<ClusterServices, ServicesError> {
+fn list_from_api(api: &KubeTarget, timeout: Duration) -> Result<ClusterServices, ServicesError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(ServicesError::Runtime)?;
     let services = runtime.block_on(async {
-        let config = kube_client::kube_config(kubeconfig).await?;
+        let config = api.config().await?;
         kube_client::list_every_service(kube_client::kube_client(config)?, timeout).await
     })?;
     Ok(ClusterServices {

@@ -14,6 +14,7 @@ use crate::scan::bundle_error::SnapshotError;
 use crate::scan::capture::{SnapshotOptions, write_snapshot};
 use crate::scan::cluster_api::{ListToFileError, list_cluster_to_file, read_cluster_from_api};
 use crate::scan::input::{Manifest, read_bundle_with, read_input};
+use crate::sources::kube_client::KubeTarget;
 use crate::sources::live::{LiveConfig, LiveNode};
 
 /// What one scan reads, and how it judges what it read.
@@ -24,9 +25,9 @@ pub struct OneshotConfig {
     /// The cluster state file (with a bundle: in place of its `cluster.json`). Without
     /// one, a live scan lists the cluster state from the API server.
     pub cluster_state: Option<PathBuf>,
-    /// The API server's kubeconfig (default: KUBECONFIG, ~/.kube/config, then the
-    /// in-cluster service account).
-    pub kubeconfig: Option<PathBuf>,
+    /// The API server's kubeconfig and context (default: KUBECONFIG, ~/.kube/config,
+    /// then the in-cluster service account).
+    pub api: KubeTarget,
     /// How long listing the cluster state from the API may take.
     pub api_timeout: Duration,
     /// How to read this node; its `cluster_state` is taken from this config's.
@@ -110,7 +111,7 @@ pub fn read_live(config: &OneshotConfig) -> Result<LiveInput, OneshotError> {
     });
     let mut input = read_input(&mut node, config.node.as_deref()).map_err(OneshotError::Node)?;
     if config.cluster_state.is_none() {
-        read_cluster_from_api(&mut input, config.kubeconfig.as_deref(), config.api_timeout);
+        read_cluster_from_api(&mut input, &config.api, config.api_timeout);
     }
     let cluster_listed = input.desired.is_some()
         && input
@@ -133,8 +134,8 @@ pub struct NodeSnapshotConfig {
     /// A cluster state file to copy into the bundle; without one, the cluster state is
     /// listed from the API server when one is configured.
     pub cluster_state: Option<PathBuf>,
-    /// The API server's kubeconfig (default: as kube finds one).
-    pub kubeconfig: Option<PathBuf>,
+    /// The API server's kubeconfig and context (default: as kube finds one).
+    pub api: KubeTarget,
     /// How long listing the cluster state from the API may take.
     pub api_timeout: Duration,
     /// The node's name for the bundle's `node` file (default: this host's name).
@@ -154,11 +155,7 @@ pub fn snapshot_node(config: &NodeSnapshotConfig) -> Result<Manifest, OneshotErr
     // --cluster-state file would be copied.
     let listed = match &config.cluster_state {
         Some(_) => None,
-        None => list_cluster_to_file(
-            config.kubeconfig.as_deref(),
-            config.node.as_deref(),
-            config.api_timeout,
-        )?,
+        None => list_cluster_to_file(&config.api, config.node.as_deref(), config.api_timeout)?,
     };
     let cluster_state = config
         .cluster_state

@@ -9,7 +9,6 @@
 //! details. Without the Node list it asks every agent.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -28,7 +27,7 @@ use crate::sources::kube_client::{self, WatchError};
 /// Which agents to ask, and how.
 #[derive(Debug, Clone)]
 pub struct FleetQuery {
-    pub kubeconfig: Option<PathBuf>,
+    pub api: kube_client::KubeTarget,
     pub namespace: String,
     /// A label selector for the agents' pods.
     pub selector: String,
@@ -77,7 +76,7 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
         .build()
         .map_err(FleetError::Runtime)?;
     runtime.block_on(async {
-        let mut config = kube_client::kube_config(query.kubeconfig.as_deref()).await?;
+        let mut config = query.api.config().await?;
         // A 503 from the pod proxy is an agent that cannot be reached: the view says
         // so. kube's default retries of it would only spend the agent's timeout.
         config.default_retry = false;

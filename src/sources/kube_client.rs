@@ -40,6 +40,21 @@ pub enum WatchError {
     },
     #[error("cannot find a cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config): {0}")]
     InferConfig(#[source] kube::config::InferConfigError),
+    /// `--context` without `--kubeconfig`, and the inferred kubeconfig cannot be read.
+    #[error("cannot read the kubeconfig (KUBECONFIG or ~/.kube/config) for context {context:?}: {source}")]
+    InferKubeconfig {
+        context: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("context {context:?} is not in the kubeconfig {kubeconfig} (its contexts: {known})")]
+    UnknownContext {
+        context: String,
+        /// The file, or `KUBECONFIG or ~/.kube/config`.
+        kubeconfig: String,
+        /// The contexts it has, comma-separated (`none` when it has none).
+        known: String,
+    },
     #[error("cannot build a Kubernetes client: {0}")]
     Client(#[source] kube::Error),
     #[error("cannot list {resource}: {source}")]
@@ -60,6 +75,8 @@ impl WatchError {
         match self {
             WatchError::Kubeconfig { .. } => "kubeconfig",
             WatchError::InferConfig(_) => "config",
+            WatchError::InferKubeconfig { .. } => "kubeconfig",
+            WatchError::UnknownContext { .. } => "context",
             WatchError::Client(_) => "client",
             WatchError::List { .. } => "list",
             WatchError::Timeout(_) => "timeout",
@@ -110,18 +127,83 @@ impl fmt::Display for WatchedResource {
 /// inferred as kubectl does (`KUBECONFIG`, then `~/.kube/config`, then the in-cluster
 /// service account).
 pub async fn kube_config(path: Option<&Path>) -> Result<kube::Config, WatchError> {
-    match path {
-        Some(path) => {
-            let kubeconfig_error = |source| WatchError::Kubeconfig {
-                path: path.to_path_buf(),
-                source,
-            };
-            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(kubeconfig_error)?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(kubeconfig_error)
+    let target = KubeTarget {
+        kubeconfig: path.map(Path::to_path_buf),
+        context: None,
+    };
+    target.config().await
+}
+
+/// Which API server a command talks to, named as kubectl names it: `--kubeconfig`
+/// (default: `KUBECONFIG`, `~/.kube/config`, then in-cluster) and `--context` (default:
+/// the kubeconfig's current-context).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubeTarget {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+}
+
+impl KubeTarget {
+    /// Whether the command line named a kubeconfig or a context (else the API server
+    /// is only looked for, and its absence is no error for commands that can do without).
+    pub fn is_named(&self) -> bool {
+        self.kubeconfig.is_some() || self.context.is_some()
+    }
+
+    /// The client configuration. A context applies to the named kubeconfig, else to the
+    /// inferred one (never in-cluster: a service account has no contexts); a context
+    /// the kubeconfig lacks is an error that names it.
+    pub async fn config(&self) -> Result<kube::Config, WatchError> {
+        let (kubeconfig, source) = match (&self.kubeconfig, &self.context) {
+            (None, None) => return kube::Config::infer().await.map_err(WatchError::InferConfig),
+            (Some(path), _) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|source| kubeconfig_error(path, source))?;
+                (kubeconfig, path.display().to_string())
+            }
+            (None, Some(context)) => {
+                let kubeconfig =
+                    kube::config::Kubeconfig::read().map_err(|source| WatchError::InferKubeconfig {
+                        context: context.clone(),
+                        source,
+                    })?;
+                (kubeconfig, "KUBECONFIG or ~/.kube/config".to_string())
+            }
+        };
+        if let Some(context) = &self.context
+            && !kubeconfig.contexts.iter().any(|c| &c.name == context)
+        {
+            let known: Vec<&str> = kubeconfig.contexts.iter().map(|c| c.name.as_str()).collect();
+            return Err(WatchError::UnknownContext {
+                context: context.clone(),
+                kubeconfig: source,
+                known: if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                },
+            });
         }
-        None => kube::Config::infer().await.map_err(WatchError::InferConfig),
+        let options = kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|source| match &self.kubeconfig {
+                Some(path) => kubeconfig_error(path, source),
+                None => WatchError::InferKubeconfig {
+                    context: self.context.clone().unwrap_or_default(),
+                    source,
+                },
+            })
+    }
+}
+
+fn kubeconfig_error(path: &Path, source: kube::config::KubeconfigError) -> WatchError {
+    WatchError::Kubeconfig {
+        path: path.to_path_buf(),
+        source,
     }
 }
 

@@ -66,6 +66,10 @@
 //!
 //! [`objects`] builds test objects, from single ones to a realistic 10,000-Service
 //! cluster for benchmarks.
+//!
+//! [`FakeApiServer::traffic`] counts every request and its response body bytes by phase
+//! ([`FakeApiServer::set_traffic_phase`]) and [`request_signature`], for
+//! `scripts/bench-api.sh`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -264,6 +268,8 @@ pub struct Write {
 }
 
 struct Shared {
+    /// Requests and response bytes by signature ([`FakeApiServer::traffic`]).
+    traffic: Mutex<Traffic>,
     state: Mutex<State>,
     failure: watch::Sender<Failure>,
     /// Like `failure`, for writes (anything but `GET`) alone.
@@ -320,6 +326,7 @@ impl FakeApiServer {
             .unwrap_or_else(|e| panic!("bind {addr}: {e}"));
         let addr = listener.local_addr().expect("local address");
         let shared = Arc::new(Shared {
+            traffic: Mutex::new(Traffic::default()),
             state: Mutex::new(State {
                 rv: 1,
                 ..State::default()
@@ -486,6 +493,25 @@ impl FakeApiServer {
             .into_iter()
             .filter(|r| r.split('?').next() == Some(kind.path()))
             .collect()
+    }
+
+    /// Starts a new phase of the traffic count: requests and bytes from now on are
+    /// counted under `phase` (the first is `startup`).
+    pub fn set_traffic_phase(&self, phase: &str) {
+        lock(&self.shared.traffic).phase = Some(phase.to_string());
+    }
+
+    /// Requests and response body bytes so far, by phase and request signature
+    /// ([`request_signature`]), in order.
+    pub fn traffic(&self) -> Vec<TrafficLine> {
+        let traffic = lock(&self.shared.traffic);
+        let lines = traffic.by.iter().map(|((phase, signature), tally)| TrafficLine {
+            phase: phase.clone(),
+            signature: signature.clone(),
+            requests: tally.requests,
+            bytes: tally.bytes,
+        });
+        lines.collect()
     }
 
     /// Denies `verb` on `resource` from now on, as RBAC does for a user without it:
@@ -801,7 +827,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             continue;
         };
         let conn_shared = shared.clone();
-        let service = hyper::service::service_fn(move |request| handle(conn_shared.clone(), request));
+        let service = hyper::service::service_fn(move |request| counted(conn_shared.clone(), request));
         let connection = tokio::spawn(async move {
             // An error here is a client that went away, or a connection dropped on
             // purpose: nothing to report.
@@ -1329,6 +1355,122 @@ fn start_watch(
         .header("content-type", "application/json")
         .body(BodyExt::boxed(StreamBody::new(stream)))
         .expect("a valid response")
+}
+
+// === Traffic ===
+
+/// What the server was asked and what it sent, by phase and request signature.
+#[derive(Default)]
+struct Traffic {
+    /// None: `startup`.
+    phase: Option<String>,
+    /// By phase, then signature.
+    by: BTreeMap<(String, String), Tally>,
+}
+
+#[derive(Default)]
+struct Tally {
+    requests: u64,
+    bytes: u64,
+}
+
+/// One row of [`FakeApiServer::traffic`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrafficLine {
+    pub phase: String,
+    /// [`request_signature`].
+    pub signature: String,
+    pub requests: u64,
+    /// Response body bytes, counted when sent (a watch's under the phase it sends in).
+    pub bytes: u64,
+}
+
+impl Traffic {
+    fn tally(&mut self, signature: &str) -> &mut Tally {
+        let phase = self.phase.as_deref().unwrap_or("startup").to_string();
+        self.by.entry((phase, signature.to_string())).or_default()
+    }
+}
+
+/// A request as a kind of request: `RESOURCE VERB` and its query parameters, less
+/// what differs between clients or pages: selectors are left out, `resourceVersion`
+/// becomes `rv=0`, `rv=<n>` or `rv=<none>`, a continue token `continue=<token>`, and
+/// the rest are kept as sent, sorted (`services list rv=<none> limit=250`,
+/// `endpointslices watch rv=<n> allowWatchBookmarks=true timeoutSeconds=120`).
+pub fn request_signature(method: &Method, target: &str) -> String {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let query = parse_query(query);
+    let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let (resource, verb) = match (ProxyTarget::parse(target), Route::parse(path)) {
+        (Some(_), _) => ("pods/proxy".to_string(), "get"),
+        (None, Some(route)) => {
+            let plural = route.kind.path().rsplit('/').next().unwrap_or_default();
+            let resource = match &route.subresource {
+                Some(sub) => format!("{plural}/{sub}"),
+                None => plural.to_string(),
+            };
+            let verb = match (method.as_str(), route.name.is_some()) {
+                ("GET", true) => "get",
+                ("GET", false) if watching => "watch",
+                ("GET", false) => "list",
+                ("POST", _) => "create",
+                ("PATCH", _) => "patch",
+                ("PUT", _) => "update",
+                ("DELETE", _) => "delete",
+                _ => "other",
+            };
+            (resource, verb)
+        }
+        (None, None) => (format!("unknown {method}"), "other"),
+    };
+    let mut params: Vec<String> = query
+        .iter()
+        .filter(|(key, _)| {
+            !matches!(
+                key.as_str(),
+                "labelSelector" | "fieldSelector" | "watch" | "resourceVersion"
+            )
+        })
+        .map(|(key, value)| match key.as_str() {
+            "continue" => "continue=<token>".to_string(),
+            _ => format!("{key}={value}"),
+        })
+        .collect();
+    params.sort();
+    if matches!(verb, "list" | "watch") {
+        let rv = match query.get("resourceVersion").map(String::as_str) {
+            None | Some("") => "rv=<none>",
+            Some("0") => "rv=0",
+            Some(_) => "rv=<n>",
+        };
+        params.insert(0, rv.to_string());
+    }
+    let mut signature = format!("{resource} {verb}");
+    for param in params {
+        signature.push(' ');
+        signature.push_str(&param);
+    }
+    signature
+}
+
+/// [`handle`], with the request and every byte of its answer's body counted under its
+/// signature.
+async fn counted(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Response<Body>, BoxError> {
+    let target = request
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or_default();
+    let signature = Arc::<str>::from(request_signature(request.method(), target));
+    lock(&shared.traffic).tally(&signature).requests += 1;
+    let (parts, body) = handle(shared.clone(), request).await?.into_parts();
+    let body = body.map_frame(move |frame| {
+        if let Some(data) = frame.data_ref() {
+            lock(&shared.traffic).tally(&signature).bytes += data.len() as u64;
+        }
+        frame
+    });
+    Ok(Response::from_parts(parts, body.boxed()))
 }
 
 // === Writes ===
