@@ -32,9 +32,9 @@ struct Args {
     /// complete: the reflectors hold the old and the new list at once.
     #[arg(long)]
     relist: bool,
-    /// Page size of the watch's lists.
-    #[arg(long, default_value_t = WatchOptions::default().page_size)]
-    page_size: u32,
+    /// Lists with `resourceVersion=0` instead of streaming lists.
+    #[arg(long)]
+    no_streaming_lists: bool,
 }
 
 /// This process's resident set now, in MiB (Linux; 0 elsewhere).
@@ -62,7 +62,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let options = WatchOptions {
-        page_size: args.page_size,
+        streaming_lists: !args.no_streaming_lists,
         ..WatchOptions::default()
     };
     let view = ClusterView::start(config, Some(&args.node), options)?;

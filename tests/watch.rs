@@ -20,13 +20,12 @@ use tokio::time::Instant;
 const NODE: &str = "worker-1";
 const ZONE: &str = "zone-a";
 
-/// Short periods, so that staleness and watch renewal happen within a test; pages of 2
-/// so that even a small cluster is listed in several pages.
+/// Short periods, so that staleness and watch renewal happen within a test.
 fn options() -> WatchOptions {
     WatchOptions {
         staleness: Duration::from_millis(1500),
         watch_timeout: Duration::from_secs(2),
-        page_size: 2,
+        ..WatchOptions::default()
     }
 }
 
@@ -147,6 +146,18 @@ fn assert_same(actual: &DesiredState, expected: &DesiredState) {
         p
     };
     assert_eq!(problems(actual), problems(expected));
+}
+
+/// How many of `requests` read a collection's whole state: lists (their first pages)
+/// and streaming lists.
+fn initial_reads(requests: &[String]) -> usize {
+    requests
+        .iter()
+        .filter(|r| match query_param(r, "watch") {
+            Some(_) => query_param(r, "sendInitialEvents").as_deref() == Some("true"),
+            None => query_param(r, "continue").is_none(),
+        })
+        .count()
 }
 
 fn has_service(state: &DesiredState, namespace: &str, name: &str) -> bool {
@@ -306,11 +317,7 @@ async fn a_410_gone_is_recovered_by_relisting() {
             server.open_watches() >= 3
         })
         .await;
-        let lists_before = server
-            .requests_for(Kind::Service)
-            .iter()
-            .filter(|r| query_param(r, "watch").is_none())
-            .count();
+        let lists_before = initial_reads(&server.requests_for(Kind::Service));
 
         server.force_gone();
         server.delete::<Service>(Some("shop"), "web");
@@ -331,11 +338,7 @@ async fn a_410_gone_is_recovered_by_relisting() {
                 .is_some_and(|n| *n >= 1),
             "{status:#?}"
         );
-        let lists_after = server
-            .requests_for(Kind::Service)
-            .iter()
-            .filter(|r| query_param(r, "watch").is_none())
-            .count();
+        let lists_after = initial_reads(&server.requests_for(Kind::Service));
         assert!(lists_after > lists_before, "relisted");
         eventually("fresh again", Duration::from_secs(10), || view.fresh()).await;
     })
@@ -500,11 +503,13 @@ async fn requests_carry_kube_proxys_selectors_and_ask_for_bookmarks() {
 
         for kind in [Kind::Service, Kind::EndpointSlice] {
             let requests = server.requests_for(kind);
-            let (watches, lists): (Vec<_>, Vec<_>) = requests
+            // Streaming lists: every request is a watch.
+            let watches: Vec<_> = requests
                 .iter()
-                .partition(|r| query_param(r, "watch").as_deref() == Some("true"));
+                .filter(|r| query_param(r, "watch").as_deref() == Some("true"))
+                .collect();
             assert!(
-                !lists.is_empty() && !watches.is_empty(),
+                !watches.is_empty() && watches.len() == requests.len(),
                 "{kind:?}: {requests:#?}"
             );
             for request in &requests {
@@ -514,13 +519,6 @@ async fn requests_carry_kube_proxys_selectors_and_ask_for_bookmarks() {
                     "{request}"
                 );
             }
-            for list in &lists {
-                assert_eq!(query_param(list, "limit").as_deref(), Some("2"), "{list}");
-            }
-            assert!(
-                lists.iter().any(|l| query_param(l, "continue").is_some()),
-                "{kind:?} was listed in pages: {lists:#?}"
-            );
             for watch in &watches {
                 assert_eq!(
                     query_param(watch, "allowWatchBookmarks").as_deref(),
@@ -638,9 +636,18 @@ async fn pods_are_listed_for_this_node_only() {
         let pods = pods_on_node(client, NODE, Duration::from_secs(10)).await.unwrap();
         assert_eq!(pods.len(), 1, "{pods:?}");
         assert_eq!(pods.get("uid-a").map(String::as_str), Some("edge/agent-a"));
-        // Never a cluster-wide Pod list.
+        // Never a cluster-wide Pod list, and from the watch cache (its nodeName index),
+        // not etcd: resourceVersion=0, and no limit that would make kube-core drop it.
         let requests = server.requests_for(Kind::Pod);
         assert!(!requests.is_empty());
+        for request in &requests {
+            assert_eq!(
+                query_param(request, "resourceVersion").as_deref(),
+                Some("0"),
+                "{request}"
+            );
+            assert_eq!(query_param(request, "limit"), None, "{request}");
+        }
         assert!(
             requests
                 .iter()
@@ -733,7 +740,7 @@ async fn changes_that_can_move_node_ports_are_signalled_and_others_are_not() {
             WatchOptions {
                 staleness: Duration::from_secs(60),
                 watch_timeout: Duration::from_secs(30),
-                page_size: 2,
+                ..WatchOptions::default()
             },
         )
         .expect("the view starts");
