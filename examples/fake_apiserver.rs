@@ -11,6 +11,8 @@
 //! `GET /apis/events.k8s.io/v1/events` and `GET /api/v1/nodes/NAME`. With `--agent-pod
 //! NODE@IP:PORT` it also serves a portdrift agent's Pod on NODE (namespace `portdrift`,
 //! label `app.kubernetes.io/name=portdrift`), whose pod-proxy path forwards to IP:PORT.
+//! It serves streaming lists unless `--no-streaming-lists`; `--request-log FILE` and
+//! `--bytes-log FILE` write, when it stops, what it was asked and the bytes it served.
 
 use std::path::PathBuf;
 
@@ -55,6 +57,14 @@ struct Args {
     /// proxy at IP:PORT (repeatable).
     #[arg(long, value_name = "NODE@IP:PORT")]
     agent_pod: Vec<String>,
+    /// Answer streaming lists as a server without them does (`422 Invalid`, as
+    /// Kubernetes 1.27 to 1.31 do by default), so that clients list instead.
+    #[arg(long)]
+    no_streaming_lists: bool,
+    /// When it stops (stdin closed), write the bytes of lists and watch events it
+    /// served, one `KIND BYTES` a line (`Service`, `EndpointSlice`, `Node`).
+    #[arg(long)]
+    bytes_log: Option<PathBuf>,
 }
 
 /// A DaemonSet pod of the agent, as the API server stores it (running, with its IP).
@@ -99,10 +109,23 @@ fn serve_list(server: &fake_apiserver::FakeApiServer, path: &std::path::Path) ->
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let request_log = args.request_log.clone();
+    let bytes_log = args.bytes_log.clone();
     let server = serve(args).await?;
     if let Some(path) = request_log {
         let mut text = server.requests_with_methods().join("\n");
         text.push('\n');
+        std::fs::write(path, text)?;
+    }
+    if let Some(path) = bytes_log {
+        use fake_apiserver::Kind;
+        let text: String = [
+            ("Service", Kind::Service),
+            ("EndpointSlice", Kind::EndpointSlice),
+            ("Node", Kind::Node),
+        ]
+        .iter()
+        .map(|(name, kind)| format!("{name} {}\n", server.bytes_served(*kind)))
+        .collect();
         std::fs::write(path, text)?;
     }
     Ok(())
@@ -112,6 +135,9 @@ async fn main() -> anyhow::Result<()> {
 async fn serve(args: Args) -> anyhow::Result<fake_apiserver::FakeApiServer> {
     let bookmarks = Some(fake_apiserver::BOOKMARK_INTERVAL);
     let server = fake_apiserver::FakeApiServer::start_at(args.listen, bookmarks).await;
+    if args.no_streaming_lists {
+        server.set_streaming_lists(fake_apiserver::StreamingLists::Refused);
+    }
     match &args.objects {
         Some(path) => {
             serve_list(&server, path)?;
