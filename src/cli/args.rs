@@ -233,7 +233,7 @@ pub struct RunArgs {
     pub node_condition: bool,
 
     /// Wait a random delay up to this before the first API list, so that agents
-    /// started together do not list together. `0` turns it off.
+    /// started together do not list together. `0s` turns it off.
     #[arg(long, value_name = "DUR", default_value = STARTUP_JITTER, value_parser = parse_duration)]
     pub startup_jitter: Duration,
 

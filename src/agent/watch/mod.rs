@@ -333,6 +333,8 @@ where
                 .default_backoff()
                 .modify(trim);
             let mut stream = std::pin::pin!(stream);
+            // Never `?` or `try_for_each`: an error ends nothing, the watcher recovers on
+            // the next poll (after the backoff's delay).
             loop {
                 let next = match initial.deadline() {
                     Some(deadline) => tokio::time::timeout_at(deadline, stream.next()).await,
