@@ -58,7 +58,7 @@ struct Args {
     #[arg(long, value_name = "NODE@IP:PORT")]
     agent_pod: Vec<String>,
     /// Answer streaming lists as a server without them does (`422 Invalid`, as
-    /// Kubernetes 1.27 to 1.31 do by default), so that clients list instead.
+    /// servers before Kubernetes 1.32 do by default), so that clients list instead.
     #[arg(long)]
     no_streaming_lists: bool,
     /// When it stops (stdin closed), write the bytes of lists and watch events it

@@ -206,7 +206,8 @@ pub enum StreamingLists {
     Supported,
     /// As a server without it (1.27 to 1.31 by default): `422 Invalid`,
     /// "sendInitialEvents is forbidden for watch unless the WatchList feature gate is
-    /// enabled".
+    /// enabled". (Before 1.27 it is a `422` too: no watch may carry
+    /// `resourceVersionMatch`.)
     Refused,
     /// As a server that does not know the parameters and ignores them: a plain watch
     /// from the resourceVersion given (0: every object as `ADDED`), and never the
