@@ -13,10 +13,11 @@
 #   - relist: the watch, then one full relist after a 410 Gone (the reflectors hold the
 #             old and the new list at once until the new one is complete).
 # Targets for watch and once: under 3 s and 96 MiB peak RSS. Measured on the 2-core
-# development VM (server and client on one machine): watch 0.8-1.1 s wall (sync
-# 0.62-0.92 s) at 76 MiB; lists 1.1 s at 227-237 MiB (a whole list is decoded at once);
-# relist 3.1-4.8 s at 76 MiB. Before streaming lists (consistent lists in pages of
-# 250): watch 0.4-0.5 s at 85 MiB, relist 90-92 MiB; once 0.3 s at 77 MiB.
+# development VM (server and client on one machine), shared (load average 3-7): watch
+# 0.8-1.0 s wall at 76 MiB; lists 0.9-1.0 s at 171-190 MiB (a whole list is decoded
+# before it is trimmed); once 1.0-1.1 s at 73 MiB; relist 3.0-5.0 s at 76 MiB. Before
+# streaming lists, on the machine unshared (consistent lists in pages of 250): watch
+# 0.4-0.5 s at 85 MiB, once 0.3 s at 77 MiB, relist 90-92 MiB.
 #
 #   scripts/bench-watch.sh [SERVICES] [ENDPOINTS_PER_SERVICE] [RUNS]
 set -euo pipefail
