@@ -12,7 +12,7 @@
 //! unlike in a bundle's `cluster.json`, their nodePorts are unknown here.
 //!
 //! Start-up lists and relists are read from the API server's watch cache, never from
-//! etcd ([`initial_list`]): at thousands of nodes a rollout or an etcd compaction
+//! etcd (see `initial_list.rs`): at thousands of nodes a rollout or an etcd compaction
 //! sends every agent to list at once.
 
 mod health;
