@@ -13,7 +13,9 @@
 //! `GET /apis/events.k8s.io/v1/events` and `GET /api/v1/nodes/NAME`. With `--agent-pod
 //! NODE@IP:PORT` it also serves a portdrift agent's Pod on NODE (namespace `portdrift`,
 //! label `app.kubernetes.io/name=portdrift`), Running and Ready, whose pod-proxy path
-//! forwards to IP:PORT.
+//! forwards to IP:PORT. It serves streaming lists unless `--no-streaming-lists`;
+//! `--request-log FILE`, `--traffic-report FILE` and `--bytes-log FILE` write, when it
+//! stops, what it was asked and the bytes it served.
 
 use std::path::PathBuf;
 
@@ -71,6 +73,14 @@ struct Args {
     /// reports it once the agent's `/readyz` passes: the caller waits for that.
     #[arg(long, value_name = "NODE@IP:PORT")]
     agent_pod: Vec<String>,
+    /// Answer streaming lists as a server without them does (`422 Invalid`, as
+    /// servers before Kubernetes 1.32 do by default), so that clients list instead.
+    #[arg(long)]
+    no_streaming_lists: bool,
+    /// When it stops (stdin closed), write the bytes of lists and watch events it
+    /// served, one `KIND BYTES` a line (`Service`, `EndpointSlice`, `Node`).
+    #[arg(long)]
+    bytes_log: Option<PathBuf>,
 }
 
 /// A DaemonSet pod of the agent, as the API server stores it (running and ready, with
@@ -118,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let request_log = args.request_log.clone();
     let traffic_report = args.traffic_report.clone();
+    let bytes_log = args.bytes_log.clone();
     let server = serve(args).await?;
     if let Some(path) = request_log {
         let mut text = server.requests_with_methods().join("\n");
@@ -131,6 +142,18 @@ async fn main() -> anyhow::Result<()> {
             .map(|t| format!("{}\t{}\t{}\t{}\n", t.phase, t.signature, t.requests, t.bytes));
         std::fs::write(path, lines.collect::<String>())?;
     }
+    if let Some(path) = bytes_log {
+        use fake_apiserver::Kind;
+        let text: String = [
+            ("Service", Kind::Service),
+            ("EndpointSlice", Kind::EndpointSlice),
+            ("Node", Kind::Node),
+        ]
+        .iter()
+        .map(|(name, kind)| format!("{name} {}\n", server.bytes_served(*kind)))
+        .collect();
+        std::fs::write(path, text)?;
+    }
     Ok(())
 }
 
@@ -138,6 +161,9 @@ async fn main() -> anyhow::Result<()> {
 async fn serve(args: Args) -> anyhow::Result<fake_apiserver::FakeApiServer> {
     let bookmarks = Some(std::time::Duration::try_from_secs_f64(args.bookmark_every)?);
     let server = fake_apiserver::FakeApiServer::start_at(args.listen, bookmarks).await;
+    if args.no_streaming_lists {
+        server.set_streaming_lists(fake_apiserver::StreamingLists::Refused);
+    }
     match &args.objects {
         Some(path) => {
             serve_list(&server, path)?;

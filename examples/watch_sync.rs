@@ -35,9 +35,6 @@ struct Args {
     /// complete: the reflectors hold the old and the new list at once.
     #[arg(long)]
     relist: bool,
-    /// Page size of the watch's lists.
-    #[arg(long, default_value_t = WatchOptions::default().page_size)]
-    page_size: u32,
     /// Start this many agents' views at once, each as its own agent would (its own
     /// client and stores) for nodes worker-1 … worker-N; with `--relist`, then wait until
     /// every view has relisted (a `gone` the server is told) and is fresh again.
@@ -50,6 +47,9 @@ struct Args {
     /// freed pages, as in the daemon, and print the resident set the view keeps.
     #[arg(long)]
     settle: Option<u64>,
+    /// Lists with `resourceVersion=0` instead of streaming lists.
+    #[arg(long)]
+    no_streaming_lists: bool,
 }
 
 /// This process's resident set now, in MiB (Linux; 0 elsewhere).
@@ -84,7 +84,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let options = WatchOptions {
-        page_size: args.page_size,
+        streaming_lists: !args.no_streaming_lists,
         ..WatchOptions::default()
     };
     let view = ClusterView::start(config, Some(&args.node), options)?;
@@ -161,7 +161,7 @@ async fn many_agents(args: &Args) -> anyhow::Result<()> {
     let mut views = Vec::with_capacity(args.agents);
     for i in 1..=args.agents {
         let options = WatchOptions {
-            page_size: args.page_size,
+            streaming_lists: !args.no_streaming_lists,
             ..WatchOptions::default()
         };
         let config = kube_config(Some(&args.kubeconfig)).await?;

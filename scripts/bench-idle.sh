@@ -39,7 +39,7 @@ if [[ ${1:-} == --inside ]]; then
   /usr/bin/time -o "$work/time" -f "%U %S %M" \
     target/release/portdrift run --node worker-1 \
     --listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
-    --kube-proxy-healthz off --nodeport-range 20000-32767 2>"$work/agent.log" &
+    --kube-proxy-healthz off --startup-jitter 0s --nodeport-range 20000-32767 2>"$work/agent.log" &
   timer=$!
   started=$(date +%s)
   # Start-up: the initial API list and the first full read of the rules.

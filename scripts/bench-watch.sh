@@ -5,7 +5,10 @@
 # real objects carry (managedFields, last-applied-configuration, targetRefs). Measured
 # in a separate process (examples/watch_sync.rs, with the binary's allocator) under
 # /usr/bin/time -v:
-#   - watch:  reflectors until synced, then one desired-state build (the daemon's start);
+#   - watch:  reflectors until synced (streaming lists), then one desired-state build
+#             (the daemon's start);
+#   - lists:  the same where the API server has no streaming lists: whole lists with
+#             resourceVersion=0 from its cache;
 #   - once:   load_once, the one-shot paged list of `portdrift scan`;
 #   - relist: the watch, then one full relist after a 410 Gone (the reflectors hold the
 #             old and the new list at once until the new one is complete);
@@ -14,8 +17,11 @@
 #             as in the daemon): the resident set the synced view keeps over the one
 #             before the watches started, per Service (once; README, Sizing).
 # Targets for watch and once: under 3 s and 96 MiB peak RSS. Measured on the 2-core
-# development VM (server and client on one machine): watch 0.4-0.5 s wall (sync
-# 0.25-0.39 s, build 0.05-0.11 s) at 85 MiB; once 0.3 s at 77 MiB; relist 90-92 MiB.
+# development VM (server and client on one machine), shared (load average 3-7): watch
+# 0.8-1.0 s wall at 76 MiB; lists 0.9-1.0 s at 171-190 MiB (a whole list is decoded
+# before it is trimmed); once 1.0-1.1 s at 73 MiB; relist 3.0-5.0 s at 76 MiB. Before
+# streaming lists, on the machine unshared (consistent lists in pages of 250): watch
+# 0.4-0.5 s at 85 MiB, once 0.3 s at 77 MiB, relist 90-92 MiB.
 #
 #   scripts/bench-watch.sh [SERVICES] [ENDPOINTS_PER_SERVICE] [RUNS]
 set -euo pipefail
@@ -73,6 +79,7 @@ measure() {
 echo "$services Services, $((services * endpoints)) endpoints"
 serve "$work/steady"
 measure watch "$work/steady"
+measure lists "$work/steady" --no-streaming-lists
 measure once "$work/steady" --once
 saved_runs=$runs
 runs=1

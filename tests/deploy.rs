@@ -540,9 +540,11 @@ log=$1; shift
 python3 "$dir/kube-proxy.py" >"$dir/kube-proxy.log" 2>&1 &
 stand_in_up() { curl -s -m 1 -o /dev/null http://127.0.0.1:10299/healthz; }
 wait_for 10 stand_in_up || fail "the kube-proxy stand-in did not start: $(cat "$dir/kube-proxy.log")"
-api_flags="--request-log $dir/$log" start_api
+# Without streaming lists the agent falls back to lists: what it asks then is a
+# superset of what it asks a server that streams them. No start-up jitter in a test.
+api_flags="--request-log $dir/$log --no-streaming-lists" start_api
 NODE_NAME=$node "$pd" "$@" --kubeconfig "$dir/kubeconfig" --kube-proxy-healthz 127.0.0.1:10299 \
-  2>"$dir/agent.log" &
+  --startup-jitter 0s 2>"$dir/agent.log" &
 agent_pid=$!
 wait_for 20 ready || fail "the agent never became ready"
 # The test's own reads carry observer=test, so that they are not taken for the agent's.

@@ -46,7 +46,7 @@ wait_for 10 test -f "$dir/kubeconfig" || fail "the fake API server did not start
 
 for n in a:2 b:3; do
   "$pd" run --node "node-${n%:*}" --listen "127.0.0.${n#*:}:9741" --interval 1s --node-condition \
-    --kubeconfig "$dir/kubeconfig" --kube-proxy-healthz off 2>>"$dir/agent-${n%:*}.log" &
+    --kubeconfig "$dir/kubeconfig" --kube-proxy-healthz off --startup-jitter 0s 2>>"$dir/agent-${n%:*}.log" &
 done
 mkdir -p "$dir/static"
 "$pd" scan --from "$other" --format json >"$dir/static/findings"

@@ -88,7 +88,7 @@ api=http://127.0.0.1:9090/api/v1
 (sleep 60 | "$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" 2>"$dir/server.log") &
 for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
 "$pd" run --node "$node" --listen 127.0.0.1:9741 --interval 1s --kubeconfig "$dir/kubeconfig" \
-  --kube-proxy-healthz off --metrics-max-series "$max_series" --log-format json 2>"$dir/agent.log" &
+  --kube-proxy-healthz off --startup-jitter 0s --metrics-max-series "$max_series" --log-format json 2>"$dir/agent.log" &
 agent=$!
 cat >"$dir/prometheus.yml" <<EOF
 global:

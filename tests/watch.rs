@@ -13,20 +13,19 @@ use portdrift::sources::kube_client::{
     DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, kube_client, kube_config, load_once,
     pods_on_node,
 };
-use support::fake_apiserver::{Failure, FakeApiServer, Kind, objects, query_param};
+use support::fake_apiserver::{Failure, FakeApiServer, Kind, StreamingLists, objects, query_param};
 use support::{eventually, scenario};
 use tokio::time::Instant;
 
 const NODE: &str = "worker-1";
 const ZONE: &str = "zone-a";
 
-/// Short periods, so that staleness and watch renewal happen within a test; pages of 2
-/// so that even a small cluster is listed in several pages.
+/// Short periods, so that staleness and watch renewal happen within a test.
 fn options() -> WatchOptions {
     WatchOptions {
         staleness: Duration::from_millis(1500),
         watch_timeout: Duration::from_secs(2),
-        page_size: 2,
+        ..WatchOptions::default()
     }
 }
 
@@ -147,6 +146,18 @@ fn assert_same(actual: &DesiredState, expected: &DesiredState) {
         p
     };
     assert_eq!(problems(actual), problems(expected));
+}
+
+/// How many of `requests` read a collection's whole state: lists (their first pages)
+/// and streaming lists.
+fn initial_reads(requests: &[String]) -> usize {
+    requests
+        .iter()
+        .filter(|r| match query_param(r, "watch") {
+            Some(_) => query_param(r, "sendInitialEvents").as_deref() == Some("true"),
+            None => query_param(r, "continue").is_none(),
+        })
+        .count()
 }
 
 fn has_service(state: &DesiredState, namespace: &str, name: &str) -> bool {
@@ -306,11 +317,7 @@ async fn a_410_gone_is_recovered_by_relisting() {
             server.open_watches() >= 3
         })
         .await;
-        let lists_before = server
-            .requests_for(Kind::Service)
-            .iter()
-            .filter(|r| query_param(r, "watch").is_none())
-            .count();
+        let lists_before = initial_reads(&server.requests_for(Kind::Service));
 
         server.force_gone();
         server.delete::<Service>(Some("shop"), "web");
@@ -331,11 +338,7 @@ async fn a_410_gone_is_recovered_by_relisting() {
                 .is_some_and(|n| *n >= 1),
             "{status:#?}"
         );
-        let lists_after = server
-            .requests_for(Kind::Service)
-            .iter()
-            .filter(|r| query_param(r, "watch").is_none())
-            .count();
+        let lists_after = initial_reads(&server.requests_for(Kind::Service));
         assert!(lists_after > lists_before, "relisted");
         eventually("fresh again", Duration::from_secs(10), || view.fresh()).await;
     })
@@ -500,11 +503,13 @@ async fn requests_carry_kube_proxys_selectors_and_ask_for_bookmarks() {
 
         for kind in [Kind::Service, Kind::EndpointSlice] {
             let requests = server.requests_for(kind);
-            let (watches, lists): (Vec<_>, Vec<_>) = requests
+            // Streaming lists: every request is a watch.
+            let watches: Vec<_> = requests
                 .iter()
-                .partition(|r| query_param(r, "watch").as_deref() == Some("true"));
+                .filter(|r| query_param(r, "watch").as_deref() == Some("true"))
+                .collect();
             assert!(
-                !lists.is_empty() && !watches.is_empty(),
+                !watches.is_empty() && watches.len() == requests.len(),
                 "{kind:?}: {requests:#?}"
             );
             for request in &requests {
@@ -514,13 +519,6 @@ async fn requests_carry_kube_proxys_selectors_and_ask_for_bookmarks() {
                     "{request}"
                 );
             }
-            for list in &lists {
-                assert_eq!(query_param(list, "limit").as_deref(), Some("2"), "{list}");
-            }
-            assert!(
-                lists.iter().any(|l| query_param(l, "continue").is_some()),
-                "{kind:?} was listed in pages: {lists:#?}"
-            );
             for watch in &watches {
                 assert_eq!(
                     query_param(watch, "allowWatchBookmarks").as_deref(),
@@ -638,9 +636,18 @@ async fn pods_are_listed_for_this_node_only() {
         let pods = pods_on_node(client, NODE, Duration::from_secs(10)).await.unwrap();
         assert_eq!(pods.len(), 1, "{pods:?}");
         assert_eq!(pods.get("uid-a").map(String::as_str), Some("edge/agent-a"));
-        // Never a cluster-wide Pod list.
+        // Never a cluster-wide Pod list, and from the watch cache (its nodeName index),
+        // not etcd: resourceVersion=0, and no limit that would make kube-core drop it.
         let requests = server.requests_for(Kind::Pod);
         assert!(!requests.is_empty());
+        for request in &requests {
+            assert_eq!(
+                query_param(request, "resourceVersion").as_deref(),
+                Some("0"),
+                "{request}"
+            );
+            assert_eq!(query_param(request, "limit"), None, "{request}");
+        }
         assert!(
             requests
                 .iter()
@@ -733,7 +740,7 @@ async fn changes_that_can_move_node_ports_are_signalled_and_others_are_not() {
             WatchOptions {
                 staleness: Duration::from_secs(60),
                 watch_timeout: Duration::from_secs(30),
-                page_size: 2,
+                ..WatchOptions::default()
             },
         )
         .expect("the view starts");
@@ -809,6 +816,266 @@ async fn changes_that_can_move_node_ports_are_signalled_and_others_are_not() {
             .await
             .expect("a NodePort Service's deletion is signalled")
             .unwrap();
+    })
+    .await;
+}
+
+/// What a request to a watched collection asks of the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Read {
+    /// A streaming list from the watch cache: `watch=true&sendInitialEvents=true&
+    /// resourceVersionMatch=NotOlderThan&resourceVersion=0&allowWatchBookmarks=true`.
+    StreamingList,
+    /// A list from the watch cache: `resourceVersion=0&resourceVersionMatch=NotOlderThan`,
+    /// whole (no `limit`, no `continue`).
+    CachedList,
+    /// A watch resumed from a resourceVersion already seen (no initial state).
+    WatchFrom(u64),
+    /// Anything else: a consistent list (no resourceVersion) goes to etcd.
+    Other(String),
+}
+
+fn read_of(request: &str) -> Read {
+    let param = |key: &str| query_param(request, key);
+    let is = |key: &str, value: &str| param(key).as_deref() == Some(value);
+    if is("watch", "true") {
+        if param("sendInitialEvents").is_some() {
+            let streaming = is("sendInitialEvents", "true")
+                && is("resourceVersion", "0")
+                && is("resourceVersionMatch", "NotOlderThan")
+                && is("allowWatchBookmarks", "true");
+            return if streaming {
+                Read::StreamingList
+            } else {
+                Read::Other(request.to_string())
+            };
+        }
+        return match param("resourceVersion").and_then(|rv| rv.parse().ok()) {
+            Some(rv) if rv > 0 && param("resourceVersionMatch").is_none() => Read::WatchFrom(rv),
+            _ => Read::Other(request.to_string()),
+        };
+    }
+    let cached = is("resourceVersion", "0")
+        && is("resourceVersionMatch", "NotOlderThan")
+        && param("limit").is_none()
+        && param("continue").is_none();
+    if cached {
+        Read::CachedList
+    } else {
+        Read::Other(request.to_string())
+    }
+}
+
+const WATCHED: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+
+/// The reads of each watched collection from the `from[kind]`-th request on.
+fn reads_since(server: &FakeApiServer, from: &[usize; 3]) -> Vec<(Kind, Vec<Read>)> {
+    WATCHED
+        .iter()
+        .zip(from)
+        .map(|(kind, from)| {
+            let requests = server.requests_for(*kind);
+            (*kind, requests[*from..].iter().map(|r| read_of(r)).collect())
+        })
+        .collect()
+}
+
+fn request_counts(server: &FakeApiServer) -> [usize; 3] {
+    WATCHED.map(|kind| server.requests_for(kind).len())
+}
+
+/// The desired state computed afresh from what the server stores (kube-proxy's
+/// selection), as a new agent would see it.
+fn desired_from_server(server: &FakeApiServer) -> DesiredState {
+    let parse = |kind| -> Vec<serde_json::Value> { server.stored(kind) };
+    let services: Vec<Service> = parse(Kind::Service)
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+    let slices: Vec<EndpointSlice> = parse(Kind::EndpointSlice)
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+    desired_state(&selected(&services), &selected(&slices), Some(NODE), Some(ZONE))
+}
+
+/// Starts a view against a server answering streaming lists as `mode`, checks every
+/// read of Services, EndpointSlices and the Node at start-up, then changes the
+/// cluster, forces a `410 Gone` and checks the relist's reads and that the view
+/// converges on the state (and findings) a fresh computation gives. Returns the
+/// start-up and relist reads.
+async fn reads_at_start_up_and_relist(
+    mode: StreamingLists,
+) -> (Vec<(Kind, Vec<Read>)>, Vec<(Kind, Vec<Read>)>) {
+    use portdrift::heart::detect::{DetectConfig, detect};
+    let (server, expected) = serve_cluster().await;
+    server.set_streaming_lists(mode);
+    let view = synced_view(&server).await;
+    eventually("the watches are open", Duration::from_secs(10), || {
+        server.open_watches() >= 3
+    })
+    .await;
+    assert_same(&view.desired_state().unwrap(), &expected);
+    let start_up = reads_since(&server, &[0; 3]);
+    let bytes_at_start = server.bytes_served(Kind::Service);
+    assert!(bytes_at_start > 0);
+
+    let mark = request_counts(&server);
+    server.force_gone();
+    // Changed while no watch is open: only the relist can bring these.
+    server.delete::<Service>(Some("shop"), "web");
+    server.apply(&objects::service("shop", "new", "10.96.0.20", 30090));
+    server.apply(&objects::slice(
+        "shop",
+        "new",
+        "new-1",
+        &[("10.244.1.30", NODE, true)],
+    ));
+    let fresh = desired_from_server(&server);
+    eventually("the relist brings the changes", Duration::from_secs(20), || {
+        let state = view.desired_state().unwrap();
+        !has_service(&state, "shop", "web") && has_service(&state, "shop", "new")
+    })
+    .await;
+    eventually("the watches are open again", Duration::from_secs(10), || {
+        server.open_watches() >= 3 && view.fresh()
+    })
+    .await;
+    let state = view.desired_state().unwrap();
+    assert_same(&state, &fresh);
+    let observed = node_with_a_leftover_rule();
+    let config = DetectConfig::default();
+    let findings = detect(Some(&state), &observed, &config);
+    assert_eq!(findings, detect(Some(&fresh), &observed, &config));
+    assert!(findings.iter().any(|f| f.port == Some(31999)), "{findings:#?}");
+    assert!(
+        server.bytes_served(Kind::Service) > bytes_at_start,
+        "the relist was served"
+    );
+    (start_up, reads_since(&server, &mark))
+}
+
+fn assert_no_quorum_read(reads: &[(Kind, Vec<Read>)]) {
+    for (kind, reads) in reads {
+        for read in reads {
+            assert!(
+                !matches!(read, Read::Other(_)),
+                "{kind:?}: {read:?} in {reads:#?}"
+            );
+        }
+    }
+}
+
+fn count(reads: &[Read], wanted: &Read) -> usize {
+    reads.iter().filter(|r| *r == wanted).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_are_streamed_from_the_watch_cache_at_start_up_and_relist() {
+    scenario(async {
+        let (start_up, relist) = reads_at_start_up_and_relist(StreamingLists::Supported).await;
+        for reads in [&start_up, &relist] {
+            assert_no_quorum_read(reads);
+            for (kind, reads) in reads {
+                // One streaming list each, then only resumed watches: no list at all.
+                assert_eq!(reads.first(), Some(&Read::StreamingList), "{kind:?}: {reads:#?}");
+                assert_eq!(count(reads, &Read::StreamingList), 1, "{kind:?}: {reads:#?}");
+                assert_eq!(count(reads, &Read::CachedList), 0, "{kind:?}: {reads:#?}");
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_streaming_lists_is_listed_from_its_cache_and_not_asked_again() {
+    scenario(async {
+        let (start_up, relist) = reads_at_start_up_and_relist(StreamingLists::Refused).await;
+        assert_no_quorum_read(&start_up);
+        assert_no_quorum_read(&relist);
+        for (kind, reads) in &start_up {
+            // Asked once, refused (422), then a list from the cache and a watch from it.
+            assert_eq!(
+                reads.get(..2),
+                Some(&[Read::StreamingList, Read::CachedList][..]),
+                "{kind:?}: {reads:#?}"
+            );
+            assert_eq!(count(reads, &Read::StreamingList), 1, "{kind:?}: {reads:#?}");
+            assert!(
+                matches!(reads.get(2), Some(Read::WatchFrom(_))),
+                "{kind:?}: {reads:#?}"
+            );
+        }
+        for (kind, reads) in &relist {
+            // The choice is kept: the relist lists from the cache at once.
+            assert_eq!(reads.first(), Some(&Read::CachedList), "{kind:?}: {reads:#?}");
+            assert_eq!(count(reads, &Read::StreamingList), 0, "{kind:?}: {reads:#?}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_list_that_never_ends_falls_back_to_a_cached_list() {
+    scenario(async {
+        // The server takes the streaming watch as a plain one from 0: every object,
+        // then no closing bookmark; it ends the watch at timeoutSeconds (2 s here).
+        let (server, expected) = serve_cluster().await;
+        server.set_streaming_lists(StreamingLists::Ignored);
+        let started = Instant::now();
+        let view = ClusterView::start(server.config(), Some(NODE), options()).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), view.wait_synced())
+            .await
+            .expect("syncs from a cached list");
+        assert!(
+            started.elapsed() >= Duration::from_secs(2),
+            "after the watch ended"
+        );
+        assert_same(&view.desired_state().unwrap(), &expected);
+        let reads = reads_since(&server, &[0; 3]);
+        assert_no_quorum_read(&reads);
+        for (kind, reads) in &reads {
+            // kube-runtime opens the next streaming watch before it reports the restart
+            // that shows the first one unfinished; that one is dropped at once. Then
+            // lists from the cache, for good.
+            let streaming = [Read::StreamingList, Read::StreamingList, Read::CachedList];
+            assert_eq!(reads.get(..3), Some(&streaming[..]), "{kind:?}: {reads:#?}");
+            assert_eq!(count(reads, &Read::StreamingList), 2, "{kind:?}: {reads:#?}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_request_waits_for_the_start_delay() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        for delay in [Duration::from_millis(1500), Duration::ZERO] {
+            let started = Instant::now();
+            let options = WatchOptions {
+                start_delay: delay,
+                ..options()
+            };
+            let view = ClusterView::start(server.config(), Some(NODE), options).unwrap();
+            tokio::time::timeout(Duration::from_secs(20), view.wait_synced())
+                .await
+                .expect("syncs");
+            assert_same(&view.desired_state().unwrap(), &expected);
+            let first = server
+                .requests_at()
+                .into_iter()
+                .filter(|(at, request)| {
+                    *at >= started && WATCHED.iter().any(|k| request.starts_with(k.path()))
+                })
+                .map(|(at, _)| at - started)
+                .min()
+                .expect("requests");
+            assert!(
+                first >= delay && first < delay + Duration::from_millis(1000),
+                "first request {first:?} after a delay of {delay:?}"
+            );
+            drop(view);
+        }
     })
     .await;
 }

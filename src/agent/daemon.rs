@@ -43,6 +43,8 @@ pub struct AgentConfig {
     pub node_condition: bool,
     /// Repair every cycle (`--repair`).
     pub repair: Option<RepairConfig>,
+    /// The first list waits a random delay up to this (`--startup-jitter`).
+    pub startup_jitter: Duration,
 }
 
 /// How long a scan still running at shutdown may delay the exit.
@@ -94,8 +96,16 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let view = ClusterView::start(kube, Some(&config.node), WatchOptions::default())
-        .context("cannot watch the API server")?;
+    let start_delay = startup_delay(config.startup_jitter);
+    if !start_delay.is_zero() {
+        tracing::info!(delay = ?start_delay, jitter = ?config.startup_jitter, "first API list after a random delay (--startup-jitter)");
+    }
+    let options = WatchOptions {
+        start_delay,
+        ..WatchOptions::default()
+    };
+    let view =
+        ClusterView::start(kube, Some(&config.node), options).context("cannot watch the API server")?;
     let probed = view.clone();
     shared.probe_api(move || (probed.synced(), probed.fresh()));
     tracing::info!(
@@ -117,6 +127,12 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     let _ = server.await;
     tracing::info!("portdrift agent stopped");
     Ok(())
+}
+
+/// A delay drawn uniformly from `[0, jitter)` (zero for zero), so that agents started
+/// together (a DaemonSet created, nodes booted at once) spread their first lists.
+fn startup_delay(jitter: Duration) -> Duration {
+    jitter.mul_f64(fastrand::f64())
 }
 
 /// Completes once a stop is requested.

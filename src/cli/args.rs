@@ -211,6 +211,13 @@ pub enum LogFormat {
     Json,
 }
 
+/// `run --startup-jitter`'s default. At 5,000 nodes a DaemonSet created at once starts
+/// about 170 agents a second over it instead of all in the same second, each listing
+/// every Service and EndpointSlice; a rolling update (10 % of the nodes at a time) waits
+/// for its slowest pod's delay, at most 30 s a step. See the README, Running as a node
+/// agent.
+const STARTUP_JITTER: &str = "30s";
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// This node's name (the endpoints it counts as local).
@@ -261,6 +268,11 @@ pub struct RunArgs {
     /// exist. Needs RBAC to patch nodes/status.
     #[arg(long)]
     pub node_condition: bool,
+
+    /// Wait a random delay up to this before the first API list, so that agents
+    /// started together do not list together. `0s` turns it off.
+    #[arg(long, value_name = "DUR", default_value = STARTUP_JITTER, value_parser = parse_duration)]
+    pub startup_jitter: Duration,
 
     #[command(flatten)]
     pub repair: RunRepairArgs,

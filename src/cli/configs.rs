@@ -130,6 +130,7 @@ impl RunArgs {
             metrics_max_series: self.metrics_max_series,
             events: self.events,
             node_condition: self.node_condition,
+            startup_jitter: self.startup_jitter,
             repair: self.repair.enabled.then(|| RepairConfig {
                 max_actions: self.repair.repair_max,
                 min_scans: 2,

@@ -22,10 +22,11 @@ pub use list::{ClusterObjects, list_every_service, list_once, load_once, pods_on
 pub const KUBE_PROXY_LABEL_SELECTOR: &str =
     "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name";
 
-/// Page size of initial lists and relists, so that a large cluster is listed in
-/// bounded requests rather than one huge one. Half client-go's 500: a page is decoded
-/// whole, `managedFields` and all, before it is trimmed, so a smaller page lowers peak
-/// memory (`scripts/bench-watch.sh`).
+/// Page size of the one-shot consistent lists ([`list`]), so that a large cluster is
+/// listed in bounded requests rather than one huge one. Half client-go's 500: a page is
+/// decoded whole, `managedFields` and all, before it is trimmed, so a smaller page
+/// lowers peak memory (`scripts/bench-watch.sh`). The agent's watch reads no pages: its
+/// reads come from the API server's cache, which serves them whole or streams them.
 pub const DEFAULT_PAGE_SIZE: u32 = 250;
 
 /// Why the API side could not give a desired state. Every variant has a bounded

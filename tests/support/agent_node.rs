@@ -43,7 +43,7 @@ stop_api() {
 }
 start_agent() {
   "$pd" run --node "$node" --listen 127.0.0.1:9741 --interval 1s --kubeconfig "$dir/kubeconfig" \
-    --kube-proxy-healthz off --log-format "${log_format:-json}" ${agent_flags:-} 2>"$dir/agent.log" &
+    --kube-proxy-healthz off --startup-jitter 0s --log-format "${log_format:-json}" ${agent_flags:-} 2>"$dir/agent.log" &
   agent_pid=$!
 }
 # SIGTERM, timed. A watchdog kills an agent that ignores it after 10 s (the test fails).

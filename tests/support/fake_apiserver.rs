@@ -14,6 +14,22 @@
 //!   `ERROR` event with a `Status` of code 410 when N is older than the history.
 //!   An object that stops (starts) matching the selector is sent as `DELETED`
 //!   (`ADDED`), as the API server's watch cache does.
+//! - **streaming list:** a watch with `sendInitialEvents=true&resourceVersionMatch=NotOlderThan`
+//!   sends `ADDED` for every matching object, then (when `allowWatchBookmarks=true`) a
+//!   `BOOKMARK` annotated `k8s.io/initial-events-end: "true"` at the current
+//!   resourceVersion, then carries on as a watch, as the API server's watch cache does
+//!   with the `WatchList` feature (on by default since Kubernetes 1.32).
+//!   [`FakeApiServer::set_streaming_lists`] makes it answer as a server without it
+//!   ([`StreamingLists::Refused`]: `422 Invalid`) or as one that ignores the parameters
+//!   ([`StreamingLists::Ignored`]).
+//! - **list and watch options** are validated as the API server validates them
+//!   (`resourceVersionMatch` needs a `resourceVersion`, is forbidden with `continue`,
+//!   and on a watch needs `sendInitialEvents`, ...): a `422 Invalid` `ListOptions`.
+//! - **from the cache:** a list with `resourceVersion=0` is served whole, `limit`
+//!   ignored, as the watch cache serves it (the servers that lack streaming lists do);
+//!   a watch from `resourceVersion` 0 (or none) starts with `ADDED` for every matching
+//!   object. A list without `resourceVersion` is a consistent read, which the API server
+//!   passes through to etcd (before Kubernetes 1.31's consistent reads from the cache).
 //! - **selectors:** labels `key`, `!key`, `key=value`, `key==value`, `key!=value`
 //!   (kube-proxy uses `!key` twice); fields `metadata.name` and `metadata.namespace`
 //!   (`=`, `==`, `!=`). Anything else is a `400` like the real server's.
@@ -22,7 +38,9 @@
 //! resourceVersion across all kinds (etcd's revision). A [`FakeApiServer`] is also the
 //! control handle: add, change and delete objects mid-test, force `410 Gone`, answer
 //! with errors, hang requests, drop connections, hold the first list, and read back
-//! every request URI. [`FakeApiServer::write_kubeconfig`] writes a kubeconfig (plain
+//! every request URI (with [`FakeApiServer::requests_at`], when it arrived), and count the
+//! bytes of the lists and watch events served per kind ([`FakeApiServer::bytes_served`]).
+//! [`FakeApiServer::write_kubeconfig`] writes a kubeconfig (plain
 //! http, no auth) for tests that run the binary.
 //!
 //! Writes, for what the agent reports (`--events`, `--node-condition`):
@@ -75,6 +93,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -125,6 +144,10 @@ impl Kind {
             Kind::Event => "/apis/events.k8s.io/v1/events",
             Kind::CoreEvent => "/api/v1/events",
         }
+    }
+
+    fn index(self) -> usize {
+        Kind::ALL.iter().position(|k| *k == self).unwrap_or_default()
     }
 
     fn name(self) -> &'static str {
@@ -187,6 +210,23 @@ pub enum Failure {
     Malformed,
 }
 
+/// How the server answers a streaming list (a watch with `sendInitialEvents=true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamingLists {
+    /// As a server with the `WatchList` feature (Kubernetes 1.32 and later by default).
+    #[default]
+    Supported,
+    /// As a server without it (1.27 to 1.31 by default): `422 Invalid`,
+    /// "sendInitialEvents is forbidden for watch unless the WatchList feature gate is
+    /// enabled". (Before 1.27 it is a `422` too: no watch may carry
+    /// `resourceVersionMatch`.)
+    Refused,
+    /// As a server that does not know the parameters and ignores them: a plain watch
+    /// from the resourceVersion given (0: every object as `ADDED`), and never the
+    /// bookmark that ends the initial events.
+    Ignored,
+}
+
 /// An object as stored: what selectors look at, and its JSON.
 #[derive(Debug, Clone)]
 struct Stored {
@@ -247,8 +287,8 @@ struct State {
     next_watcher: u64,
     pages: HashMap<String, Pages>,
     next_token: u64,
-    /// Every request: its method, and its `path?query`.
-    requests: Vec<(String, String)>,
+    /// Every request: its method, its `path?query`, and when it arrived.
+    requests: Vec<(String, String, tokio::time::Instant)>,
     /// `(verb, resource)` pairs RBAC denies, e.g. `("list", "nodes")`.
     forbidden: Vec<(String, String)>,
     writes: Vec<Write>,
@@ -276,6 +316,9 @@ struct Shared {
     write_failure: watch::Sender<Failure>,
     lists_held: watch::Sender<bool>,
     connections: Mutex<Vec<AbortHandle>>,
+    streaming: Mutex<StreamingLists>,
+    /// Bytes of list bodies and watch events served, by [`Kind::index`].
+    bytes: [AtomicU64; Kind::ALL.len()],
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -335,6 +378,8 @@ impl FakeApiServer {
             write_failure: watch::channel(Failure::None).0,
             lists_held: watch::channel(false).0,
             connections: Mutex::new(Vec::new()),
+            streaming: Mutex::new(StreamingLists::default()),
+            bytes: Default::default(),
         });
         let mut tasks = vec![tokio::spawn(accept_loop(listener, shared.clone()))];
         if let Some(interval) = interval {
@@ -450,8 +495,8 @@ impl FakeApiServer {
             .collect()
     }
 
-    /// Holds list requests (not watches) until released: a client's initial sync
-    /// cannot complete meanwhile.
+    /// Holds list requests and streaming lists (not other watches) until released: a
+    /// client's initial sync cannot complete meanwhile.
     pub fn hold_lists(&self, held: bool) {
         self.shared.lists_held.send_replace(held);
     }
@@ -473,7 +518,32 @@ impl FakeApiServer {
     /// Every request so far, as `path?query` (the query as sent, percent-encoded).
     pub fn requests(&self) -> Vec<String> {
         let state = lock(&self.shared.state);
-        state.requests.iter().map(|(_, target)| target.clone()).collect()
+        state
+            .requests
+            .iter()
+            .map(|(_, target, _)| target.clone())
+            .collect()
+    }
+
+    /// Every request so far, as `path?query`, with when it arrived.
+    pub fn requests_at(&self) -> Vec<(tokio::time::Instant, String)> {
+        let state = lock(&self.shared.state);
+        state
+            .requests
+            .iter()
+            .map(|(_, target, at)| (*at, target.clone()))
+            .collect()
+    }
+
+    /// How streaming lists are answered from now on.
+    pub fn set_streaming_lists(&self, mode: StreamingLists) {
+        *lock(&self.shared.streaming) = mode;
+    }
+
+    /// Bytes of list bodies and watch events served for `kind`'s collection so far
+    /// (status codes, headers and chunk framing not counted).
+    pub fn bytes_served(&self, kind: Kind) -> u64 {
+        self.shared.bytes[kind.index()].load(Ordering::Relaxed)
     }
 
     /// Every request so far, as `METHOD path?query`: what a client asked of the API
@@ -483,7 +553,7 @@ impl FakeApiServer {
         state
             .requests
             .iter()
-            .map(|(method, target)| format!("{method} {target}"))
+            .map(|(method, target, _)| format!("{method} {target}"))
             .collect()
     }
 
@@ -678,6 +748,17 @@ fn bookmark_line(kind: Kind, rv: u64) -> Bytes {
     )
 }
 
+/// The bookmark that ends a streaming list's initial events.
+fn initial_events_end_line(kind: Kind, rv: u64) -> Bytes {
+    event_line(
+        "BOOKMARK",
+        &json!({"kind": kind.name(), "apiVersion": kind.api_version(), "metadata": {
+            "resourceVersion": rv.to_string(),
+            "annotations": {"k8s.io/initial-events-end": "true"},
+        }}),
+    )
+}
+
 fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({
         "kind": "Status",
@@ -847,9 +928,11 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
-    lock(&shared.state)
-        .requests
-        .push((request.method().to_string(), target.clone()));
+    lock(&shared.state).requests.push((
+        request.method().to_string(),
+        target.clone(),
+        tokio::time::Instant::now(),
+    ));
     if let Some(answer) = failure_answer(&shared.failure).await {
         return answer;
     }
@@ -1170,15 +1253,150 @@ async fn read_collection(
             equal: true,
         });
     }
-    if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
-        Ok(start_watch(shared, kind, selector, query))
-    } else {
+    let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let streaming = *lock(&shared.streaming);
+    let problems = list_options_problems(query, watching, streaming);
+    if !problems.is_empty() {
+        return Ok(invalid_list_options(&problems));
+    }
+    let streaming_list = watching
+        && streaming != StreamingLists::Ignored
+        && query.get("sendInitialEvents").is_some_and(|v| v == "true");
+    if !watching || streaming_list {
         let mut held = shared.lists_held.subscribe();
         if held.wait_for(|held| !held).await.is_err() {
             return Err("server stopped".into());
         }
+    }
+    if watching {
+        Ok(start_watch(shared, kind, selector, query, streaming))
+    } else {
         Ok(list(shared, kind, &selector, query))
     }
+}
+
+/// What the API server's validation of list and watch options (`ValidateListOptions`)
+/// refuses: `(field, problem)`. A server that ignores streaming lists knows none of
+/// their parameters on a watch.
+fn list_options_problems(
+    query: &HashMap<String, String>,
+    watching: bool,
+    streaming: StreamingLists,
+) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    fn forbid(problems: &mut Vec<(String, String)>, field: &str, text: &str) {
+        problems.push((field.to_string(), format!("Forbidden: {text}")));
+    }
+    let param = |key: &str| query.get(key).map(String::as_str);
+    let matching = param("resourceVersionMatch").unwrap_or_default();
+    let continued = param("continue").is_some_and(|c| !c.is_empty());
+    let initial_events = param("sendInitialEvents").is_some();
+    let unsupported =
+        |supported: &str| format!("Unsupported value: {matching:?}: supported values: {supported}");
+    if watching {
+        if streaming == StreamingLists::Ignored {
+            return problems;
+        }
+        if initial_events {
+            if matching != "NotOlderThan" {
+                forbid(
+                    &mut problems,
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                );
+            }
+            if streaming == StreamingLists::Refused {
+                forbid(
+                    &mut problems,
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+                );
+            }
+        }
+        if !matching.is_empty() {
+            if !initial_events {
+                forbid(
+                    &mut problems,
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                );
+            }
+            if continued {
+                forbid(
+                    &mut problems,
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                );
+            }
+            if matching != "NotOlderThan" {
+                problems.push(("resourceVersionMatch".into(), unsupported("\"NotOlderThan\"")));
+            }
+        }
+        return problems;
+    }
+    if !matching.is_empty() {
+        if param("resourceVersion").is_none_or(str::is_empty) {
+            forbid(
+                &mut problems,
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            );
+        }
+        if continued {
+            forbid(
+                &mut problems,
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            );
+        }
+        if matching == "Exact" && param("resourceVersion") == Some("0") {
+            forbid(
+                &mut problems,
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            );
+        }
+        if !matches!(matching, "Exact" | "NotOlderThan") {
+            problems.push((
+                "resourceVersionMatch".into(),
+                unsupported("\"Exact\", \"NotOlderThan\", \"\""),
+            ));
+        }
+    }
+    if initial_events {
+        forbid(
+            &mut problems,
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        );
+    }
+    problems
+}
+
+/// `422 Invalid` for list options, as the API server words it.
+fn invalid_list_options(problems: &[(String, String)]) -> Response<Body> {
+    let listed: Vec<String> = problems.iter().map(|(f, p)| format!("{f}: {p}")).collect();
+    let joined = match listed.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    let mut body = status(
+        422,
+        "Invalid",
+        &format!("ListOptions.meta.k8s.io \"\" is invalid: {joined}"),
+    );
+    body["details"] = json!({
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": problems
+            .iter()
+            .map(|(field, text)| {
+                let reason = if text.starts_with("Forbidden") { "FieldValueForbidden" } else { "FieldValueNotSupported" };
+                json!({"reason": reason, "message": text, "field": field})
+            })
+            .collect::<Vec<_>>(),
+    });
+    json_response(StatusCode::UNPROCESSABLE_ENTITY, body.to_string())
 }
 
 /// `GET` of one object.
@@ -1234,10 +1452,13 @@ fn list(shared: &Shared, kind: Kind, selector: &Selector, query: &HashMap<String
             (state.rv, items)
         }
     };
+    // resourceVersion=0 is served from the watch cache, which ignores `limit` (servers
+    // without streaming lists, and so those this fallback is for, all do).
+    let from_cache = query.get("resourceVersion").is_some_and(|rv| rv == "0");
     let limit = query
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
+        .filter(|l| *l > 0 && !from_cache);
     let mut continue_token = None;
     if let Some(limit) = limit
         && items.len() > limit
@@ -1274,6 +1495,7 @@ fn list(shared: &Shared, kind: Kind, selector: &Selector, query: &HashMap<String
         body.push_str(item);
     }
     body.push_str("]}");
+    shared.bytes[kind.index()].fetch_add(body.len() as u64, Ordering::Relaxed);
     json_response(StatusCode::OK, body)
 }
 
@@ -1282,27 +1504,45 @@ fn start_watch(
     kind: Kind,
     selector: Selector,
     query: &HashMap<String, String>,
+    streaming: StreamingLists,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let from = query
+    let resource_version = query
         .get("resourceVersion")
-        .and_then(|rv| rv.parse::<u64>().ok())
-        .unwrap_or(0);
+        .map(String::as_str)
+        .unwrap_or_default();
+    let from = resource_version.parse::<u64>().unwrap_or(0);
     let bookmarks = query.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let initial_events =
+        streaming != StreamingLists::Ignored && query.get("sendInitialEvents").is_some_and(|v| v == "true");
+    // From resourceVersion 0 (or none) a watch starts with the current state as `ADDED`
+    // events; so does a streaming list, whatever resourceVersion it is not older than.
+    let from_state = initial_events || from == 0;
     let timeout = query
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_secs);
     let id = {
         let mut state = lock(&shared.state);
-        if from < state.gone_below {
+        if from_state {
+            let objects = state.objects.get(&kind).into_iter().flat_map(|o| o.values());
+            for object in objects.filter(|o| selector.matches(o)) {
+                let _ = tx.send(WatchMsg::Line(raw_event_line("ADDED", &object.json)));
+            }
+            // The watch cache sends bookmarks only to watches that allow them, this one too.
+            if initial_events && bookmarks {
+                let _ = tx.send(WatchMsg::Line(initial_events_end_line(kind, state.rv)));
+            }
+        }
+        if !from_state && from < state.gone_below {
             let _ = tx.send(WatchMsg::Line(event_line("ERROR", &gone_status(from))));
             let _ = tx.send(WatchMsg::End);
             None
         } else {
             // The history after `from`, then live changes: queued under one lock, so
             // nothing is lost or sent twice between the two.
-            for entry in state.log.iter().filter(|e| e.new.rv > from) {
+            let history = state.log.iter().filter(|e| !from_state && e.new.rv > from);
+            for entry in history {
                 if let Some(line) = watch_line(entry, kind, &selector) {
                     let _ = tx.send(WatchMsg::Line(line));
                 }
@@ -1322,7 +1562,7 @@ fn start_watch(
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let stream = futures::stream::unfold(
         (rx, shared.clone(), id, deadline),
-        |(mut rx, shared, id, mut deadline)| async move {
+        move |(mut rx, shared, id, mut deadline)| async move {
             loop {
                 let at_deadline = async {
                     match deadline {
@@ -1334,6 +1574,7 @@ fn start_watch(
                     message = rx.recv() => {
                         return match message {
                             Some(WatchMsg::Line(line)) => {
+                                shared.bytes[kind.index()].fetch_add(line.len() as u64, Ordering::Relaxed);
                                 Some((Ok::<_, Infallible>(Frame::data(line)), (rx, shared, id, deadline)))
                             }
                             Some(WatchMsg::End) | None => None,

@@ -42,3 +42,15 @@ fn change_driven_scans_keep_a_minimum_gap() {
     let last_scan_end = t0;
     assert_eq!(pending.due(Some(last_scan_end)), Some(t0 + MIN_GAP));
 }
+
+#[test]
+fn the_startup_delay_is_drawn_within_the_jitter_and_spread_over_it() {
+    assert_eq!(super::startup_delay(Duration::ZERO), Duration::ZERO);
+    let jitter = Duration::from_secs(30);
+    let draws: Vec<Duration> = (0..1000).map(|_| super::startup_delay(jitter)).collect();
+    assert!(draws.iter().all(|d| *d < jitter), "{draws:?}");
+    // Uniform over the range: a thousand draws reach both ends' quarters (a failure
+    // here has odds of 2 × 0.75^1000).
+    let (min, max) = (draws.iter().min().unwrap(), draws.iter().max().unwrap());
+    assert!(*min < jitter / 4 && *max > jitter * 3 / 4, "{min:?} .. {max:?}");
+}

@@ -10,8 +10,13 @@
 //! Services and EndpointSlices are selected with [`KUBE_PROXY_LABEL_SELECTOR`], as
 //! kube-proxy selects them, so Services opted out of kube-proxy are never listed:
 //! unlike in a bundle's `cluster.json`, their nodePorts are unknown here.
+//!
+//! Start-up lists and relists are read from the API server's watch cache, never from
+//! etcd (see `initial_list.rs`): at thousands of nodes a rollout or an etcd compaction
+//! sends every agent to list at once.
 
 mod health;
+mod initial_list;
 mod signal;
 mod store;
 
@@ -31,11 +36,10 @@ use tokio::time::Instant;
 
 use crate::heart::desired::model::DesiredState;
 use crate::heart::desired::trim::{trim_endpoint_slice, trim_node, trim_service};
-use crate::sources::kube_client::{
-    self, DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchedResource,
-};
+use crate::sources::kube_client::{self, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchedResource};
 
 use health::{Health, Seen, ViewHealth};
+use initial_list::{Fallback, InitialList, ListMode};
 use signal::ChangeSignal;
 use store::{ObjectStore, Reflect, StoreWriter};
 
@@ -51,8 +55,13 @@ pub struct WatchOptions {
     /// `timeoutSeconds` of each watch request. kube-runtime also treats a watch
     /// connection silent for this plus 5 s as dead and reconnects.
     pub watch_timeout: Duration,
-    /// Page size of lists and relists.
-    pub page_size: u32,
+    /// Read the initial state and relists as streaming lists where the API server
+    /// serves them (falling back by itself to lists with `resourceVersion=0` where it
+    /// does not); false: such lists from the start.
+    pub streaming_lists: bool,
+    /// How long to wait before the first request (the agent's `--startup-jitter`
+    /// draws it), so that a fleet of agents started together does not list together.
+    pub start_delay: Duration,
 }
 
 impl Default for WatchOptions {
@@ -63,7 +72,8 @@ impl Default for WatchOptions {
             // erroring one at once).
             staleness: Duration::from_secs(180),
             watch_timeout: Duration::from_secs(120),
-            page_size: DEFAULT_PAGE_SIZE,
+            streaming_lists: true,
+            start_delay: Duration::ZERO,
         }
     }
 }
@@ -126,13 +136,20 @@ impl ClusterView {
         let timeout = u32::try_from(options.watch_timeout.as_secs().max(1)).unwrap_or(u32::MAX);
         let selected = watcher::Config::default()
             .labels(KUBE_PROXY_LABEL_SELECTOR)
-            .timeout(timeout)
-            .page_size(options.page_size);
+            .timeout(timeout);
         let mut tasks = Vec::new();
         let changes = Arc::new(ChangeSignal::new());
+        let start = Start {
+            delay: options.start_delay,
+            streaming: options.streaming_lists,
+            // The API server ends every watch at its timeoutSeconds, streaming lists
+            // too: one still without its closing bookmark past that never will have it.
+            streaming_limit: options.watch_timeout + Duration::from_secs(30),
+        };
         let services = spawn_reflector(
             Api::<Service>::all(client.clone()),
             selected.clone(),
+            start,
             Reflect {
                 trim: trim_service,
                 resource: WatchedResource::Services,
@@ -145,6 +162,7 @@ impl ClusterView {
         let slices = spawn_reflector(
             Api::<EndpointSlice>::all(client.clone()),
             selected,
+            start,
             Reflect {
                 trim: trim_endpoint_slice,
                 resource: WatchedResource::EndpointSlices,
@@ -161,6 +179,7 @@ impl ClusterView {
             spawn_reflector(
                 Api::<Node>::all(client.clone()),
                 this_node,
+                start,
                 Reflect {
                     trim: trim_node,
                     resource: WatchedResource::Node,
@@ -268,11 +287,23 @@ impl ClusterView {
     }
 }
 
+/// When and how a reflector reads its initial state.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    delay: Duration,
+    streaming: bool,
+    streaming_limit: Duration,
+}
+
 /// Runs one reflector until the view is dropped: a kube-runtime watcher with the
 /// default backoff, trimmed, into an [`ObjectStore`]; every item is recorded in `health`.
+/// It starts after `start.delay`, with streaming lists when `start.streaming`, and
+/// falls back to cached lists for good (a new watcher, its store kept) when the API
+/// server does not end them ([`initial_list`]).
 fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
+    start: Start,
     reflect: Reflect<K>,
     health: Arc<ViewHealth>,
     changes: Arc<ChangeSignal>,
@@ -288,35 +319,60 @@ where
     } = reflect;
     let store = Arc::new(ObjectStore::default());
     let mut writer = StoreWriter::new(store.clone(), relevant);
-    let stream = watcher(api, config).default_backoff().modify(trim);
     tasks.push(tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
         let Some(health) = health.get(resource) else {
             return;
         };
-        // Never `?` or `try_for_each`: an error ends nothing, the watcher recovers on
-        // the next poll (after the backoff's delay).
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(event) => {
-                    let seen = Seen::of(&event);
-                    // The store first: once health says synced, the objects are there.
-                    let changed = writer.apply(event);
-                    health.on_event(seen);
-                    // Before the first complete list there is nothing to compare with:
-                    // the first scan waits for the sync, not for changes.
-                    if changed && health.lock().synced {
-                        changes.notify();
+        tokio::time::sleep(start.delay).await;
+        let mut initial = InitialList::new(start.streaming, start.streaming_limit);
+        'watchers: loop {
+            // kube-runtime's default backoff is client-go's reflector backoff: 0.8 s
+            // doubling to 30 s, each delay plus a random 0-100 % of itself (backon's
+            // jitter), reset after any success or 120 s without an error.
+            let stream = watcher(api.clone(), initial.mode().config(&config))
+                .default_backoff()
+                .modify(trim);
+            let mut stream = std::pin::pin!(stream);
+            // Never `?` or `try_for_each`: an error ends nothing, the watcher recovers on
+            // the next poll (after the backoff's delay).
+            loop {
+                let next = match initial.deadline() {
+                    Some(deadline) => tokio::time::timeout_at(deadline, stream.next()).await,
+                    None => Ok(stream.next().await),
+                };
+                let item = match next {
+                    Ok(Some(item)) => item,
+                    Ok(None) => break 'watchers,
+                    Err(_) => {
+                        log_fallback(resource, &initial.timed_out());
+                        continue 'watchers;
                     }
+                };
+                if let Some(why) = initial.observe(&item, Instant::now()) {
+                    log_fallback(resource, &why);
+                    continue 'watchers;
                 }
-                Err(error) => {
-                    let label = watcher_error_label(&error);
-                    if label == "gone" {
-                        tracing::info!(%resource, %error, "resource version expired; relisting");
-                    } else {
-                        tracing::warn!(%resource, %error, "watch failed; retrying with backoff");
+                match item {
+                    Ok(event) => {
+                        let seen = Seen::of(&event);
+                        // The store first: once health says synced, the objects are there.
+                        let changed = writer.apply(event);
+                        health.on_event(seen);
+                        // Before the first complete list there is nothing to compare with:
+                        // the first scan waits for the sync, not for changes.
+                        if changed && health.lock().synced {
+                            changes.notify();
+                        }
                     }
-                    health.lock().on_error(label, &error);
+                    Err(error) => {
+                        let label = watcher_error_label(&error);
+                        if label == "gone" {
+                            tracing::info!(%resource, %error, "resource version expired; relisting");
+                        } else {
+                            tracing::warn!(%resource, %error, "watch failed; retrying with backoff");
+                        }
+                        health.lock().on_error(label, &error);
+                    }
                 }
             }
         }
@@ -325,4 +381,20 @@ where
         health.lock().ended = true;
     }));
     store
+}
+
+/// Says once per reflector (it falls back only once) that it lists from the cache now.
+fn log_fallback(resource: WatchedResource, why: &Fallback) {
+    let mode = ListMode::Cached.as_str();
+    match why {
+        // An API server before Kubernetes 1.32 (or with WatchList off) answers so.
+        Fallback::Refused(_) => tracing::info!(
+            %resource, reason = %why,
+            "no streaming lists; reading with {mode}s (resourceVersion=0) from the API server's cache"
+        ),
+        Fallback::Unfinished | Fallback::TooLong(_) => tracing::warn!(
+            %resource, reason = %why,
+            "streaming list unfinished; reading with {mode}s (resourceVersion=0) from the API server's cache"
+        ),
+    }
 }

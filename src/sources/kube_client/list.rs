@@ -1,5 +1,12 @@
 //! One-shot lists of the cluster's objects, in pages, trimmed as each page arrives:
 //! for `scan`, `snapshot`, the squatters' pod names and the NodePort table.
+//!
+//! The Services, EndpointSlices and Node of a scan or snapshot are consistent reads
+//! (no `resourceVersion`): a person comparing the node's rules read now wants the state
+//! of now, not a watch cache that may lag behind it, and one run costs the API server
+//! little (since Kubernetes 1.31 it serves even these from its cache once the cache is
+//! current). The pods on this node are read from the cache (`resourceVersion=0`), as
+//! the kubelet reads them: etcd has no index on `spec.nodeName`, the watch cache has.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -212,7 +219,10 @@ fn sort_by_name<K: Resource>(objects: &mut [K]) {
 
 /// The pods scheduled on `node`, UID → `namespace/name`: what names the pod behind a
 /// squatter's cgroup. A field selector on `spec.nodeName` keeps it to this node, never a
-/// cluster-wide Pod list.
+/// cluster-wide Pod list, and `resourceVersion=0` has the watch cache answer it from its
+/// index on that field instead of etcd reading every pod. Without a `limit`: kube-core
+/// drops `resourceVersion=0` from a list that has one, and the cache serves such a list
+/// whole anyway (a server that pages it nevertheless is followed).
 pub async fn pods_on_node(
     client: Client,
     node: &str,
@@ -220,7 +230,7 @@ pub async fn pods_on_node(
 ) -> Result<HashMap<String, String>, WatchError> {
     let params = ListParams::default()
         .fields(&format!("spec.nodeName={node}"))
-        .limit(DEFAULT_PAGE_SIZE);
+        .match_any();
     let pods = tokio::time::timeout(
         timeout,
         list_all(Api::<Pod>::all(client), &params, trim_pod, WatchedResource::Pods),
