@@ -14,11 +14,14 @@
 #
 #   scripts/bench-api.sh                     # N=100 SERVICES=10000 ENDPOINTS=5
 #   N=10 SERVICES=1000 scripts/bench-api.sh
+#   STREAMING=0 scripts/bench-api.sh         # a server that refuses streaming lists (before 1.32)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 agents=${N:-100}
 services=${SERVICES:-10000}
 endpoints=${ENDPOINTS:-5}
+no_streaming=()
+[ "${STREAMING:-1}" = 0 ] && no_streaming=(--no-streaming-lists)
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -34,7 +37,7 @@ cargo build --release --quiet --example fake_apiserver --example watch_sync
 mkfifo "$work/control"
 target/release/examples/fake_apiserver --services "$services" --endpoints "$endpoints" \
   --nodes "$agents" --dir "$work" --bookmark-every 60 --traffic-report "$work/traffic.tsv" \
-  <"$work/control" 2>"$work/server.log" &
+  "${no_streaming[@]}" <"$work/control" 2>"$work/server.log" &
 server=$!
 pids+=("$server")
 exec 3>"$work/control"
