@@ -17,7 +17,10 @@ use crate::sources::kube_proxy_http::{
     DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS, HEALTHZ_TIMEOUT, HttpError, http_get,
 };
 use crate::sources::netlink::NetlinkLimits;
+use crate::sources::netlink::iptables::{ReadKind, read_rules_following};
+use crate::sources::netlink::kept::KeptFamily;
 use crate::sources::netlink::nftables::{ConstantMaps, read_tables_netlink, read_tables_netlink_keeping};
+use crate::sources::rule_changes::ChangeJournal;
 use crate::sources::tools::{ToolLimits, ToolOutcome, run_tool, stderr_notes};
 
 /// Where and how to read the live node.
@@ -99,6 +102,20 @@ pub struct LiveNode {
     /// Set by a reader that reads this node again and again (the agent): the constant
     /// anonymous maps of kube-proxy's nftables tables, kept between reads.
     constant_maps: Option<ConstantMaps>,
+    /// Set by the agent, which hears the kernel's change notifications: iptables-nft's
+    /// tables are kept between reads and only what changed is read again.
+    following: Option<Following>,
+}
+
+/// What a reader that follows the notifications keeps, per family (IPv4, IPv6).
+#[derive(Debug, Clone)]
+struct Following {
+    journal: ChangeJournal,
+    kept: [Option<KeptFamily>; 2],
+    /// The next read of each family is whole (the periodic safety net).
+    whole_next: [bool; 2],
+    /// Why the last read of each family was whole, if it was, for logging changes only.
+    last_whole: [Option<String>; 2],
 }
 
 /// The tool that prints each iptables dump of the bundle. Never `-t`: the legacy tools
@@ -118,6 +135,27 @@ impl LiveNode {
         LiveNode {
             config,
             constant_maps: None,
+            following: None,
+        }
+    }
+
+    /// Keeps iptables-nft's tables between reads and re-reads only the chains the
+    /// notifications `journal` gathers name (see [`read_rules_following`]).
+    pub fn following(mut self, journal: ChangeJournal) -> LiveNode {
+        self.following = Some(Following {
+            journal,
+            kept: [None, None],
+            whole_next: [false; 2],
+            last_whole: [None, None],
+        });
+        self
+    }
+
+    /// The next read of every table is whole, whatever the notifications say: the
+    /// safety net against a notification the kernel never sent.
+    pub fn read_whole_next(&mut self) {
+        if let Some(following) = self.following.as_mut() {
+            following.whole_next = [true; 2];
         }
     }
 
@@ -385,10 +423,55 @@ impl Source for LiveNode {
             return None;
         }
         let label = iptables_netlink_label(family);
-        Some(self.read_netlink(
-            |limits| crate::sources::netlink::iptables::read_rules_netlink(family, label, limits),
+        let Some(mut following) = self.following.take() else {
+            return Some(self.read_netlink(
+                |limits| crate::sources::netlink::iptables::read_rules_netlink(family, label, limits),
+                Option::is_some,
+            ));
+        };
+        let at = usize::from(family == Family::Ipv6);
+        let whole = std::mem::take(&mut following.whole_next[at]);
+        let mut kind = None;
+        let mut read = self.read_netlink(
+            |limits| {
+                let (value, bytes, how) = read_rules_following(
+                    family,
+                    label,
+                    limits,
+                    &following.journal,
+                    &mut following.kept[at],
+                    whole,
+                )?;
+                kind = Some(how);
+                Ok((value, bytes))
+            },
             Option::is_some,
-        ))
+        );
+        if let (Ok(fetched), Some(kind)) = (&mut read, kind) {
+            fetched.notes.push(match &kind {
+                ReadKind::Changed { chains, of } => format!(
+                    "read again only where the kernel announced changes: {chains} of {of} chains; the rest as last read"
+                ),
+                ReadKind::Whole(why) => format!("read whole: {why}"),
+            });
+            let why = match kind {
+                ReadKind::Whole(why) => Some(why),
+                ReadKind::Changed { .. } => None,
+            };
+            if why != following.last_whole[at] {
+                if let Some(why) = &why {
+                    tracing::info!(table = label, %why, "reading iptables-nft's tables whole");
+                } else {
+                    tracing::info!(
+                        table = label,
+                        "reading iptables-nft's tables again only where the kernel announced changes"
+                    );
+                }
+                following.last_whole[at] = why;
+            }
+        }
+        self.following = Some(following);
+        Some(read)
     }
 
     fn owners(&self, inodes: &std::collections::HashSet<u64>) -> Option<crate::sources::owners::Owners> {

@@ -14,6 +14,7 @@ use crate::heart::outcome::{API_SOURCE, ScanReport, SourceState, SourceStatus, r
 use crate::scan::input::{RuleCache, read_input_cached};
 use crate::sources::bundle::NF_TABLES_DUMPS;
 use crate::sources::live::LiveNode;
+use crate::sources::rule_changes::ChangeJournal;
 
 /// What the scan thread reads the node with, moved in and handed back each scan.
 pub(super) struct NodeReader {
@@ -25,18 +26,24 @@ pub(super) struct NodeReader {
     pub(super) desired: Option<(u64, DesiredState)>,
     /// With `--repair`: its history of findings lives as long as the agent.
     pub(super) repairer: Option<Repairer>,
-    /// When the nf_tables dumps were last read rather than reused.
-    pub(super) last_full_read: Option<Instant>,
+    /// When the nf_tables dumps were last read whole.
+    pub(super) last_whole_read: Option<Instant>,
 }
 
 impl NodeReader {
-    pub(super) fn new(config: &AgentConfig) -> NodeReader {
+    /// With the journal of the kernel's change notifications, iptables-nft's tables are
+    /// kept between reads and only what changed is read again.
+    pub(super) fn new(config: &AgentConfig, journal: Option<ChangeJournal>) -> NodeReader {
+        let mut live = LiveNode::new(config.live.clone()).keeping_constant_maps();
+        if let Some(journal) = journal {
+            live = live.following(journal);
+        }
         NodeReader {
-            live: LiveNode::new(config.live.clone()).keeping_constant_maps(),
+            live,
             cache: RuleCache::keeping(&NF_TABLES_DUMPS),
             desired: None,
             repairer: config.repair.clone().map(Repairer::new),
-            last_full_read: None,
+            last_whole_read: None,
         }
     }
 }

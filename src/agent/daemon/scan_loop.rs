@@ -31,8 +31,13 @@ pub(super) const MAX_DEFER: Duration = Duration::from_secs(10);
 /// Change-driven scans start at least this long after the previous scan ended, so a
 /// node whose rules churn constantly is not rescanned constantly.
 pub(super) const MIN_GAP: Duration = Duration::from_secs(5);
-/// Even without any announced change the nf_tables dumps are read again this often: the
-/// notifications are trusted, not blindly. Not more often: a large node's full read is
+/// Under churn, the gap is also at least this many times the last scan's length, so
+/// change-driven scanning takes at most about 1/(1 + COST_RATIO) of the agent's time
+/// (5%) however costly a scan is, up to `--interval`; it shrinks again as scans get
+/// cheaper or the node goes quiet.
+pub(super) const COST_RATIO: u32 = 20;
+/// Even without any announced change the nf_tables dumps are read again this often, and
+/// whole: the notifications are trusted, not blindly. Not more often: a large node's full read is
 /// costly enough to be most of the idle agent's cost.
 const FULL_READ_EVERY: Duration = Duration::from_secs(1800);
 
@@ -59,30 +64,43 @@ impl PendingChange {
     }
 
     /// When the scan for these changes is due: after each change's quiet time, but no
-    /// later than `MAX_DEFER` after the first, and never within `MIN_GAP` of the last
-    /// scan.
-    pub(super) fn due(&self, last_scan_end: Option<Instant>) -> Option<Instant> {
+    /// later than `MAX_DEFER` after the first, and never within `gap` of the end of the
+    /// last scan, whatever triggered it.
+    pub(super) fn due(&self, last_scan: Option<LastScan>) -> Option<Instant> {
         let (first, settled) = (self.first?, self.settled?);
         let due = settled.min(first + MAX_DEFER);
-        Some(match last_scan_end {
-            Some(end) => due.max(end + MIN_GAP),
+        Some(match last_scan {
+            Some(last) => due.max(last.end + last.gap),
             None => due,
         })
     }
 }
 
-/// Whether the next scan may reuse the last read of the nf_tables dumps: the kernel is
-/// announcing changes, has announced none since that read began, and it is recent.
-/// Marks the announcements seen, so that any arriving from now on (during the read)
-/// make the following scan read again.
-fn nf_tables_unchanged(rules: Option<&mut signal_watch::Receiver<u64>>, reader: &NodeReader) -> bool {
+/// When the last scan ended, and the gap the next change-driven scan keeps from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LastScan {
+    pub(super) end: Instant,
+    pub(super) gap: Duration,
+}
+
+impl LastScan {
+    /// After a scan that took `took`, with the agent's `interval`.
+    pub(super) fn new(end: Instant, took: Duration, interval: Duration) -> LastScan {
+        LastScan {
+            end,
+            gap: (took * COST_RATIO).clamp(MIN_GAP, interval.max(MIN_GAP)),
+        }
+    }
+}
+
+/// Whether the kernel is announcing changes and has announced none since the last read
+/// began. Marks the announcements seen, so that any arriving from now on (during the
+/// read) make the following scan read again.
+fn nf_tables_unchanged(rules: Option<&mut signal_watch::Receiver<u64>>) -> bool {
     let Some(rules) = rules else { return false };
     let unchanged = matches!(rules.has_changed(), Ok(false));
     rules.mark_unchanged();
     unchanged
-        && reader
-            .last_full_read
-            .is_some_and(|t| t.elapsed() < FULL_READ_EVERY)
 }
 
 pub(super) async fn scan_loop(
@@ -92,7 +110,6 @@ pub(super) async fn scan_loop(
     mut reporter: Option<KubeReporter>,
     stop: signal_watch::Receiver<bool>,
 ) {
-    let mut reader = Some(NodeReader::new(config));
     let mut known: BTreeMap<Key, Finding> = BTreeMap::new();
     let mut last_coverage: Option<Coverage> = None;
     let mut api_changes = view.changes();
@@ -103,11 +120,13 @@ pub(super) async fn scan_loop(
             None
         }
     };
+    let journal = rule_changes.as_ref().map(RuleChanges::journal);
+    let mut reader = Some(NodeReader::new(config, journal.clone()));
     let mut rule_counter = rule_changes.as_ref().map(RuleChanges::receiver);
     let mut rule_wake = rule_changes.as_ref().map(RuleChanges::receiver);
     let mut pending = PendingChange::default();
     let mut next_tick = Instant::now();
-    let mut last_scan_end: Option<Instant> = None;
+    let mut last_scan: Option<LastScan> = None;
     let mut waiting_logged = false;
     let mut last_summary: Option<Instant> = None;
     let mut scans: u64 = 0;
@@ -115,7 +134,7 @@ pub(super) async fn scan_loop(
     tokio::pin!(stop_fut);
     loop {
         let due = pending
-            .due(last_scan_end)
+            .due(last_scan)
             .map_or(next_tick, |change| change.min(next_tick));
         let trigger = tokio::select! {
             () = &mut stop_fut => return,
@@ -149,25 +168,30 @@ pub(super) async fn scan_loop(
         }
 
         let Some(mut node) = reader.take() else { return };
-        let reuse = nf_tables_unchanged(rule_counter.as_mut(), &node);
+        let whole_due = node
+            .last_whole_read
+            .is_none_or(|t| t.elapsed() >= FULL_READ_EVERY);
+        let reuse = nf_tables_unchanged(rule_counter.as_mut()) && !whole_due;
         node.cache.allow_reuse(if reuse { &NF_TABLES_DUMPS } else { &[] });
-        if !reuse {
-            node.last_full_read = Some(Instant::now());
+        if whole_due {
+            node.live.read_whole_next();
+            node.last_whole_read = Some(Instant::now());
         }
-        tracing::debug!(?trigger, reuse_nf_tables = reuse, "scanning");
+        tracing::debug!(?trigger, reuse_nf_tables = reuse, whole = whole_due, "scanning");
+        let started = Instant::now();
         let scan = scan_once(config, view, node);
         let joined = tokio::select! {
             () = &mut stop_fut => return,
             joined = scan => joined,
         };
-        last_scan_end = Some(Instant::now());
+        last_scan = Some(LastScan::new(Instant::now(), started.elapsed(), config.interval));
         next_tick = Instant::now() + config.interval;
         let (node, outcome) = match joined {
             Ok(pair) => pair,
             Err(e) => {
                 tracing::error!(error = %e, "the scan thread failed");
                 shared.metrics.scan_failed("node");
-                reader = Some(NodeReader::new(config));
+                reader = Some(NodeReader::new(config, journal.clone()));
                 continue;
             }
         };

@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use super::scan_loop::{MAX_DEFER, MIN_GAP, PendingChange, RULE_SETTLE, SETTLE};
+use super::scan_loop::{COST_RATIO, LastScan, MAX_DEFER, MIN_GAP, PendingChange, RULE_SETTLE, SETTLE};
 
 #[test]
 fn a_burst_of_changes_makes_one_scan_after_it_settles() {
@@ -37,10 +37,46 @@ fn a_change_stream_that_never_settles_still_gets_a_scan() {
 #[test]
 fn change_driven_scans_keep_a_minimum_gap() {
     let t0 = Instant::now();
+    let interval = Duration::from_secs(30);
+    // Whatever triggered the changes (API or kernel) and however often they come.
+    for settle in [SETTLE, RULE_SETTLE] {
+        let mut pending = PendingChange::default();
+        for i in 0..20 {
+            pending.note(t0 + Duration::from_millis(100 * i), settle);
+        }
+        let last = LastScan::new(t0, Duration::from_millis(50), interval);
+        assert_eq!(pending.due(Some(last)), Some(t0 + MIN_GAP));
+    }
+}
+
+#[test]
+fn the_gap_grows_with_what_a_scan_costs_up_to_the_interval_and_shrinks_again() {
+    let t0 = Instant::now();
+    let interval = Duration::from_secs(30);
+    let gap = |took: Duration| LastScan::new(t0, took, interval).gap;
+    assert_eq!(gap(Duration::from_millis(100)), MIN_GAP);
+    assert_eq!(
+        gap(Duration::from_millis(500)),
+        Duration::from_millis(500) * COST_RATIO
+    );
+    assert_eq!(gap(Duration::from_secs(3)), interval);
+    assert_eq!(
+        gap(Duration::from_millis(100)),
+        MIN_GAP,
+        "a cheap scan brings the gap back"
+    );
+    // An interval shorter than the minimum gap does not shrink it.
+    assert_eq!(
+        LastScan::new(t0, Duration::from_secs(1), Duration::from_secs(2)).gap,
+        MIN_GAP
+    );
     let mut pending = PendingChange::default();
     pending.note(t0, RULE_SETTLE);
-    let last_scan_end = t0;
-    assert_eq!(pending.due(Some(last_scan_end)), Some(t0 + MIN_GAP));
+    let costly = LastScan::new(t0, Duration::from_millis(700), interval);
+    assert_eq!(
+        pending.due(Some(costly)),
+        Some(t0 + Duration::from_millis(700) * COST_RATIO)
+    );
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! message is an error, never a panic.
 
 pub mod attrs;
+pub mod changes;
 pub mod iptables;
 pub mod message;
 pub mod nftables;

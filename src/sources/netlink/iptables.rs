@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::decode::iptables::{LineParser, SourceHint};
+use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::iptables::{
     ChainInfo, SAVE_FOOTER, TABLES, declare_chains, read_chain, render_rule, save_header,
 };
@@ -24,7 +25,9 @@ use crate::decode::netlink::{
 };
 use crate::heart::model::{Backend, Family, RuleSource};
 use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
+use crate::sources::netlink::kept::{BLOCK, KeptBlock, KeptFamily, KeptTable, Stale, update_table};
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
+use crate::sources::rule_changes::{ChangeJournal, Unnamed};
 
 /// How often a read is retried when the ruleset changed while it was read.
 const ATTEMPTS: u32 = 3;
@@ -53,7 +56,7 @@ pub fn read_rules_netlink(
             bytes: &extra_bytes,
             recording: None,
         };
-        match render_family(&mut conn, read, family, &mut |line| parser.line(line)) {
+        match render_family(&mut conn, read, family, &mut |line| parser.line(line), None) {
             Err(NetlinkError::Unstable(_)) => continue,
             Err(e) => return Err(e),
             Ok(()) if conn.generation()? == before => {
@@ -104,11 +107,9 @@ fn render_save_recorded(
         bytes: &bytes,
         recording,
     };
-    render_family(&mut conn, read, family, sink)
+    render_family(&mut conn, read, family, sink, None)
 }
 
-/// Chains per unit of work of the parallel readers.
-const BLOCK: usize = 128;
 /// How many blocks the readers may run ahead of the parser.
 const LOOKAHEAD: usize = 1024;
 /// How much text the readers may hold ahead of the parser. Generous because one chain
@@ -160,7 +161,9 @@ fn render_rules(
     table_attr: &[u8],
     chains: &[ChainInfo],
     sink: &mut dyn FnMut(&str),
+    mut keep: Option<&mut Vec<KeptBlock>>,
 ) -> Result<(), NetlinkError> {
+    let mut handed = 0;
     let plan = Plan {
         block: BLOCK,
         lookahead: LOOKAHEAD,
@@ -175,18 +178,27 @@ fn render_rules(
             render_chain(conn, family, table_attr, &chain.name, text)
         },
         &mut |text: &mut String| {
-            text.lines().for_each(&mut *sink);
+            // Blocks come in order, BLOCK chains each (all of them when they fit one).
+            let count = BLOCK.min(chains.len() - handed);
+            handed += count;
+            match keep.as_deref_mut() {
+                Some(blocks) if count > 0 => blocks.push(KeptBlock::pack(count, text)),
+                Some(_) => {}
+                None => text.lines().for_each(&mut *sink),
+            }
             text.clear();
             Ok(())
         },
     )
 }
 
+/// With `keep`, the tables are kept there instead of handed to `sink` line by line.
 fn render_family(
     conn: &mut Conn,
     readers: Readers<'_>,
     family: Family,
     sink: &mut dyn FnMut(&str),
+    mut keep: Option<&mut Vec<KeptTable>>,
 ) -> Result<(), NetlinkError> {
     let nfproto = nfproto(family);
     let mut present = Vec::new();
@@ -224,9 +236,195 @@ fn render_family(
         declare_chains(table, &mut chains, sink)?;
         let mut table_attr = table.as_bytes().to_vec();
         table_attr.push(0);
-        render_rules(conn, readers, family, &table_attr, &chains, sink)?;
+        match keep.as_deref_mut() {
+            Some(tables) => {
+                let mut blocks = Vec::new();
+                render_rules(
+                    conn,
+                    readers,
+                    family,
+                    &table_attr,
+                    &chains,
+                    sink,
+                    Some(&mut blocks),
+                )?;
+                tables.push(KeptTable {
+                    name: table,
+                    chains,
+                    blocks,
+                });
+            }
+            None => render_rules(conn, readers, family, &table_attr, &chains, sink, None)?,
+        }
         sink("COMMIT");
     }
     sink(SAVE_FOOTER);
     Ok(())
+}
+
+/// How a following read ([`read_rules_following`]) read the tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadKind {
+    /// Every chain, and why (no earlier read kept, the periodic whole read, or why the
+    /// notifications could not say what changed).
+    Whole(String),
+    /// Only the blocks of chains the notifications named: this many chains of the total.
+    Changed { chains: usize, of: usize },
+}
+
+/// [`read_rules_netlink`] for a reader that reads the same tables again and again: it
+/// keeps what it read in `kept`, and when the notifications in `journal` name what
+/// changed since, re-reads only those chains (with their block's neighbours). The
+/// result is the same as a whole read's, line for line; `whole` forces one.
+pub fn read_rules_following(
+    family: Family,
+    origin: &str,
+    limits: NetlinkLimits,
+    journal: &ChangeJournal,
+    kept: &mut Option<KeptFamily>,
+    whole: bool,
+) -> Result<(Option<RuleSource>, u64, ReadKind), NetlinkError> {
+    let deadline = Instant::now() + limits.timeout;
+    let mut conn = Conn::open(limits, deadline, None)?;
+    let extra_bytes = AtomicU64::new(0);
+    let readers = Readers {
+        limits,
+        deadline,
+        bytes: &extra_bytes,
+        recording: None,
+    };
+    let nfproto = nfproto(family);
+    // Taken out: a read that fails keeps nothing, and the next reads whole.
+    let mut state = if whole { None } else { kept.take() };
+    let mut why = match (&state, whole) {
+        (_, true) => Some("the periodic whole read".to_string()),
+        (None, false) => Some("no earlier read kept".to_string()),
+        (Some(_), false) => None,
+    };
+    let mut lost_seen = state.as_ref().map_or_else(|| journal.lost(), |s| s.lost_seen);
+    // What the notifications named, over every attempt: an attempt cut short by a
+    // commit re-reads all of it, so nothing read before that commit is left unread.
+    let mut named: Vec<(String, TableChanges)> = Vec::new();
+    let mut keepable = true;
+    let mut chains_read = 0;
+    for _ in 0..ATTEMPTS {
+        let before = conn.generation()?;
+        match journal.take(before, nfproto, &TABLES, &mut lost_seen) {
+            Ok(taken) => merge_named(&mut named, taken),
+            Err(unnamed) => {
+                // Whatever was read is read again whole; a listener that is behind or
+                // gone cannot vouch for the next read either.
+                state = None;
+                why = Some(unnamed.as_str().to_string());
+                keepable = unnamed == Unnamed::Lost;
+            }
+        }
+        if let Some(kept_state) = state.as_mut() {
+            match update_family(&mut conn, family, kept_state, &named) {
+                Ok(read) => chains_read += read,
+                Err(Stale::Whole(reason)) => {
+                    state = None;
+                    why = Some(reason);
+                }
+                Err(Stale::Failed(NetlinkError::Unstable(_))) => {
+                    state = None;
+                    continue;
+                }
+                Err(Stale::Failed(e)) => return Err(e),
+            }
+        }
+        if state.is_none() {
+            let mut tables = Vec::new();
+            match render_family(&mut conn, readers, family, &mut |_| {}, Some(&mut tables)) {
+                Err(NetlinkError::Unstable(_)) => continue,
+                Err(e) => return Err(e),
+                Ok(()) => {}
+            }
+            state = Some(KeptFamily {
+                generation: before,
+                lost_seen,
+                tables,
+            });
+        }
+        if conn.generation()? != before {
+            continue;
+        }
+        let Some(mut done) = state.take() else { continue };
+        done.generation = before;
+        done.lost_seen = lost_seen;
+        let hint = SourceHint {
+            backend: Some(Backend::IptablesNft),
+            family: Some(family),
+        };
+        let mut parser = LineParser::new(origin, hint);
+        done.render_lines(family, &mut |line| parser.line(line))?;
+        let parsed = (parser.lines() > 0).then(|| parser.finish());
+        let kind = match why {
+            Some(why) => ReadKind::Whole(why),
+            None => ReadKind::Changed {
+                chains: chains_read,
+                of: done.tables.iter().map(|t| t.chains.len()).sum(),
+            },
+        };
+        if keepable {
+            *kept = Some(done);
+        }
+        return Ok((parsed, conn.bytes + extra_bytes.load(Ordering::Relaxed), kind));
+    }
+    Err(NetlinkError::Unstable(ATTEMPTS))
+}
+
+fn merge_named(named: &mut Vec<(String, TableChanges)>, taken: Vec<(String, TableChanges)>) {
+    for (table, changes) in taken {
+        match named.iter_mut().find(|(t, _)| *t == table) {
+            Some((_, have)) => have.merge(changes),
+            None => named.push((table, changes)),
+        }
+    }
+}
+
+/// Brings the kept tables of one family up to date with what the notifications named.
+fn update_family(
+    conn: &mut Conn,
+    family: Family,
+    kept: &mut KeptFamily,
+    named: &[(String, TableChanges)],
+) -> Result<usize, Stale> {
+    if let Some((table, _)) = named
+        .iter()
+        .find(|(t, _)| !kept.tables.iter().any(|k| k.name == t.as_str()))
+    {
+        return Err(Stale::Whole(format!("table {table} was created")));
+    }
+    let nfproto = nfproto(family);
+    let mut fresh: Option<Vec<(String, ChainInfo)>> = None;
+    if named.iter().any(|(_, c)| c.chain_list && !c.whole) {
+        let mut list = Vec::new();
+        conn.exchange("the chains", NFT_MSG_GETCHAIN, true, nfproto, &[], |attrs| {
+            list.push(read_chain(attrs)?);
+            Ok(())
+        })?;
+        fresh = Some(list);
+    }
+    let mut read = 0;
+    for table in &mut kept.tables {
+        let Some((_, changes)) = named.iter().find(|(t, _)| t.as_str() == table.name) else {
+            continue;
+        };
+        let list = match (&fresh, changes.chain_list) {
+            (Some(all), true) => Some(
+                all.iter()
+                    .filter(|(t, _)| t.as_str() == table.name)
+                    .map(|(_, c)| c.clone())
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let mut table_attr = table.name.as_bytes().to_vec();
+        table_attr.push(0);
+        read += update_table(table, list, changes, &mut |chain, out| {
+            render_chain(conn, family, &table_attr, chain, out)
+        })?;
+    }
+    Ok(read)
 }

@@ -20,6 +20,7 @@ use crate::decode::netlink::{
 
 pub(crate) mod blocks;
 pub mod iptables;
+pub mod kept;
 pub mod nftables;
 
 /// Why the tables could not be read over netlink (the caller falls back to the dump tool).

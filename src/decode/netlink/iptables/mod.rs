@@ -26,6 +26,7 @@ use super::{
 };
 use crate::heart::model::Family;
 
+const NFTA_CHAIN_HANDLE: u16 = 2;
 const NFTA_CHAIN_HOOK: u16 = 4;
 const NFTA_CHAIN_POLICY: u16 = 5;
 const NFTA_CHAIN_COUNTERS: u16 = 8;
@@ -46,9 +47,11 @@ const HOOKS: usize = 5;
 pub const SAVE_FOOTER: &str = "# Completed";
 
 /// A chain as its declaration line needs it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ChainInfo {
     pub name: String,
+    /// The kernel's handle: it stays with the chain when the chain is renamed.
+    pub handle: u64,
     hook: Option<u32>,
     policy: Option<u32>,
     packets: u64,
@@ -81,6 +84,7 @@ pub fn read_chain(attrs: &[u8]) -> Result<(String, ChainInfo), DecodeError> {
             NFTA_CHAIN_TABLE => table = name(value)?.to_string(),
             NFTA_CHAIN_NAME => chain.name = name(value)?.to_string(),
             NFTA_CHAIN_POLICY => chain.policy = Some(be32(value)?),
+            NFTA_CHAIN_HANDLE => chain.handle = be64(value)?,
             NFTA_CHAIN_HOOK => {
                 for hook in Attrs::new(value) {
                     if let (NFTA_HOOK_HOOKNUM, v) = hook? {
@@ -103,6 +107,17 @@ pub fn read_chain(attrs: &[u8]) -> Result<(String, ChainInfo), DecodeError> {
     Ok((table, chain))
 }
 
+/// The order the tool prints a table's chains in: base chains in hook order, then the
+/// others by name.
+pub fn chain_order(a: &ChainInfo, b: &ChainInfo) -> std::cmp::Ordering {
+    match (a.hook, b.hook) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.name.as_bytes().cmp(b.name.as_bytes()),
+    }
+}
+
 /// Sorts a table's chains as the tool prints them (base chains in hook order, then the
 /// others by name) and hands `*TABLE` and each chain's declaration to `sink`.
 pub fn declare_chains(
@@ -110,12 +125,7 @@ pub fn declare_chains(
     chains: &mut [ChainInfo],
     sink: &mut dyn FnMut(&str),
 ) -> Result<(), DecodeError> {
-    chains.sort_by(|a, b| match (a.hook, b.hook) {
-        (Some(x), Some(y)) => x.cmp(&y),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => a.name.as_bytes().cmp(b.name.as_bytes()),
-    });
+    chains.sort_by(chain_order);
     if chains.iter().filter(|c| c.hook.is_some()).count() > HOOKS {
         return Err(DecodeError::Unsupported(format!(
             "table {table} has more base chains than iptables-nft makes"

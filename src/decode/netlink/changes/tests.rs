@@ -1,0 +1,112 @@
+use super::*;
+
+/// One nf_tables message as the kernel multicasts it: header, nfgenmsg, attributes.
+fn message(kind: u8, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    buf.extend_from_slice(&((10u16 << 8) | u16::from(kind)).to_ne_bytes());
+    buf.extend_from_slice(&0u16.to_ne_bytes());
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    buf.extend_from_slice(&[family, 0, 0, 0]);
+    for (kind, value) in attrs {
+        let len = 4 + value.len();
+        buf.extend_from_slice(&(len as u16).to_ne_bytes());
+        buf.extend_from_slice(&kind.to_ne_bytes());
+        buf.extend_from_slice(value);
+        buf.resize(buf.len() + (super::super::align4(len) - len), 0);
+    }
+    let total = buf.len() as u32;
+    buf[..4].copy_from_slice(&total.to_ne_bytes());
+    buf
+}
+
+fn cstr(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+fn rule(kind: u8, family: u8, table: &str, chain: &str) -> Vec<u8> {
+    message(kind, family, &[(1, &cstr(table)), (2, &cstr(chain))])
+}
+
+#[test]
+fn rule_changes_name_their_chain_and_a_commit_its_generation() {
+    let mut datagram = rule(NFT_MSG_DELRULE, 2, "nat", "KUBE-NODEPORTS");
+    datagram.extend(rule(NFT_MSG_NEWRULE, 2, "nat", "KUBE-NODEPORTS"));
+    datagram.extend(rule(NFT_MSG_NEWRULE, 2, "nat", "KUBE-SEP-ABC"));
+    datagram.extend(rule(NFT_MSG_NEWRULE, 10, "nat", "KUBE-NODEPORTS"));
+    datagram.extend(message(NFT_MSG_NEWGEN, 0, &[(1, &7u32.to_be_bytes())]));
+    let mut changes = Changes::default();
+    changes.note_datagram(&datagram);
+    assert_eq!(changes.generation(), Some(7));
+    assert_eq!(changes.unplaced(), 0);
+    assert!(changes.any(2, &["nat"]));
+    assert!(!changes.any(2, &["filter"]));
+    let taken = changes.take(2, &["nat", "filter"]);
+    assert_eq!(taken.len(), 1);
+    let (table, nat) = &taken[0];
+    assert_eq!(table, "nat");
+    assert!(!nat.whole && !nat.chain_list);
+    let mut chains: Vec<&str> = nat.chains.iter().map(|c| &**c).collect();
+    chains.sort();
+    assert_eq!(chains, ["KUBE-NODEPORTS", "KUBE-SEP-ABC"]);
+    // IPv6's change is left for its own reader, and taken once only.
+    assert!(changes.take(2, &["nat"]).is_empty());
+    assert_eq!(changes.take(10, &["nat"]).len(), 1);
+}
+
+#[test]
+fn chains_sets_and_tables_mark_what_must_be_read_again() {
+    let mut changes = Changes::default();
+    let mut datagram = message(
+        NFT_MSG_NEWCHAIN,
+        2,
+        &[(1, &cstr("nat")), (3, &cstr("KUBE-SEP-NEW"))],
+    );
+    datagram.extend(message(
+        NFT_MSG_NEWSETELEM,
+        2,
+        &[(1, &cstr("kube-proxy")), (2, &cstr("service-nodeports"))],
+    ));
+    datagram.extend(message(NFT_MSG_DELTABLE, 2, &[(1, &cstr("mangle"))]));
+    datagram.extend(message(NFT_MSG_NEWOBJ, 2, &[(1, &cstr("filter"))]));
+    changes.note_datagram(&datagram);
+    let nat = changes.take(2, &["nat"]).remove(0).1;
+    assert!(nat.chain_list && nat.chains.contains("KUBE-SEP-NEW"));
+    let kp = changes.take(2, &["kube-proxy"]).remove(0).1;
+    assert!(kp.sets.contains("service-nodeports") && kp.chains.is_empty());
+    assert!(changes.take(2, &["mangle"]).remove(0).1.whole);
+    assert!(changes.take(2, &["filter"]).remove(0).1.other);
+}
+
+#[test]
+fn what_cannot_be_placed_is_counted_and_an_unknown_kind_reads_its_table_whole() {
+    let mut changes = Changes::default();
+    // A rule message without its table, and a message cut short.
+    let mut datagram = message(NFT_MSG_NEWRULE, 2, &[(2, &cstr("KUBE-NODEPORTS"))]);
+    datagram.extend_from_slice(&[40, 0, 0, 0, 6, 10]);
+    changes.note_datagram(&datagram);
+    assert_eq!(changes.unplaced(), 2);
+    changes.note_datagram(&message(99, 2, &[(1, &cstr("nat"))]));
+    assert!(changes.take(2, &["nat"]).remove(0).1.whole);
+}
+
+#[test]
+fn too_many_changed_chains_read_the_table_whole_and_merging_keeps_both() {
+    let mut many = TableChanges::default();
+    for i in 0..=MAX_NAMED {
+        TableChanges::note_name(&mut many.chains, &mut many.whole, &format!("KUBE-SEP-{i}"));
+    }
+    assert!(many.whole && many.chains.is_empty());
+    let mut a = TableChanges::default();
+    a.chains.insert("A".into());
+    let mut b = TableChanges {
+        chain_list: true,
+        ..TableChanges::default()
+    };
+    b.chains.insert("B".into());
+    a.merge(b);
+    assert!(a.chain_list && a.chains.len() == 2);
+}
