@@ -1770,6 +1770,21 @@ fn bad_request(message: &str) -> Response<Body> {
     )
 }
 
+/// The body of a `PATCH` as a JSON object, and whether it is a strategic merge patch
+/// (else a merge patch); the `415` or `400` the API server answers otherwise.
+fn parse_patch(content_type: Option<&str>, body: &[u8]) -> Result<(Value, bool), Box<Response<Body>>> {
+    let strategic = match media_type(content_type) {
+        "application/strategic-merge-patch+json" => true,
+        "application/merge-patch+json" => false,
+        _ => return Err(Box::new(unsupported_media_type(content_type))),
+    };
+    match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => Ok((value, strategic)),
+        Ok(_) => Err(Box::new(bad_request("the patch is not an object"))),
+        Err(e) => Err(Box::new(bad_request(&format!("the patch is not JSON: {e}")))),
+    }
+}
+
 /// `POST` of an Event into `namespace`.
 fn create_event(
     shared: &Shared,
@@ -1944,15 +1959,9 @@ fn patch_event(
     content_type: Option<&str>,
     body: &[u8],
 ) -> Response<Body> {
-    let strategic = match media_type(content_type) {
-        "application/strategic-merge-patch+json" => true,
-        "application/merge-patch+json" => false,
-        _ => return unsupported_media_type(content_type),
-    };
-    let patch: Value = match serde_json::from_slice(body) {
-        Ok(value @ Value::Object(_)) => value,
-        Ok(_) => return bad_request("the patch is not an object"),
-        Err(e) => return bad_request(&format!("the patch is not JSON: {e}")),
+    let (patch, strategic) = match parse_patch(content_type, body) {
+        Ok(parsed) => parsed,
+        Err(answer) => return *answer,
     };
     let mut state = lock(&shared.state);
     let key = (namespace.to_string(), name.to_string());
@@ -2016,15 +2025,9 @@ fn invalid(kind: Kind, name: &str, problems: &[(String, String)]) -> Response<Bo
 
 /// `PATCH nodes/<name>/status`: only `status` changes, as the status subresource does.
 fn patch_node_status(shared: &Shared, name: &str, content_type: Option<&str>, body: &[u8]) -> Response<Body> {
-    let strategic = match media_type(content_type) {
-        "application/strategic-merge-patch+json" => true,
-        "application/merge-patch+json" => false,
-        _ => return unsupported_media_type(content_type),
-    };
-    let patch: Value = match serde_json::from_slice(body) {
-        Ok(value @ Value::Object(_)) => value,
-        Ok(_) => return bad_request("the patch is not an object"),
-        Err(e) => return bad_request(&format!("the patch is not JSON: {e}")),
+    let (patch, strategic) = match parse_patch(content_type, body) {
+        Ok(parsed) => parsed,
+        Err(answer) => return *answer,
     };
     let mut state = lock(&shared.state);
     let key = (String::new(), name.to_string());
