@@ -14,8 +14,8 @@
 //! NODE@IP:PORT` it also serves a portdrift agent's Pod on NODE (namespace `portdrift`,
 //! label `app.kubernetes.io/name=portdrift`), Running and Ready, whose pod-proxy path
 //! forwards to IP:PORT. It serves streaming lists unless `--no-streaming-lists`;
-//! `--request-log FILE`, `--traffic-report FILE` and `--bytes-log FILE` write, when it
-//! stops, what it was asked and the bytes it served.
+//! `--request-log FILE` and `--traffic-report FILE` write, when it stops, what it was
+//! asked and the bytes it served.
 
 use std::path::PathBuf;
 
@@ -77,10 +77,6 @@ struct Args {
     /// servers before Kubernetes 1.32 do by default), so that clients list instead.
     #[arg(long)]
     no_streaming_lists: bool,
-    /// When it stops (stdin closed), write the bytes of lists and watch events it
-    /// served, one `KIND BYTES` a line (`Service`, `EndpointSlice`, `Node`).
-    #[arg(long)]
-    bytes_log: Option<PathBuf>,
 }
 
 /// A DaemonSet pod of the agent, as the API server stores it (running and ready, with
@@ -128,7 +124,6 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let request_log = args.request_log.clone();
     let traffic_report = args.traffic_report.clone();
-    let bytes_log = args.bytes_log.clone();
     let server = serve(args).await?;
     if let Some(path) = request_log {
         let mut text = server.requests_with_methods().join("\n");
@@ -141,18 +136,6 @@ async fn main() -> anyhow::Result<()> {
             .into_iter()
             .map(|t| format!("{}\t{}\t{}\t{}\n", t.phase, t.signature, t.requests, t.bytes));
         std::fs::write(path, lines.collect::<String>())?;
-    }
-    if let Some(path) = bytes_log {
-        use fake_apiserver::Kind;
-        let text: String = [
-            ("Service", Kind::Service),
-            ("EndpointSlice", Kind::EndpointSlice),
-            ("Node", Kind::Node),
-        ]
-        .iter()
-        .map(|(name, kind)| format!("{name} {}\n", server.bytes_served(*kind)))
-        .collect();
-        std::fs::write(path, text)?;
     }
     Ok(())
 }

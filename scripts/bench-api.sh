@@ -17,35 +17,26 @@
 #   STREAMING=0 scripts/bench-api.sh         # a server that refuses streaming lists (before 1.32)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench-common.sh
+source scripts/lib/bench-common.sh
 agents=${N:-100}
 services=${SERVICES:-10000}
 endpoints=${ENDPOINTS:-5}
 no_streaming=()
 [ "${STREAMING:-1}" = 0 ] && no_streaming=(--no-streaming-lists)
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_scratch
 
 cargo build --release --quiet --example fake_apiserver --example watch_sync
 
 # The server reads control lines on its stdin (a FIFO held open on fd 3); when fd 3 is
 # closed it writes the traffic report and exits.
 mkfifo "$work/control"
-target/release/examples/fake_apiserver --services "$services" --endpoints "$endpoints" \
+bench_start_apiserver "$work/control" "$work/server.log" --services "$services" --endpoints "$endpoints" \
   --nodes "$agents" --dir "$work" --bookmark-every 60 --traffic-report "$work/traffic.tsv" \
-  "${no_streaming[@]}" <"$work/control" 2>"$work/server.log" &
-server=$!
-pids+=("$server")
+  "${no_streaming[@]}"
+server=$apiserver_pid
 exec 3>"$work/control"
-for _ in $(seq 1200); do
-  [ -f "$work/kubeconfig" ] && break
-  sleep 0.1
-done
-[ -f "$work/kubeconfig" ] || { cat "$work/server.log" >&2; echo "the fake API server did not start" >&2; exit 1; }
+bench_await_apiserver "$work" 1200 "$work/server.log"
 
 /usr/bin/time -v target/release/examples/watch_sync --kubeconfig "$work/kubeconfig" \
   --agents "$agents" --relist --synced-file "$work/synced" >"$work/agents.json" 2>"$work/time.txt" &

@@ -14,6 +14,8 @@
 #   then also keeps the constant verdict maps between reads)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench-common.sh
+source scripts/lib/bench-common.sh
 services=${1:-10000}
 window=${2:-120}
 mode=${MODE:-iptables-nft}
@@ -25,42 +27,28 @@ if [[ ${1:-} == --inside ]]; then
     nft -f "$work/node/kube-proxy.nft"
     echo "loaded $(wc -l <"$work/node/kube-proxy.nft") lines of kube-proxy's nftables tables"
   else
-    grep -o -- '--nfacct-name  *[^ ]*' "$work/node/iptables-nft-save.txt" | awk '{print $2}' | sort -u |
-      while read -r name; do nfacct add "$name"; done
-    iptables-nft-restore <"$work/node/iptables-nft-save.txt"
+    bench_restore_iptables_nft "$work/node/iptables-nft-save.txt"
     echo "loaded $(wc -l <"$work/node/iptables-nft-save.txt") iptables-nft lines"
   fi
-  mkdir -p "$work/api"
-  # The fake API server serves until its stdin closes.
-  (sleep $((window + 300)) | target/release/examples/fake_apiserver \
-    --objects "$work/node/cluster.json" --dir "$work/api" 2>"$work/api/log") &
-  for _ in $(seq 600); do [[ -f $work/api/kubeconfig ]] && break; sleep 0.1; done
-  [[ -f $work/api/kubeconfig ]] || { echo "the fake API server did not start" >&2; exit 1; }
-  /usr/bin/time -o "$work/time" -f "%U %S %M" \
-    target/release/portdrift run --node worker-1 \
-    --listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
-    --kube-proxy-healthz off --startup-jitter 0s --nodeport-range 20000-32767 2>"$work/agent.log" &
-  timer=$!
+  bench_serve_node_cluster "$work" $((window + 300))
+  bench_start_agent "$work" /usr/bin/time -o "$work/time" -f "%U %S %M"
+  timer=$agent_job
   started=$(date +%s)
-  # Start-up: the initial API list and the first full read of the rules.
-  until [ "$(curl -s 127.0.0.1:9741/metrics | awk '/^portdrift_scans_total/ {print $2}')" -ge 1 ] 2>/dev/null; do
-    sleep 1
-  done
+  bench_await_first_scan
   startup=$(( $(date +%s) - started ))
   agent=$(pgrep -P "$timer" -x portdrift)
   # Let what the start-up freed be returned, then measure the idle agent: the CPU the
   # kernel accounts to it and its waited-for children (utime, stime, cutime, cstime of
   # /proc/PID/stat, in clock ticks) across the window, and its resident size each second.
   sleep 15
-  ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$agent/stat"; }
-  t0=$(ticks)
+  t0=$(bench_cpu_ticks "$agent")
   idle_max=0
   for _ in $(seq "$window"); do
     rss=$(awk '/^VmRSS/ {print $2}' "/proc/$agent/status")
     (( rss > idle_max )) && idle_max=$rss
     sleep 1
   done
-  t1=$(ticks)
+  t1=$(bench_cpu_ticks "$agent")
   peak=$(awk '/^VmHWM/ {print $2}' "/proc/$agent/status")
   resting=$(awk '/^VmRSS/ {print $2}' "/proc/$agent/status")
   curl -s 127.0.0.1:9741/metrics >"$work/metrics.txt"
@@ -76,11 +64,9 @@ if [[ ${1:-} == --inside ]]; then
   exit 0
 fi
 
-[[ $(id -u) -eq 0 ]] || { echo "bench-idle: needs root (it creates a network namespace)" >&2; exit 2; }
-command -v bc >/dev/null || { echo "bench-idle: needs bc" >&2; exit 2; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+bench_require_root_and_bc bench-idle
+bench_scratch
 cargo build --release --quiet --bin portdrift --example synth_node --example fake_apiserver
 target/release/examples/synth_node --services "$services" --out "$work/node"
-echo "node: $services Services, $mode mode; $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+echo "node: $services Services, $mode mode; $(bench_machine)"
 unshare -n bash "$0" --inside "$work" "$window" "$mode"

@@ -26,16 +26,12 @@
 #   scripts/bench-watch.sh [SERVICES] [ENDPOINTS_PER_SERVICE] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench-common.sh
+source scripts/lib/bench-common.sh
 services=${1:-10000}
 endpoints=${2:-5}
 runs=${3:-3}
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_scratch
 
 cargo build --release --quiet --example fake_apiserver --example watch_sync
 
@@ -46,17 +42,10 @@ serve() {
   shift
   mkdir -p "$dir"
   mkfifo "$dir/stdin"
-  target/release/examples/fake_apiserver --services "$services" --endpoints "$endpoints" --dir "$dir" "$@" \
-    <"$dir/stdin" 2>/dev/null &
-  pids+=($!)
+  bench_start_apiserver "$dir/stdin" /dev/null --services "$services" --endpoints "$endpoints" --dir "$dir" "$@"
   sleep 1000000 >"$dir/stdin" &
   pids+=($!)
-  for _ in $(seq 600); do
-    [ -f "$dir/kubeconfig" ] && return 0
-    sleep 0.1
-  done
-  echo "the fake API server did not start" >&2
-  exit 1
+  bench_await_apiserver "$dir" 600
 }
 
 # Runs watch_sync against DIR's server RUNS times: its figures, wall time, peak RSS.

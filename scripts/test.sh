@@ -63,6 +63,6 @@ cargo clippy --all-targets --locked -- -D warnings
 echo "== dependency policy (deps-policy.toml)"
 python3 scripts/check-deps.py
 echo "== shellcheck"
-shellcheck -S warning scripts/*.sh .ci/run
+shellcheck -S warning scripts/*.sh scripts/lib/*.sh .ci/run
 echo "== cargo test"
 cargo test --locked

@@ -590,23 +590,34 @@ fn series_config(every: Duration, window: Duration) -> ReportConfig {
     )
 }
 
+/// A reporter started on `server` with `config` that has reported `f` and seen its
+/// Event sent: the reporter, its metrics and the Event's name.
+async fn first_event(
+    server: &FakeApiServer,
+    config: ReportConfig,
+    f: &Finding,
+) -> (KubeReporter, ReportMetrics, String) {
+    let (mut reporter, metrics) = start(server, config);
+    reporter.after_scan(std::slice::from_ref(f));
+    eventually("the Event", Duration::from_secs(10), || {
+        metrics.events("sent") == 1
+    })
+    .await;
+    let name = events(server)[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (reporter, metrics, name)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persisting_finding_has_its_events_series_patched_not_a_new_event() {
     scenario(async {
         let server = server().await;
         let every = Duration::from_secs(1);
         let window = Duration::from_secs(2);
-        let (mut reporter, metrics) = start(&server, series_config(every, window));
         let f = stale_endpoint();
-        reporter.after_scan(std::slice::from_ref(&f));
-        eventually("the Event", Duration::from_secs(10), || {
-            metrics.events("sent") == 1
-        })
-        .await;
-        let name = events(&server)[0]["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let (mut reporter, metrics, name) = first_event(&server, series_config(every, window), &f).await;
 
         // Still there a series period later: a patch of the series, counting the scans.
         tokio::time::sleep(every + Duration::from_millis(100)).await;
@@ -667,18 +678,10 @@ async fn an_event_gone_before_its_series_is_written_is_created_again_with_it() {
     scenario(async {
         let server = server().await;
         let every = Duration::from_millis(500);
-        let (mut reporter, metrics) = start(&server, series_config(every, Duration::from_secs(60)));
         let f = stale_endpoint();
-        reporter.after_scan(std::slice::from_ref(&f));
-        eventually("the Event", Duration::from_secs(10), || {
-            metrics.events("sent") == 1
-        })
-        .await;
+        let config = series_config(every, Duration::from_secs(60));
+        let (mut reporter, metrics, name) = first_event(&server, config, &f).await;
         // Its TTL passed (the API server's --event-ttl, 1 hour by default).
-        let name = events(&server)[0]["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .to_string();
         assert!(server.delete::<Event>(Some("shop"), &name));
         tokio::time::sleep(every + Duration::from_millis(100)).await;
         reporter.after_scan(&[f]);
@@ -705,16 +708,8 @@ async fn an_event_gone_before_its_series_is_written_is_created_again_with_it() {
 async fn the_fake_refuses_the_event_patches_the_api_server_refuses() {
     scenario(async {
         let server = server().await;
-        let (mut reporter, metrics) = start(&server, events_only(10));
-        reporter.after_scan(&[stale_endpoint()]);
-        eventually("the Event", Duration::from_secs(10), || {
-            metrics.events("sent") == 1
-        })
-        .await;
-        let name = events(&server)[0]["metadata"]["name"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        // Bound, not `_`: the reporter keeps running to the end of the test.
+        let (_reporter, _metrics, name) = first_event(&server, events_only(10), &stale_endpoint()).await;
         let client = kube_client(server.config()).unwrap();
         let api: Api<Event> = Api::namespaced(client, "shop");
         let params = kube::api::PatchParams::default();

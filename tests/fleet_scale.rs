@@ -87,14 +87,9 @@ impl Agents {
             let _ = stream.set_zero_linger();
             return;
         }
-        let mut request = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => request.extend_from_slice(&buf[..n]),
-            }
-        }
+        let Some(request) = support::read_request_head(&mut stream).await else {
+            return;
+        };
         self.requests.fetch_add(1, Ordering::SeqCst);
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -110,7 +105,10 @@ impl Agents {
                 let _ = stream.write_all(b"HTTP/1.0 404 Not Found\r\n\r\n").await;
             }
             // Until the caller gives up (the proxy closes the connection).
-            _ => while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {},
+            _ => {
+                let mut buf = [0u8; 1024];
+                while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+            }
         }
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
@@ -275,6 +273,22 @@ async fn run_fleet(server: &FakeApiServer, agents: &Agents, extra: &[&str]) -> (
     (out.status.code().expect("an exit status"), view, took)
 }
 
+/// `portdrift fleet --timeout 2s EXTRA...` in text: its exit status and what it printed.
+async fn run_fleet_text(server: &FakeApiServer, extra: &[&str]) -> (Option<i32>, String) {
+    let scratch = TempDir::new().unwrap();
+    let kubeconfig = server.write_kubeconfig(scratch.path());
+    let out = tokio::process::Command::new(PORTDRIFT)
+        .args(["fleet", "--timeout", "2s"])
+        .args(extra)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code(), text)
+}
+
 /// The pods asked through the pod proxy, and the other requests, as the server saw them.
 fn split_requests(server: &FakeApiServer) -> (BTreeSet<String>, Vec<String>) {
     let mut proxied = BTreeSet::new();
@@ -351,19 +365,33 @@ fn assert_two_lists(other: &[String]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_node() {
-    let n = 1000;
-    let (server, agents) = fleet(n).await;
-    let (code, view, took) = run_fleet(&server, &agents, &["--concurrency", "8"]).await;
-    let (proxied, other) = split_requests(&server);
+/// `portdrift fleet` with `extra` over the `n` nodes of `fleet(n)`, its time and
+/// requests printed under `label`: the view, the time and the pods asked through the
+/// proxy, checked to exit 1 (drift) after the two lists.
+async fn run_big_fleet(
+    server: &FakeApiServer,
+    agents: &Agents,
+    n: usize,
+    label: &str,
+    extra: &[&str],
+) -> (Value, Duration, BTreeSet<String>) {
+    let (code, view, took) = run_fleet(server, agents, extra).await;
+    let (proxied, other) = split_requests(server);
     eprintln!(
-        "fleet at {n} nodes (default): {took:?}, {} requests ({} proxied)",
+        "fleet at {n} nodes ({label}): {took:?}, {} requests ({} proxied)",
         other.len() + proxied.len(),
         proxied.len()
     );
     assert_eq!(code, 1, "{view}");
     assert_two_lists(&other);
+    (view, took, proxied)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_node() {
+    let n = 1000;
+    let (server, agents) = fleet(n).await;
+    let (view, took, proxied) = run_big_fleet(&server, &agents, n, "default", &["--concurrency", "8"]).await;
 
     // Asked: the drifted and the unknown nodes, each once; none of the clean ones.
     let by_shape =
@@ -437,15 +465,8 @@ async fn a_thousand_nodes_cost_two_lists_and_a_request_per_drifted_or_unknown_no
 async fn with_all_every_agent_is_asked_once() {
     let n = 1000;
     let (server, agents) = fleet(n).await;
-    let (code, view, took) = run_fleet(&server, &agents, &["--all", "--concurrency", "16"]).await;
-    let (proxied, other) = split_requests(&server);
-    eprintln!(
-        "fleet at {n} nodes (--all): {took:?}, {} requests ({} proxied)",
-        other.len() + proxied.len(),
-        proxied.len()
-    );
-    assert_eq!(code, 1, "{view}");
-    assert_two_lists(&other);
+    let extra = ["--all", "--concurrency", "16"];
+    let (view, took, proxied) = run_big_fleet(&server, &agents, n, "--all", &extra).await;
     assert_eq!(
         proxied.len(),
         n - 2,
@@ -460,14 +481,20 @@ async fn with_all_every_agent_is_asked_once() {
     rerun_healed(&server, &agents, n, &["--all", "--concurrency", "16"], n - 2).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clean_fleet_costs_two_lists_and_exits_zero() {
+/// A server with six clean Nodes (1 .. 6 are all Clean by shape), the agents, and a
+/// ready agent pod for each node, not served yet so that a test can change one first.
+async fn six_clean_nodes() -> (FakeApiServer, Arc<Agents>, Vec<Pod>) {
     let server = FakeApiServer::start().await;
     let agents = Agents::start().await;
-    // Clean nodes only (node 1 .. 6 are all Clean by shape), each with a ready agent.
     let nodes: Vec<Node> = (1..7).map(node).collect();
     server.apply_all(&nodes);
-    let pods: Vec<Pod> = (1..7).map(|i| pod(i, agents.port)).collect();
+    let pods = (1..7).map(|i| pod(i, agents.port)).collect();
+    (server, agents, pods)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_fleet_costs_two_lists_and_exits_zero() {
+    let (server, agents, pods) = six_clean_nodes().await;
     server.apply_all(&pods);
     let (code, view, _) = run_fleet(&server, &agents, &[]).await;
     assert_eq!(code, 0, "{view}");
@@ -482,11 +509,7 @@ async fn a_clean_fleet_costs_two_lists_and_exits_zero() {
 /// cannot answer, named as silent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_condition_without_a_ready_agent_is_unknown_asked_and_named() {
-    let server = FakeApiServer::start().await;
-    let agents = Agents::start().await;
-    let nodes: Vec<Node> = (1..7).map(node).collect();
-    server.apply_all(&nodes);
-    let mut pods: Vec<Pod> = (1..7).map(|i| pod(i, agents.port)).collect();
+    let (server, agents, mut pods) = six_clean_nodes().await;
     pods[2] = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"namespace": "portdrift", "name": "portdrift-node-0003",
@@ -525,17 +548,8 @@ async fn a_clean_condition_without_a_ready_agent_is_unknown_asked_and_named() {
     assert!(reason_of(&view, &node_name(3)).contains("no answer within 2s"));
 
     // The text names it, with why.
-    let scratch = TempDir::new().unwrap();
-    let kubeconfig = server.write_kubeconfig(scratch.path());
-    let out = tokio::process::Command::new(PORTDRIFT)
-        .args(["fleet", "--timeout", "2s", "--port", &agents.port.to_string()])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (code, text) = run_fleet_text(&server, &["--port", &agents.port.to_string()]).await;
+    assert_eq!(code, Some(1), "{text}");
     eprintln!("{text}");
     assert!(
         text.starts_with(
@@ -599,17 +613,27 @@ async fn without_list_on_nodes_every_agent_is_asked_and_the_view_says_why() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_pod_proxy_the_conditions_are_shown_and_the_rest_named_unchecked() {
-    let n = 30;
+/// `portdrift fleet --format json` over `n` nodes where RBAC denies `verb` on
+/// `resource`, so that no agent can be asked: the fleet and the view, checked to exit 1
+/// with the two drifted nodes from their conditions and no agent reached.
+async fn fleet_view_with_no_agent_asked(
+    n: usize,
+    verb: &str,
+    resource: &str,
+) -> (FakeApiServer, Arc<Agents>, Value) {
     let (server, agents) = fleet(n).await;
-    server.forbid("get", "pods/proxy");
+    server.forbid(verb, resource);
     let (code, view, _) = run_fleet(&server, &agents, &[]).await;
     assert_eq!(code, 1, "{view}");
     assert_eq!(agents.requests.load(Ordering::SeqCst), 0);
+    assert_eq!(names(&view["nodes"], "drift"), [0, 20].map(node_name).into());
+    (server, agents, view)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_pod_proxy_the_conditions_are_shown_and_the_rest_named_unchecked() {
+    let (server, _agents, view) = fleet_view_with_no_agent_asked(30, "get", "pods/proxy").await;
     assert_eq!(view["answered"], 0);
-    let drift = names(&view["nodes"], "drift");
-    assert_eq!(drift, [0, 20].map(node_name).into());
     assert!(
         reason_of(&view, &node_name(20))
             .starts_with("403 from the pod proxy: pods \"portdrift-node-0020\" is forbidden"),
@@ -619,15 +643,7 @@ async fn without_the_pod_proxy_the_conditions_are_shown_and_the_rest_named_unche
     assert!(notes.contains("the pod proxy is forbidden"), "{notes}");
 
     // The text names what the conditions say and what was not checked.
-    let scratch = TempDir::new().unwrap();
-    let kubeconfig = server.write_kubeconfig(scratch.path());
-    let out = tokio::process::Command::new(PORTDRIFT)
-        .args(["fleet", "--timeout", "2s", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, text) = run_fleet_text(&server, &[]).await;
     assert!(
         text.starts_with("30 nodes by their NodePortDrift condition: 2 drift, 27 clean, 1 unknown\n"),
         "{text}"
@@ -643,23 +659,8 @@ async fn without_the_pod_proxy_the_conditions_are_shown_and_the_rest_named_unche
 async fn the_text_names_the_drifted_unknown_and_silent_nodes() {
     let n = 30;
     let (server, agents) = fleet(n).await;
-    let scratch = TempDir::new().unwrap();
-    let kubeconfig = server.write_kubeconfig(scratch.path());
-    let out = tokio::process::Command::new(PORTDRIFT)
-        .args([
-            "fleet",
-            "--timeout",
-            "2s",
-            "--port",
-            &agents.port.to_string(),
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig)
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (code, text) = run_fleet_text(&server, &["--port", &agents.port.to_string()]).await;
+    assert_eq!(code, Some(1), "{text}");
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[..6],
@@ -698,13 +699,8 @@ async fn the_text_names_the_drifted_unknown_and_silent_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_list_on_pods_the_conditions_are_shown_and_none_confirmed_clean() {
     let n = 30;
-    let (server, agents) = fleet(n).await;
-    server.forbid("list", "pods");
-    let (code, view, _) = run_fleet(&server, &agents, &[]).await;
-    assert_eq!(code, 1, "{view}");
-    assert_eq!(agents.requests.load(Ordering::SeqCst), 0);
+    let (_server, _agents, view) = fleet_view_with_no_agent_asked(n, "list", "pods").await;
     let nodes = &view["nodes"];
-    assert_eq!(names(nodes, "drift"), [0, 20].map(node_name).into());
     // No agent's readiness read: the clean conditions are not taken on trust.
     assert_eq!(nodes["clean"], json!([]), "{view}");
     assert_eq!(names(nodes, "unknown").len(), n - 2);

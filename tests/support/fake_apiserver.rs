@@ -38,8 +38,7 @@
 //! resourceVersion across all kinds (etcd's revision). A [`FakeApiServer`] is also the
 //! control handle: add, change and delete objects mid-test, force `410 Gone`, answer
 //! with errors, hang requests, drop connections, hold the first list, and read back
-//! every request URI (with [`FakeApiServer::requests_at`], when it arrived), and count the
-//! bytes of the lists and watch events served per kind ([`FakeApiServer::bytes_served`]).
+//! every request URI (with [`FakeApiServer::requests_at`], when it arrived).
 //! [`FakeApiServer::write_kubeconfig`] writes a kubeconfig (plain
 //! http, no auth) for tests that run the binary.
 //!
@@ -87,13 +86,12 @@
 //!
 //! [`FakeApiServer::traffic`] counts every request and its response body bytes by phase
 //! ([`FakeApiServer::set_traffic_phase`]) and [`request_signature`], for
-//! `scripts/bench-api.sh`.
+//! `scripts/bench-api.sh`, and for tests that weigh what a kind's lists and watches sent.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -144,10 +142,6 @@ impl Kind {
             Kind::Event => "/apis/events.k8s.io/v1/events",
             Kind::CoreEvent => "/api/v1/events",
         }
-    }
-
-    fn index(self) -> usize {
-        Kind::ALL.iter().position(|k| *k == self).unwrap_or_default()
     }
 
     fn name(self) -> &'static str {
@@ -317,8 +311,6 @@ struct Shared {
     lists_held: watch::Sender<bool>,
     connections: Mutex<Vec<AbortHandle>>,
     streaming: Mutex<StreamingLists>,
-    /// Bytes of list bodies and watch events served, by [`Kind::index`].
-    bytes: [AtomicU64; Kind::ALL.len()],
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -379,7 +371,6 @@ impl FakeApiServer {
             lists_held: watch::channel(false).0,
             connections: Mutex::new(Vec::new()),
             streaming: Mutex::new(StreamingLists::default()),
-            bytes: Default::default(),
         });
         let mut tasks = vec![tokio::spawn(accept_loop(listener, shared.clone()))];
         if let Some(interval) = interval {
@@ -538,12 +529,6 @@ impl FakeApiServer {
     /// How streaming lists are answered from now on.
     pub fn set_streaming_lists(&self, mode: StreamingLists) {
         *lock(&self.shared.streaming) = mode;
-    }
-
-    /// Bytes of list bodies and watch events served for `kind`'s collection so far
-    /// (status codes, headers and chunk framing not counted).
-    pub fn bytes_served(&self, kind: Kind) -> u64 {
-        self.shared.bytes[kind.index()].load(Ordering::Relaxed)
     }
 
     /// Every request so far, as `METHOD path?query`: what a client asked of the API
@@ -1495,7 +1480,6 @@ fn list(shared: &Shared, kind: Kind, selector: &Selector, query: &HashMap<String
         body.push_str(item);
     }
     body.push_str("]}");
-    shared.bytes[kind.index()].fetch_add(body.len() as u64, Ordering::Relaxed);
     json_response(StatusCode::OK, body)
 }
 
@@ -1574,7 +1558,6 @@ fn start_watch(
                     message = rx.recv() => {
                         return match message {
                             Some(WatchMsg::Line(line)) => {
-                                shared.bytes[kind.index()].fetch_add(line.len() as u64, Ordering::Relaxed);
                                 Some((Ok::<_, Infallible>(Frame::data(line)), (rx, shared, id, deadline)))
                             }
                             Some(WatchMsg::End) | None => None,
@@ -1787,6 +1770,21 @@ fn bad_request(message: &str) -> Response<Body> {
     )
 }
 
+/// The body of a `PATCH` as a JSON object, and whether it is a strategic merge patch
+/// (else a merge patch); the `415` or `400` the API server answers otherwise.
+fn parse_patch(content_type: Option<&str>, body: &[u8]) -> Result<(Value, bool), Box<Response<Body>>> {
+    let strategic = match media_type(content_type) {
+        "application/strategic-merge-patch+json" => true,
+        "application/merge-patch+json" => false,
+        _ => return Err(Box::new(unsupported_media_type(content_type))),
+    };
+    match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => Ok((value, strategic)),
+        Ok(_) => Err(Box::new(bad_request("the patch is not an object"))),
+        Err(e) => Err(Box::new(bad_request(&format!("the patch is not JSON: {e}")))),
+    }
+}
+
 /// `POST` of an Event into `namespace`.
 fn create_event(
     shared: &Shared,
@@ -1961,15 +1959,9 @@ fn patch_event(
     content_type: Option<&str>,
     body: &[u8],
 ) -> Response<Body> {
-    let strategic = match media_type(content_type) {
-        "application/strategic-merge-patch+json" => true,
-        "application/merge-patch+json" => false,
-        _ => return unsupported_media_type(content_type),
-    };
-    let patch: Value = match serde_json::from_slice(body) {
-        Ok(value @ Value::Object(_)) => value,
-        Ok(_) => return bad_request("the patch is not an object"),
-        Err(e) => return bad_request(&format!("the patch is not JSON: {e}")),
+    let (patch, strategic) = match parse_patch(content_type, body) {
+        Ok(parsed) => parsed,
+        Err(answer) => return *answer,
     };
     let mut state = lock(&shared.state);
     let key = (namespace.to_string(), name.to_string());
@@ -2033,15 +2025,9 @@ fn invalid(kind: Kind, name: &str, problems: &[(String, String)]) -> Response<Bo
 
 /// `PATCH nodes/<name>/status`: only `status` changes, as the status subresource does.
 fn patch_node_status(shared: &Shared, name: &str, content_type: Option<&str>, body: &[u8]) -> Response<Body> {
-    let strategic = match media_type(content_type) {
-        "application/strategic-merge-patch+json" => true,
-        "application/merge-patch+json" => false,
-        _ => return unsupported_media_type(content_type),
-    };
-    let patch: Value = match serde_json::from_slice(body) {
-        Ok(value @ Value::Object(_)) => value,
-        Ok(_) => return bad_request("the patch is not an object"),
-        Err(e) => return bad_request(&format!("the patch is not JSON: {e}")),
+    let (patch, strategic) = match parse_patch(content_type, body) {
+        Ok(parsed) => parsed,
+        Err(answer) => return *answer,
     };
     let mut state = lock(&shared.state);
     let key = (String::new(), name.to_string());

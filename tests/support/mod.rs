@@ -109,6 +109,21 @@ pub async fn scenario(body: impl std::future::Future<Output = ()>) {
         .expect("the scenario finished within 60 s");
 }
 
+/// Reads an HTTP request from `stream` up to the blank line that ends its head (the
+/// stand-in servers answer GETs, which have no body); None if it ends or fails first.
+pub async fn read_request_head(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(request)
+}
+
 /// Waits until `condition` holds, or panics after `within`.
 pub async fn eventually(what: &str, within: std::time::Duration, mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + within;
