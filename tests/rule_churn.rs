@@ -79,10 +79,10 @@ fn read_after_a_burst_in_this_namespace() {
     let origin = "iptables-nft over netlink";
     let mut kept = None;
     let (_, _, kind) =
-        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, false).unwrap();
+        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, &mut false).unwrap();
     assert!(matches!(kind, ReadKind::Whole(_)), "{kind:?}");
     let (first, _, kind) =
-        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, false).unwrap();
+        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, &mut false).unwrap();
     assert_eq!(
         kind,
         ReadKind::Changed {
@@ -95,7 +95,7 @@ fn read_after_a_burst_in_this_namespace() {
     burst(&dir);
 
     let (following, _, kind) =
-        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, false).unwrap();
+        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, &mut false).unwrap();
     let ReadKind::Changed { chains, of } = kind else {
         panic!("the burst was not read from the notifications: {kind:?}")
     };
@@ -131,14 +131,14 @@ fn read_after_a_burst_in_this_namespace() {
 
     // IPv6: a table created since the last read is read whole.
     let mut kept6 = None;
-    read_rules_following(Family::Ipv6, origin, limits, &journal, &mut kept6, false).unwrap();
+    read_rules_following(Family::Ipv6, origin, limits, &journal, &mut kept6, &mut false).unwrap();
     restore(
         &dir,
         "ip6tables-nft-restore",
         "*nat\n:KUBE-NODEPORTS - [0:0]\n-A KUBE-NODEPORTS -p tcp -m tcp --dport 30999 -j RETURN\nCOMMIT\n",
     );
     let (v6, _, kind) =
-        read_rules_following(Family::Ipv6, origin, limits, &journal, &mut kept6, false).unwrap();
+        read_rules_following(Family::Ipv6, origin, limits, &journal, &mut kept6, &mut false).unwrap();
     assert!(
         matches!(&kind, ReadKind::Whole(why) if why.contains("created")),
         "{kind:?}"
@@ -153,13 +153,13 @@ fn read_after_a_burst_in_this_namespace() {
     );
     journal.note_lost();
     let (_, _, kind) =
-        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, false).unwrap();
+        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, &mut false).unwrap();
     assert!(
         matches!(&kind, ReadKind::Whole(why) if why.contains("lost")),
         "{kind:?}"
     );
     let (_, _, kind) =
-        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, false).unwrap();
+        read_rules_following(Family::Ipv4, origin, limits, &journal, &mut kept, &mut false).unwrap();
     assert!(matches!(kind, ReadKind::Changed { .. }), "{kind:?}");
     drop(changes);
     std::fs::write(dir.join("checked"), "").unwrap();

@@ -430,7 +430,6 @@ impl Source for LiveNode {
             ));
         };
         let at = usize::from(family == Family::Ipv6);
-        let whole = std::mem::take(&mut following.whole_next[at]);
         let mut kind = None;
         let mut read = self.read_netlink(
             |limits| {
@@ -440,7 +439,7 @@ impl Source for LiveNode {
                     limits,
                     &following.journal,
                     &mut following.kept[at],
-                    whole,
+                    &mut following.whole_next[at],
                 )?;
                 kind = Some(how);
                 Ok((value, bytes))

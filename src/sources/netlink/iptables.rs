@@ -275,14 +275,15 @@ pub enum ReadKind {
 /// [`read_rules_netlink`] for a reader that reads the same tables again and again: it
 /// keeps what it read in `kept`, and when the notifications in `journal` name what
 /// changed since, re-reads only those chains (with their block's neighbours). The
-/// result is the same as a whole read's, line for line; `whole` forces one.
+/// result is the same as a whole read's, line for line. `whole` asks for a whole read;
+/// it is cleared once one is done (churn can keep it from completing).
 pub fn read_rules_following(
     family: Family,
     origin: &str,
     limits: NetlinkLimits,
     journal: &ChangeJournal,
     kept: &mut Option<KeptFamily>,
-    whole: bool,
+    whole: &mut bool,
 ) -> Result<(Option<RuleSource>, u64, ReadKind), NetlinkError> {
     let deadline = Instant::now() + limits.timeout;
     let mut conn = Conn::open(limits, deadline, None)?;
@@ -295,19 +296,27 @@ pub fn read_rules_following(
     };
     let nfproto = nfproto(family);
     // Taken out: a read that fails keeps nothing, and the next reads whole.
-    let mut state = if whole { None } else { kept.take() };
-    let mut why = match (&state, whole) {
+    let previous = kept.take();
+    let lost_seen_before = previous.as_ref().map(|s| s.lost_seen);
+    // The periodic whole read is a check, not a need: when churn keeps it from
+    // completing, the kept tables are brought up to date instead and it waits.
+    let (mut state, mut fallback) = if *whole {
+        (None, previous)
+    } else {
+        (previous, None)
+    };
+    let mut why = match (&state, *whole) {
         (_, true) => Some("the periodic whole read".to_string()),
         (None, false) => Some("no earlier read kept".to_string()),
         (Some(_), false) => None,
     };
-    let mut lost_seen = state.as_ref().map_or_else(|| journal.lost(), |s| s.lost_seen);
+    let mut lost_seen = lost_seen_before.unwrap_or_else(|| journal.lost());
     // What the notifications named, over every attempt: an attempt cut short by a
     // commit re-reads all of it, so nothing read before that commit is left unread.
     let mut named: Vec<(String, TableChanges)> = Vec::new();
     let mut keepable = true;
     let mut chains_read = 0;
-    for _ in 0..ATTEMPTS {
+    for attempt in 0..ATTEMPTS {
         let before = conn.generation()?;
         match journal.take(before, nfproto, &TABLES, &mut lost_seen) {
             Ok(taken) => merge_named(&mut named, taken),
@@ -326,19 +335,24 @@ pub fn read_rules_following(
                     state = None;
                     why = Some(reason);
                 }
-                Err(Stale::Failed(NetlinkError::Unstable(_))) => {
-                    state = None;
-                    continue;
-                }
+                // A dump cut short by a commit: the kept tables are as they were, and
+                // the next attempt reads what was named, that commit's changes too.
+                Err(Stale::Failed(NetlinkError::Unstable(_))) => continue,
                 Err(Stale::Failed(e)) => return Err(e),
             }
         }
         if state.is_none() {
             let mut tables = Vec::new();
             match render_family(&mut conn, readers, family, &mut |_| {}, Some(&mut tables)) {
-                Err(NetlinkError::Unstable(_)) => continue,
+                Err(NetlinkError::Unstable(_)) => {
+                    if attempt + 2 == ATTEMPTS && keepable {
+                        state = fallback.take();
+                        why = None;
+                    }
+                    continue;
+                }
                 Err(e) => return Err(e),
-                Ok(()) => {}
+                Ok(()) => *whole = false,
             }
             state = Some(KeptFamily {
                 generation: before,

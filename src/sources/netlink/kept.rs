@@ -7,6 +7,8 @@
 //! parsed. A block holding a changed chain, or whose chains were added or deleted, is read
 //! again whole; every other block is kept as it was.
 
+use std::sync::Arc;
+
 use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::iptables::{ChainInfo, SAVE_FOOTER, chain_order, declare_chains, save_header};
 use crate::heart::model::Family;
@@ -39,14 +41,16 @@ pub(crate) struct KeptTable {
 pub(crate) struct KeptBlock {
     /// How many chains of the table's list it holds.
     pub(crate) chains: usize,
-    packed: Vec<u8>,
+    /// Shared: an update builds the new list of blocks beside the old one, and the old
+    /// stays whole until the update succeeds.
+    packed: Arc<[u8]>,
 }
 
 impl KeptBlock {
     pub(crate) fn pack(chains: usize, text: &str) -> KeptBlock {
         KeptBlock {
             chains,
-            packed: lz4_flex::block::compress_prepend_size(text.as_bytes()),
+            packed: lz4_flex::block::compress_prepend_size(text.as_bytes()).into(),
         }
     }
 
@@ -110,6 +114,7 @@ impl From<NetlinkError> for Stale {
 /// Brings one kept table up to date: `fresh` is its chain list read again (None: the
 /// kernel announced no chain added, deleted or changed), `changes` what the
 /// notifications named. `read_chain` appends a chain's rules. Returns the chains read.
+/// On an error the table is left as it was.
 pub(crate) fn update_table(
     table: &mut KeptTable,
     fresh: Option<Vec<ChainInfo>>,
@@ -119,22 +124,21 @@ pub(crate) fn update_table(
     if changes.whole || changes.other {
         return Err(Stale::Whole(format!("table {} changed as a whole", table.name)));
     }
-    let old_chains = std::mem::take(&mut table.chains);
-    let mut old_blocks: Vec<Option<KeptBlock>> =
-        std::mem::take(&mut table.blocks).into_iter().map(Some).collect();
+    let old_chains = &table.chains;
+    let old_blocks = &table.blocks;
     let mut starts = Vec::with_capacity(old_blocks.len() + 1);
     let mut at = 0;
-    for block in old_blocks.iter().flatten() {
+    for block in old_blocks {
         starts.push(at);
         at += block.chains;
     }
     starts.push(at);
     // Each chain goes to the old block it sorts into; a block whose chains are the same
     // and unchanged is kept.
-    let (new_chains, groups, same_members) = match fresh {
+    let (fresh, groups, same_members) = match fresh {
         None => {
             let groups: Vec<_> = starts.windows(2).map(|w| w[0]..w[1]).collect();
-            (old_chains, groups, vec![true; old_blocks.len()])
+            (None, groups, vec![true; old_blocks.len()])
         }
         Some(mut fresh) => {
             fresh.sort_by(chain_order);
@@ -175,16 +179,18 @@ pub(crate) fn update_table(
                 groups.push(next..end);
                 next = end;
             }
-            (fresh, groups, same)
+            (Some(fresh), groups, same)
         }
     };
+    let chains = fresh.as_deref().unwrap_or(old_chains);
+    let mut blocks = Vec::with_capacity(old_blocks.len());
     let mut read = 0;
     let mut text = String::new();
     for (b, group) in groups.into_iter().enumerate() {
-        let members = &new_chains[group];
+        let members = &chains[group];
         let unchanged = same_members[b] && !members.iter().any(|c| changes.chains.contains(c.name.as_str()));
-        if let Some(block) = old_blocks.get_mut(b).filter(|_| unchanged).and_then(Option::take) {
-            table.blocks.push(block);
+        if let Some(block) = old_blocks.get(b).filter(|_| unchanged) {
+            blocks.push(block.clone());
             continue;
         }
         for run in members.chunks(BLOCK) {
@@ -193,10 +199,13 @@ pub(crate) fn update_table(
                 read_chain(&chain.name, &mut text)?;
             }
             read += run.len();
-            table.blocks.push(KeptBlock::pack(run.len(), &text));
+            blocks.push(KeptBlock::pack(run.len(), &text));
         }
     }
-    table.chains = new_chains;
+    if let Some(fresh) = fresh {
+        table.chains = fresh;
+    }
+    table.blocks = blocks;
     Ok(read)
 }
 

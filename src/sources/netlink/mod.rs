@@ -196,6 +196,32 @@ impl Conn {
             };
         let request = encode_request(message, flags, family, self.seq, attrs);
         self.socket.send(&request, 0).map_err(NetlinkError::Io)?;
+        let mut interrupted = false;
+        let outcome = self.answers(what, answer, &mut each, &mut interrupted);
+        match outcome {
+            Ok(()) if interrupted => Err(NetlinkError::Unstable(1)),
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // A dump left unfinished keeps the socket busy: the kernel refuses its
+                // next dump (EBUSY). Read to its end, within the deadline, first.
+                if answer == Answer::Dump && !matches!(e, NetlinkError::TimedOut(_) | NetlinkError::Io(_)) {
+                    let _ = self.answers(what, answer, &mut |_| Ok(()), &mut interrupted);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads the answers to the last request, handing each message's attributes to
+    /// `each`, until the answer ends. A dump the kernel marks interrupted (the ruleset
+    /// changed under it) sets `interrupted` and is read to its end.
+    fn answers(
+        &mut self,
+        what: &'static str,
+        answer: Answer,
+        each: &mut dyn FnMut(&[u8]) -> Result<(), NetlinkError>,
+        interrupted: &mut bool,
+    ) -> Result<(), NetlinkError> {
         loop {
             let n = self.receive()?;
             let mut datagram = &self.buf[..n];
@@ -216,6 +242,11 @@ impl Conn {
                         if code == 0 {
                             return Ok(());
                         }
+                        // EBUSY: another dump still runs on this socket; like an
+                        // interrupted dump, the read is tried again rather than given up.
+                        if code.saturating_neg() == libc::EBUSY {
+                            return Err(NetlinkError::Unstable(1));
+                        }
                         return Err(NetlinkError::Refused {
                             what,
                             source: io::Error::from_raw_os_error(code.saturating_neg()),
@@ -224,7 +255,10 @@ impl Conn {
                     _ => {}
                 }
                 if header.flags & NLM_F_DUMP_INTR != 0 {
-                    return Err(NetlinkError::Unstable(1));
+                    *interrupted = true;
+                }
+                if *interrupted {
+                    continue;
                 }
                 let attrs = nft_attrs(payload)?;
                 if let Some(recording) = &self.recording {
