@@ -31,7 +31,8 @@
 #   scripts/bench-churn.sh [SERVICES...]   (default 1000 10000; needs root, python3)
 #   MODE=iptables-nft|nftables|both (default both)   WINDOW=120 (seconds of churn)
 #   PORTDRIFT=path/to/portdrift (default: target/release/portdrift, built here), to
-#   measure another build (before/after a change)
+#   measure another build (before/after a change); PERF=1 adds a perf profile of the
+#   agent for 20 s after the window, with the churn still running
 # Ends with one markdown table row per (Services, mode).
 set -euo pipefail
 # set -e alone would end a run without a word.
@@ -203,6 +204,17 @@ if [[ ${1:-} == --inside ]]; then
   done
   t1=$(ticks) s1=$(scans) took=$(($(date +%s) - started))
   rss_hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$agent/status")
+  # Where a scan's time went, as the agent's own histograms say (whole run, mean).
+  curl -s 127.0.0.1:9741/metrics | awk '
+    /^portdrift_scan_phase_duration_seconds_sum/ { split($1, a, "\""); sum[a[2]] = $2 }
+    /^portdrift_scan_phase_duration_seconds_count/ { split($1, a, "\""); n[a[2]] = $2 }
+    END { for (p in sum) if (n[p] > 0) printf "    scan phase %s: %.0f ms mean over %d scans\n", p, 1000 * sum[p] / n[p], n[p] }'
+  if [[ -n ${PERF:-} ]]; then
+    # Where the agent's CPU goes while the syncs run (PERF=1; needs perf).
+    perf record -q -g -p "$agent" -o "$work/perf.data" -- sleep 20 >/dev/null 2>&1 || true
+    perf report -i "$work/perf.data" --stdio --no-children --percent-limit 2 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | head -25 | sed 's/^/    perf: /' || true
+  fi
   kill -TERM "$churn" && wait "$churn" || { echo "the syncs failed:" >&2; cat "$work/churn.out" >&2; exit 1; }
   churn=''
   hz=$(getconf CLK_TCK)
