@@ -97,10 +97,67 @@ impl<'a> TableIr<'a> {
         Some(index)
     }
 
+    /// Appends `chain`, named as no chain of the table is yet: a kept table rebuilt in
+    /// the kernel's new chain order.
+    pub(crate) fn push_chain(&mut self, chain: ChainIr<'a>) {
+        self.chain_index
+            .insert(&self.chains, &chain.name, self.chains.len());
+        self.chains.push(chain);
+    }
+
     /// Room for `more` chains, made once rather than by doubling.
     pub(crate) fn reserve_chains(&mut self, more: usize) {
         self.chains.reserve_exact(more);
         self.chain_index.reserve(&self.chains, more);
+    }
+
+    /// The heap it holds, from its vectors' and strings' capacities: what keeping it
+    /// between reads costs (a shared DNAT text counted once per rule).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let text = |c: &Cow<'_, str>| match c {
+            Cow::Owned(s) => s.capacity(),
+            Cow::Borrowed(_) => 0,
+        };
+        let rule = |r: &RuleIr<'_>| {
+            r.jumps.capacity() * size_of::<Cow<'_, str>>()
+                + r.jumps.iter().map(text).sum::<usize>()
+                + r.dnat
+                    .as_ref()
+                    .map_or(0, |d| size_of::<DnatIr>() + d.text.len() + 2 * size_of::<usize>())
+        };
+        let element = |e: &ElementIr<'_>| {
+            e.key.capacity()
+                + e.comment.as_ref().map_or(0, text)
+                + match &e.verdict {
+                    ElementVerdict::Goto(c) | ElementVerdict::Jump(c) => text(c),
+                    ElementVerdict::Other(s) => s.capacity(),
+                    ElementVerdict::Drop | ElementVerdict::Accept => 0,
+                }
+        };
+        let chains: usize = self
+            .chains
+            .iter()
+            .map(|c| {
+                text(&c.name)
+                    + c.rules.capacity() * size_of::<RuleIr<'_>>()
+                    + c.rules.iter().map(rule).sum::<usize>()
+            })
+            .sum();
+        let maps: usize = self
+            .maps
+            .iter()
+            .map(|m| {
+                text(&m.name)
+                    + m.elements.capacity() * size_of::<ElementIr<'_>>()
+                    + m.elements.iter().map(element).sum::<usize>()
+            })
+            .sum();
+        self.chains.capacity() * size_of::<ChainIr<'_>>()
+            + self.chain_index.0.capacity() * (size_of::<usize>() + 1)
+            + self.maps.capacity() * size_of::<MapIr<'_>>()
+            + chains
+            + maps
     }
 
     pub(crate) fn chain(&self, name: &str) -> Option<(usize, &ChainIr<'a>)> {

@@ -11,6 +11,7 @@ use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::iptables::{ChainInfo, SAVE_FOOTER, chain_order, declare_chains, save_header};
 use crate::heart::model::Family;
 use crate::sources::netlink::NetlinkError;
+use crate::sources::netlink::follow::{Kept, Stale};
 
 /// Chains per block: what one reader takes at a time in a whole read, and what a
 /// changed chain costs to read again with its neighbours.
@@ -93,17 +94,14 @@ impl KeptFamily {
     }
 }
 
-/// Why a table cannot be brought up to date chain by chain.
-#[derive(Debug)]
-pub(crate) enum Stale {
-    /// Read the family whole: the sentence says why.
-    Whole(String),
-    Failed(NetlinkError),
-}
+impl Kept for KeptFamily {
+    fn stamp(&mut self, generation: u32, lost_seen: u64) {
+        self.generation = generation;
+        self.lost_seen = lost_seen;
+    }
 
-impl From<NetlinkError> for Stale {
-    fn from(e: NetlinkError) -> Self {
-        Stale::Failed(e)
+    fn lost_seen(&self) -> u64 {
+        self.lost_seen
     }
 }
 
