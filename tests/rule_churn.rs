@@ -55,34 +55,50 @@ fn kept_tables_after_a_burst_of_changes_read_as_a_fresh_whole_read() {
     std::fs::write(dir.path().join("iptables-nft-save.txt"), &generated.iptables_save).unwrap();
     std::fs::write(dir.path().join("cluster.json"), &generated.cluster_json).unwrap();
     std::fs::write(dir.path().join("node"), "worker-1\n").unwrap();
-    let shell = format!(
-        "set -e; ip link set lo up; for n in $(grep -o -- '--nfacct-name  *[^ ]*' {dump} | awk '{{print $2}}' | sort -u); do nfacct add $n; done; \
-         iptables-nft-restore < {dump}; \
-         {NODE_DIR}={dir} {me} --exact read_after_a_burst_in_this_namespace --ignored --test-threads=1 --nocapture",
+    let load = format!(
+        "for n in $(grep -o -- '--nfacct-name  *[^ ]*' {dump} | awk '{{print $2}}' | sort -u); do nfacct add $n; done; \
+         iptables-nft-restore < {dump}",
         dump = dir.path().join("iptables-nft-save.txt").display(),
-        dir = dir.path().display(),
+    );
+    run_inside(dir.path(), &load, "read_after_a_burst_in_this_namespace");
+}
+
+/// Loads the node in `dir` into a fresh namespace with `load`, and runs the ignored
+/// test `inner` there.
+fn run_inside(dir: &Path, load: &str, inner: &str) {
+    let shell = format!(
+        "set -e; ip link set lo up; {load}; \
+         {NODE_DIR}={dir} {me} --exact {inner} --ignored --test-threads=1 --nocapture",
+        dir = dir.display(),
         me = std::env::current_exe().unwrap().display(),
     );
-    support::run_in_fresh_netns("incremental rule reads", &shell);
-    assert!(dir.path().join("checked").is_file(), "the inner test did not run");
+    support::run_in_fresh_netns(inner, &shell);
+    assert!(dir.join("checked").is_file(), "the inner test did not run");
+}
+
+/// What an inner test starts from: the node's directory (None outside the namespace),
+/// the notifications heard there (with the runtime they run on), and the read limits.
+fn inside() -> Option<(PathBuf, tokio::runtime::Runtime, RuleChanges, NetlinkLimits)> {
+    let dir = std::env::var_os(NODE_DIR).map(PathBuf::from)?;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let changes = runtime
+        .block_on(async { RuleChanges::subscribe() })
+        .expect("joins the notification group");
+    let limits = NetlinkLimits {
+        timeout: Duration::from_secs(30),
+        max_bytes: 1 << 30,
+    };
+    Some((dir, runtime, changes, limits))
 }
 
 /// Run by the test above inside its namespace.
 #[test]
 #[ignore = "run inside a namespace by kept_tables_after_a_burst_of_changes_read_as_a_fresh_whole_read"]
 fn read_after_a_burst_in_this_namespace() {
-    let Some(dir) = std::env::var_os(NODE_DIR).map(PathBuf::from) else {
+    let Some((dir, _runtime, changes, limits)) = inside() else {
         return;
     };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let changes = runtime
-        .block_on(async { RuleChanges::subscribe() })
-        .expect("joins the notification group");
     let journal = changes.journal();
-    let limits = NetlinkLimits {
-        timeout: Duration::from_secs(30),
-        max_bytes: 1 << 30,
-    };
     let origin = "iptables-nft over netlink";
     let mut kept = None;
     let (_, _, kind) =
@@ -292,33 +308,18 @@ fn kept_nft_tables_after_a_burst_of_changes_read_as_a_fresh_whole_read() {
     std::fs::write(dir.path().join("kube-proxy.nft"), nft_script(&node)).unwrap();
     std::fs::write(dir.path().join("cluster.json"), generate(&node).cluster_json).unwrap();
     std::fs::write(dir.path().join("node"), "worker-1\n").unwrap();
-    let shell = format!(
-        "set -e; ip link set lo up; nft -f {script}; \
-         {NODE_DIR}={dir} {me} --exact nft_read_after_a_burst_in_this_namespace --ignored --test-threads=1 --nocapture",
-        script = dir.path().join("kube-proxy.nft").display(),
-        dir = dir.path().display(),
-        me = std::env::current_exe().unwrap().display(),
-    );
-    support::run_in_fresh_netns("incremental nftables reads", &shell);
-    assert!(dir.path().join("checked").is_file(), "the inner test did not run");
+    let load = format!("nft -f {}", dir.path().join("kube-proxy.nft").display());
+    run_inside(dir.path(), &load, "nft_read_after_a_burst_in_this_namespace");
 }
 
 /// Run by the test above inside its namespace.
 #[test]
 #[ignore = "run inside a namespace by kept_nft_tables_after_a_burst_of_changes_read_as_a_fresh_whole_read"]
 fn nft_read_after_a_burst_in_this_namespace() {
-    let Some(dir) = std::env::var_os(NODE_DIR).map(PathBuf::from) else {
+    let Some((dir, _runtime, changes, limits)) = inside() else {
         return;
     };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let changes = runtime
-        .block_on(async { RuleChanges::subscribe() })
-        .expect("joins the notification group");
     let journal = changes.journal();
-    let limits = NetlinkLimits {
-        timeout: Duration::from_secs(30),
-        max_bytes: 1 << 30,
-    };
     let origin = "nftables over netlink";
     let (mut kept, mut maps) = (None, ConstantMaps::default());
     let read = |kept: &mut Option<KeptNft>, maps: &mut ConstantMaps, whole: bool| {

@@ -142,7 +142,7 @@ const NFT_AT: usize = 2;
 
 impl Following {
     /// Notes how the read at `at` read its tables, and logs when that changes.
-    fn note(&mut self, at: usize, tables: &str, fetched: &mut Fetched<impl Sized>, kind: ReadKind) {
+    fn note(&mut self, at: usize, fetched: &mut Fetched<impl Sized>, kind: ReadKind) {
         fetched.notes.push(match &kind {
             ReadKind::Changed { chains, of } => format!(
                 "read again only where the kernel announced changes: {chains} of {of} chains; the rest as last read"
@@ -154,9 +154,10 @@ impl Following {
             ReadKind::Changed { .. } => None,
         };
         if why != self.last_whole[at] {
-            let label = match at {
-                NFT_AT => NFT_NETLINK_LABEL,
-                _ => iptables_netlink_label(if at == 0 { Family::Ipv4 } else { Family::Ipv6 }),
+            let (label, tables) = match at {
+                NFT_AT => (NFT_NETLINK_LABEL, "kube-proxy's nftables tables"),
+                0 => (iptables_netlink_label(Family::Ipv4), "iptables-nft's tables"),
+                _ => (iptables_netlink_label(Family::Ipv6), "iptables-nft's tables"),
             };
             if let Some(why) = &why {
                 tracing::info!(table = label, %why, "reading {tables} whole");
@@ -257,6 +258,35 @@ impl LiveNode {
             bytes: Some(bytes),
             elapsed: Some(start.elapsed()),
         })
+    }
+
+    /// [`Self::read_netlink`] of a reader that follows the notifications: the read at
+    /// `at` of [`Following`], noted and logged as it read.
+    fn read_following<T>(
+        &self,
+        following: &mut Following,
+        at: usize,
+        read: impl FnOnce(
+            NetlinkLimits,
+            &mut Following,
+            bool,
+        ) -> Result<(T, u64, ReadKind), crate::sources::netlink::NetlinkError>,
+        present: impl FnOnce(&T) -> bool,
+    ) -> Result<Fetched<T>, String> {
+        let whole = std::mem::take(&mut following.whole_next[at]);
+        let mut kind = None;
+        let mut fetched = self.read_netlink(
+            |limits| {
+                let (value, bytes, how) = read(limits, &mut *following, whole)?;
+                kind = Some(how);
+                Ok((value, bytes))
+            },
+            present,
+        );
+        if let (Ok(fetched), Some(kind)) = (&mut fetched, kind) {
+            following.note(at, fetched, kind);
+        }
+        fetched
     }
 
     fn run<T, F>(&self, program: &str, args: &[&str], consume: F) -> Fetched<T>
@@ -459,27 +489,22 @@ impl Source for LiveNode {
         let mut maps = self.constant_maps.take();
         let read = match self.following.take() {
             Some(mut following) => {
-                let whole = std::mem::take(&mut following.whole_next[NFT_AT]);
                 let mut scratch = ConstantMaps::default();
-                let mut kind = None;
-                let mut read = self.read_netlink(
-                    |limits| {
-                        let (value, bytes, how) = read_tables_following(
+                let read = self.read_following(
+                    &mut following,
+                    NFT_AT,
+                    |limits, f, whole| {
+                        read_tables_following(
                             NFT_NETLINK_LABEL,
                             limits,
-                            &following.journal,
-                            &mut following.nft,
+                            &f.journal,
+                            &mut f.nft,
                             maps.as_mut().unwrap_or(&mut scratch),
                             whole,
-                        )?;
-                        kind = Some(how);
-                        Ok((value, bytes))
+                        )
                     },
                     |sources| !sources.is_empty(),
                 );
-                if let (Ok(fetched), Some(kind)) = (&mut read, kind) {
-                    following.note(NFT_AT, "kube-proxy's nftables tables", fetched, kind);
-                }
                 self.following = Some(following);
                 read
             }
@@ -512,26 +537,14 @@ impl Source for LiveNode {
             ));
         };
         let at = usize::from(family == Family::Ipv6);
-        let whole = std::mem::take(&mut following.whole_next[at]);
-        let mut kind = None;
-        let mut read = self.read_netlink(
-            |limits| {
-                let (value, bytes, how) = read_rules_following(
-                    family,
-                    label,
-                    limits,
-                    &following.journal,
-                    &mut following.kept[at],
-                    whole,
-                )?;
-                kind = Some(how);
-                Ok((value, bytes))
+        let read = self.read_following(
+            &mut following,
+            at,
+            |limits, f, whole| {
+                read_rules_following(family, label, limits, &f.journal, &mut f.kept[at], whole)
             },
             Option::is_some,
         );
-        if let (Ok(fetched), Some(kind)) = (&mut read, kind) {
-            following.note(at, "iptables-nft's tables", fetched, kind);
-        }
         self.following = Some(following);
         Some(read)
     }

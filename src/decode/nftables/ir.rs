@@ -115,49 +115,30 @@ impl<'a> TableIr<'a> {
     /// between reads costs (a shared DNAT text counted once per rule).
     pub(crate) fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
+        fn vec_bytes<T>(v: &[T], capacity: usize, each: impl Fn(&T) -> usize) -> usize {
+            capacity * size_of::<T>() + v.iter().map(each).sum::<usize>()
+        }
         let text = |c: &Cow<'_, str>| match c {
             Cow::Owned(s) => s.capacity(),
             Cow::Borrowed(_) => 0,
         };
+        let dnat = |d: &DnatIr| size_of::<DnatIr>() + d.text.len() + 2 * size_of::<usize>();
         let rule = |r: &RuleIr<'_>| {
-            r.jumps.capacity() * size_of::<Cow<'_, str>>()
-                + r.jumps.iter().map(text).sum::<usize>()
-                + r.dnat
-                    .as_ref()
-                    .map_or(0, |d| size_of::<DnatIr>() + d.text.len() + 2 * size_of::<usize>())
+            vec_bytes(&r.jumps, r.jumps.capacity(), text) + r.dnat.as_deref().map_or(0, dnat)
         };
         let element = |e: &ElementIr<'_>| {
-            e.key.capacity()
-                + e.comment.as_ref().map_or(0, text)
-                + match &e.verdict {
-                    ElementVerdict::Goto(c) | ElementVerdict::Jump(c) => text(c),
-                    ElementVerdict::Other(s) => s.capacity(),
-                    ElementVerdict::Drop | ElementVerdict::Accept => 0,
-                }
+            let verdict = match &e.verdict {
+                ElementVerdict::Goto(c) | ElementVerdict::Jump(c) => text(c),
+                ElementVerdict::Other(s) => s.capacity(),
+                ElementVerdict::Drop | ElementVerdict::Accept => 0,
+            };
+            e.key.capacity() + e.comment.as_ref().map_or(0, text) + verdict
         };
-        let chains: usize = self
-            .chains
-            .iter()
-            .map(|c| {
-                text(&c.name)
-                    + c.rules.capacity() * size_of::<RuleIr<'_>>()
-                    + c.rules.iter().map(rule).sum::<usize>()
-            })
-            .sum();
-        let maps: usize = self
-            .maps
-            .iter()
-            .map(|m| {
-                text(&m.name)
-                    + m.elements.capacity() * size_of::<ElementIr<'_>>()
-                    + m.elements.iter().map(element).sum::<usize>()
-            })
-            .sum();
-        self.chains.capacity() * size_of::<ChainIr<'_>>()
+        let chain = |c: &ChainIr<'_>| text(&c.name) + vec_bytes(&c.rules, c.rules.capacity(), rule);
+        let map = |m: &MapIr<'_>| text(&m.name) + vec_bytes(&m.elements, m.elements.capacity(), element);
+        vec_bytes(&self.chains, self.chains.capacity(), chain)
+            + vec_bytes(&self.maps, self.maps.capacity(), map)
             + self.chain_index.0.capacity() * (size_of::<usize>() + 1)
-            + self.maps.capacity() * size_of::<MapIr<'_>>()
-            + chains
-            + maps
     }
 
     pub(crate) fn chain(&self, name: &str) -> Option<(usize, &ChainIr<'a>)> {

@@ -37,11 +37,16 @@ impl From<NetlinkError> for Stale {
 /// What the notifications named, by (`NFPROTO_*` family, table).
 pub(crate) type Named = Vec<(u8, String, TableChanges)>;
 
-/// What a reader keeps between reads: stamped with the generation it was read at and
-/// the notifications' loss count then.
+/// The generation kept tables were read at, and the notifications' loss count then.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Stamp {
+    pub(crate) generation: u32,
+    pub(crate) lost_seen: u64,
+}
+
+/// What a reader keeps between reads.
 pub(crate) trait Kept {
-    fn stamp(&mut self, generation: u32, lost_seen: u64);
-    fn lost_seen(&self) -> u64;
+    fn stamp(&mut self) -> &mut Stamp;
 }
 
 /// The tables a following read ended with, and how it got them.
@@ -89,7 +94,9 @@ pub(crate) fn follow<K: Kept>(
         (None, false) => Some("no earlier read kept".to_string()),
         (Some(_), false) => None,
     };
-    let mut lost_seen = state.as_ref().map_or_else(|| journal.lost(), K::lost_seen);
+    let mut lost_seen = state
+        .as_mut()
+        .map_or_else(|| journal.lost(), |s| s.stamp().lost_seen);
     // What the notifications named, over every attempt: an attempt cut short by a
     // commit re-reads all of it, so nothing read before that commit is left unread.
     let mut named: Named = Vec::new();
@@ -135,7 +142,10 @@ pub(crate) fn follow<K: Kept>(
             continue;
         }
         let Some(mut done) = state.take() else { continue };
-        done.stamp(before, lost_seen);
+        *done.stamp() = Stamp {
+            generation: before,
+            lost_seen,
+        };
         return Ok(Followed {
             state: done,
             why,

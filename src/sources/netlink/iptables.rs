@@ -24,7 +24,7 @@ use crate::decode::netlink::{
 };
 use crate::heart::model::{Backend, Family, RuleSource};
 use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
-use crate::sources::netlink::follow::{ATTEMPTS, Named, Stale, follow};
+use crate::sources::netlink::follow::{ATTEMPTS, Named, Stale, Stamp, follow};
 use crate::sources::netlink::kept::{BLOCK, KeptBlock, KeptFamily, KeptTable, update_table};
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
 use crate::sources::rule_changes::ChangeJournal;
@@ -276,12 +276,7 @@ pub fn read_rules_following(
     let deadline = Instant::now() + limits.timeout;
     let mut conn = Conn::open(limits, deadline, None)?;
     let extra_bytes = AtomicU64::new(0);
-    let readers = Readers {
-        limits,
-        deadline,
-        bytes: &extra_bytes,
-        recording: None,
-    };
+    let readers = Readers::new(limits, deadline, &extra_bytes, None);
     let mut followed = follow(
         &mut conn,
         journal,
@@ -293,8 +288,7 @@ pub fn read_rules_following(
             let mut tables = Vec::new();
             render_family(conn, readers, family, &mut |_| {}, Some(&mut tables))?;
             Ok(KeptFamily {
-                generation: 0,
-                lost_seen: 0,
+                stamp: Stamp::default(),
                 tables,
             })
         },

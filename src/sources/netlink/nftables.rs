@@ -310,37 +310,17 @@ fn read_family(
             .filter(|_| reuse.is_some())
             .map(|table| (table, &fetched_for_keep)),
     };
-    let plan = Plan {
-        block: RULE_BLOCK,
-        lookahead: RULE_LOOKAHEAD,
-        budget: usize::MAX,
-    };
-    let positions: Vec<usize> = (0..chains.len()).collect();
-    read_in_order(
-        conn,
-        readers,
-        &positions,
-        plan,
-        &|conn, &chain: &usize, out: &mut Vec<Result<DecodedRule, Unparsed>>| {
-            read_chain_rules(conn, &context, &chains, chain, out)
-        },
-        &mut |rules: &mut Vec<Result<DecodedRule, Unparsed>>| {
-            for rule in rules.drain(..) {
-                match rule {
-                    Ok(r) => {
-                        table.unparsed.extend(r.problem);
-                        let name = &chains[r.chain];
-                        match table.find_chain(name) {
-                            Some(i) => table.chains[i].rules.push(r.rule),
-                            None => table.chain_mut(Cow::Owned(name.clone()), 0).rules.push(r.rule),
-                        }
-                    }
-                    Err(problem) => table.unparsed.push(problem),
-                }
+    read_rules_in_order(conn, readers, &context, &chains, &mut |rule| match rule {
+        Ok(r) => {
+            table.unparsed.extend(r.problem);
+            let name = &chains[r.chain];
+            match table.find_chain(name) {
+                Some(i) => table.chains[i].rules.push(r.rule),
+                None => table.chain_mut(Cow::Owned(name.clone()), 0).rules.push(r.rule),
             }
-            Ok(())
-        },
-    )?;
+        }
+        Err(problem) => table.unparsed.push(problem),
+    })?;
     // The maps the rules' readers fetched, kept for the next read.
     if let Some(reuse) = reuse {
         reuse.next.extend(
@@ -354,6 +334,36 @@ fn read_family(
         handle: table_handle,
         sets,
     }))
+}
+
+/// The rules of `chains`, read over the readers and handed to `take` in the chains'
+/// order: each rule decoded, or what could not be.
+fn read_rules_in_order(
+    conn: &mut Conn,
+    readers: Readers<'_>,
+    context: &ReadContext<'_>,
+    chains: &[String],
+    take: &mut dyn FnMut(Result<DecodedRule, Unparsed>),
+) -> Result<(), NetlinkError> {
+    let plan = Plan {
+        block: RULE_BLOCK,
+        lookahead: RULE_LOOKAHEAD,
+        budget: usize::MAX,
+    };
+    let positions: Vec<usize> = (0..chains.len()).collect();
+    read_in_order(
+        conn,
+        readers,
+        &positions,
+        plan,
+        &|conn, &chain: &usize, out: &mut Vec<Result<DecodedRule, Unparsed>>| {
+            read_chain_rules(conn, context, chains, chain, out)
+        },
+        &mut |rules: &mut Vec<Result<DecodedRule, Unparsed>>| {
+            rules.drain(..).for_each(&mut *take);
+            Ok(())
+        },
+    )
 }
 
 /// The table's sets and maps, in the kernel's order, with what could not be read.

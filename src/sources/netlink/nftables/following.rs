@@ -18,8 +18,8 @@ use std::time::Instant;
 use rustc_hash::FxHashSet;
 
 use super::{
-    FetchCounts, RULE_BLOCK, RULE_LOOKAHEAD, ReadContext, TableMeta, read_both, read_chain_rules,
-    read_chains, read_elements, read_sets,
+    FetchCounts, ReadContext, TableMeta, read_both, read_chains, read_elements, read_rules_in_order,
+    read_sets,
 };
 use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::nfproto as nfproto_of;
@@ -30,8 +30,8 @@ use crate::decode::nftables::{
     ChainIndex, ChainIr, KUBE_PROXY_TABLE, MapIr, ParsedRuleset, TableIr, build_rule_sources, table_label,
 };
 use crate::heart::model::{Family, RuleSource, Unparsed};
-use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
-use crate::sources::netlink::follow::{Kept, Named, ReadKind, Stale, follow};
+use crate::sources::netlink::blocks::Readers;
+use crate::sources::netlink::follow::{Kept, Named, ReadKind, Stale, Stamp, follow};
 use crate::sources::netlink::nftables::ConstantMaps;
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits};
 use crate::sources::rule_changes::ChangeJournal;
@@ -39,8 +39,7 @@ use crate::sources::rule_changes::ChangeJournal;
 /// kube-proxy's tables as the last read decoded them.
 #[derive(Debug)]
 pub struct KeptNft {
-    generation: u32,
-    lost_seen: u64,
+    stamp: Stamp,
     /// What the rule sources are built from, borrowed by each build.
     parsed: ParsedRuleset<'static>,
     tables: Vec<TableMeta>,
@@ -50,13 +49,8 @@ pub struct KeptNft {
 }
 
 impl Kept for KeptNft {
-    fn stamp(&mut self, generation: u32, lost_seen: u64) {
-        self.generation = generation;
-        self.lost_seen = lost_seen;
-    }
-
-    fn lost_seen(&self) -> u64 {
-        self.lost_seen
+    fn stamp(&mut self) -> &mut Stamp {
+        &mut self.stamp
     }
 }
 
@@ -70,6 +64,11 @@ impl KeptNft {
             .map(|s| std::mem::size_of::<SetInfo>() + s.name.capacity())
             .sum::<usize>();
         sets + self.parsed.tables.iter().map(TableIr::heap_bytes).sum::<usize>()
+    }
+
+    /// The ruleset's generation the tables were read at.
+    pub fn generation(&self) -> u32 {
+        self.stamp.generation
     }
 
     /// The chains kept, both tables.
@@ -95,12 +94,7 @@ pub fn read_tables_following(
     let deadline = Instant::now() + limits.timeout;
     let mut conn = Conn::open(limits, deadline, None)?;
     let extra_bytes = AtomicU64::new(0);
-    let readers = Readers {
-        limits,
-        deadline,
-        bytes: &extra_bytes,
-        recording: None,
-    };
+    let readers = Readers::new(limits, deadline, &extra_bytes, None);
     // Both the update and the whole read keep maps there; one runs at a time.
     let maps = RefCell::new(maps);
     let scopes = [
@@ -122,8 +116,7 @@ pub fn read_tables_following(
                     .iter()
                     .any(|t| !t.unparsed.is_empty() || !t.complete);
             Ok(KeptNft {
-                generation: 0,
-                lost_seen: 0,
+                stamp: Stamp::default(),
                 parsed,
                 tables,
                 undecoded,
@@ -344,37 +337,17 @@ fn read_rules(
         counts: &counts,
         keep: meta.handle.map(|handle| (handle, &fetched)),
     };
-    let plan = Plan {
-        block: RULE_BLOCK,
-        lookahead: RULE_LOOKAHEAD,
-        budget: usize::MAX,
-    };
-    let positions: Vec<usize> = (0..names.len()).collect();
     let mut problem: Option<Unparsed> = None;
-    read_in_order(
-        conn,
-        readers,
-        &positions,
-        plan,
-        &|conn, &chain: &usize, out: &mut Vec<Result<DecodedRule, Unparsed>>| {
-            read_chain_rules(conn, &context, &names, chain, out)
-        },
-        &mut |rules: &mut Vec<Result<DecodedRule, Unparsed>>| {
-            for rule in rules.drain(..) {
-                match rule {
-                    Ok(DecodedRule {
-                        chain,
-                        rule,
-                        problem: None,
-                    }) => table.chains[reread[chain]].rules.push(rule),
-                    Ok(DecodedRule { problem: Some(p), .. }) | Err(p) => {
-                        problem.get_or_insert(p);
-                    }
-                }
-            }
-            Ok(())
-        },
-    )?;
+    read_rules_in_order(conn, readers, &context, &names, &mut |rule| match rule {
+        Ok(DecodedRule {
+            chain,
+            rule,
+            problem: None,
+        }) => table.chains[reread[chain]].rules.push(rule),
+        Ok(DecodedRule { problem: Some(p), .. }) | Err(p) => {
+            problem.get_or_insert(p);
+        }
+    })?;
     undecodable(problem.as_slice())?;
     maps.reused += counts.reused.load(AtomicOrdering::Relaxed);
     let fetches = counts.fetches();
