@@ -328,8 +328,9 @@ fn nft_read_after_a_burst_in_this_namespace() {
     let (_, _, kind) = read(&mut kept, &mut maps, false);
     assert!(matches!(kind, ReadKind::Whole(_)), "{kind:?}");
     eprintln!(
-        "kept after a whole read: {} bytes of decoded tables, VmRSS {}",
+        "kept after a whole read: {} bytes ({} unpacked), VmRSS {}",
         kept_bytes(&kept),
+        kept.as_ref().map_or(0, KeptNft::decoded_bytes),
         vm_rss()
     );
     let (_, _, kind) = read(&mut kept, &mut maps, false);
@@ -396,7 +397,7 @@ fn nft_read_after_a_burst_in_this_namespace() {
 }
 
 fn kept_bytes(kept: &Option<KeptNft>) -> usize {
-    kept.as_ref().map_or(0, |k| k.kept_bytes())
+    kept.as_ref().map_or(0, KeptNft::kept_bytes)
 }
 
 fn vm_rss() -> String {

@@ -20,6 +20,7 @@
 mod build;
 mod ir;
 pub(crate) mod json;
+pub(crate) mod packed;
 mod text;
 
 use crate::heart::model::{Family, RuleSource, Unparsed};

@@ -2,7 +2,8 @@
 //! change notifications, so that a read after a change re-reads only what they name.
 //!
 //! Kept per table: the decoded IR (chains in the kernel's order with their rules, the
-//! named maps' elements) and the list of sets. A changed chain's rules are read again,
+//! named maps' elements), packed between reads ([`crate::decode::nftables::packed`]),
+//! and the list of sets. A changed chain's rules are read again,
 //! with the anonymous maps they use (reused from [`ConstantMaps`] when the same map is
 //! kept there, else fetched by key); a changed set re-reads the set list and the named
 //! maps that changed; a changed chain list re-reads the chain list. Anything the
@@ -26,6 +27,7 @@ use crate::decode::netlink::nfproto as nfproto_of;
 use crate::decode::netlink::nftables::{
     DecodedRule, NFT_SET_ANONYMOUS, NFT_SET_MAP, RuleContext, SetInfo, compare_keys, element_ir,
 };
+use crate::decode::nftables::packed::{Packed, pack, unpack};
 use crate::decode::nftables::{
     ChainIndex, ChainIr, KUBE_PROXY_TABLE, MapIr, ParsedRuleset, TableIr, build_rule_sources, table_label,
 };
@@ -40,8 +42,13 @@ use crate::sources::rule_changes::ChangeJournal;
 #[derive(Debug)]
 pub struct KeptNft {
     stamp: Stamp,
-    /// What the rule sources are built from, borrowed by each build.
-    parsed: ParsedRuleset<'static>,
+    /// What the rule sources are built from, packed between reads.
+    packed: Packed,
+    /// Unpacked while a read updates them.
+    open: Option<ParsedRuleset<'static>>,
+    /// The heap they hold unpacked, and their chains, when last packed.
+    decoded_bytes: usize,
+    chains: usize,
     tables: Vec<TableMeta>,
     /// Something could not be decoded: the next read is whole, which reports it again
     /// exactly where a fresh read would.
@@ -55,7 +62,7 @@ impl Kept for KeptNft {
 }
 
 impl KeptNft {
-    /// The heap the kept tables hold, about (for the log and the performance notes).
+    /// The heap the kept tables hold, about: packed, and with their set lists.
     pub fn kept_bytes(&self) -> usize {
         let sets = self
             .tables
@@ -63,7 +70,12 @@ impl KeptNft {
             .flat_map(|t| &t.sets)
             .map(|s| std::mem::size_of::<SetInfo>() + s.name.capacity())
             .sum::<usize>();
-        sets + self.parsed.tables.iter().map(TableIr::heap_bytes).sum::<usize>()
+        sets + self.packed.bytes()
+    }
+
+    /// The heap the kept tables held unpacked, about (for the performance notes).
+    pub fn decoded_bytes(&self) -> usize {
+        self.decoded_bytes
     }
 
     /// The ruleset's generation the tables were read at.
@@ -73,8 +85,30 @@ impl KeptNft {
 
     /// The chains kept, both tables.
     pub fn chains(&self) -> usize {
-        self.parsed.tables.iter().map(|t| t.chains.len()).sum()
+        self.chains
     }
+
+    /// Packs the tables a read unpacked.
+    fn close(&mut self) {
+        if let Some(parsed) = self.open.take() {
+            self.chains = parsed.tables.iter().map(|t| t.chains.len()).sum();
+            self.decoded_bytes = parsed.tables.iter().map(TableIr::heap_bytes).sum();
+            self.packed = pack(&parsed);
+        }
+    }
+}
+
+/// The kept tables, unpacked for a read.
+fn opened<'s>(
+    open: &'s mut Option<ParsedRuleset<'static>>,
+    packed: &Packed,
+) -> Result<&'s mut ParsedRuleset<'static>, NetlinkError> {
+    if open.is_none() {
+        let parsed = unpack(packed)
+            .map_err(|e| NetlinkError::Malformed(format!("the kept tables do not unpack: {e}")))?;
+        *open = Some(parsed);
+    }
+    Ok(open.get_or_insert_default())
 }
 
 const TABLES: [&str; 1] = [KUBE_PROXY_TABLE];
@@ -101,7 +135,7 @@ pub fn read_tables_following(
         (nfproto_of(Family::Ipv4), &TABLES[..]),
         (nfproto_of(Family::Ipv6), &TABLES[..]),
     ];
-    let followed = follow(
+    let mut followed = follow(
         &mut conn,
         journal,
         &scopes,
@@ -117,14 +151,19 @@ pub fn read_tables_following(
                     .any(|t| !t.unparsed.is_empty() || !t.complete);
             Ok(KeptNft {
                 stamp: Stamp::default(),
-                parsed,
+                packed: Packed::default(),
+                open: Some(parsed),
+                decoded_bytes: 0,
+                chains: 0,
                 tables,
                 undecoded,
             })
         },
     )?;
-    let sources = build_rule_sources(&followed.state.parsed, origin);
-    let of = followed.state.chains();
+    let state = &mut followed.state;
+    let sources = build_rule_sources(opened(&mut state.open, &state.packed)?, origin);
+    state.close();
+    let of = state.chains;
     let kind = followed.finish(kept, of);
     Ok((
         sources,
@@ -164,7 +203,7 @@ fn update_tables(
         if changes.whole || changes.other {
             return Err(Stale::Whole(format!("table {label} changed as a whole")));
         }
-        let table = state.parsed.table_mut(family);
+        let table = opened(&mut state.open, &state.packed)?.table_mut(family);
         if !changes.sets.is_empty() {
             update_maps(conn, meta, table, changes, maps)?;
         }
