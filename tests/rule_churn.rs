@@ -392,6 +392,31 @@ fn nft_read_after_a_burst_in_this_namespace() {
     );
     let (_, _, kind) = read(&mut kept, &mut maps, false);
     assert!(matches!(kind, ReadKind::Changed { chains: 0, .. }), "{kind:?}");
+
+    // A chain added is read; renamed, it is whole (rules kept would name the old one).
+    nft(
+        &dir,
+        "add chain ip kube-proxy spare\nadd rule ip kube-proxy spare return\n",
+    );
+    let (_, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(matches!(kind, ReadKind::Changed { chains: 1, .. }), "{kind:?}");
+    nft(&dir, "rename chain ip kube-proxy spare spare-renamed\n");
+    let (_, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(
+        matches!(&kind, ReadKind::Whole(why) if why.contains("renamed")),
+        "{kind:?}"
+    );
+    // A table created since the last read: whole.
+    nft(
+        &dir,
+        "add table ip6 kube-proxy\nadd chain ip6 kube-proxy services\n",
+    );
+    let (sources, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(
+        matches!(&kind, ReadKind::Whole(why) if why.contains("created")),
+        "{kind:?}"
+    );
+    assert_eq!(sources.len(), 2, "both tables read");
     drop(changes);
     std::fs::write(dir.join("checked"), "").unwrap();
 }
