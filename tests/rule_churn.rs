@@ -1,11 +1,15 @@
-//! The agent's incremental read of iptables-nft's tables, on a real kernel: a generated
+//! The agent's incremental reads, on a real kernel. iptables-nft: a generated
 //! node is loaded with the real `iptables-nft-restore` into a private network namespace,
 //! read once whole, then changed by a burst of kube-proxy-like commits (KUBE-NODEPORTS
 //! rewritten with a stale rule, endpoint chains created and deleted, a filter rule, an
 //! IPv6 table created). Read again from the kernel's change notifications, only the
 //! changed chains' blocks are read; the result must be identical to a fresh whole read:
 //! the same text line for line, the same rule model, the same findings. A lost
-//! notification must make the next read whole.
+//! notification must make the next read whole. kube-proxy's nftables tables: the same,
+//! with a generated node loaded with `nft -f` and a burst of kube-proxy-like `nft -f`
+//! transactions (NodePort map elements replaced and a stale one added, Service and
+//! endpoint chains flushed and refilled, one with a new `numgen` map, an endpoint chain
+//! added and one deleted).
 //!
 //! Needs root (CI runs as root and must not skip these). Nothing touches the host's own
 //! network namespace.
@@ -23,8 +27,11 @@ use portdrift::sources::netlink::NetlinkLimits;
 use portdrift::sources::netlink::iptables::{
     ReadKind, read_rules_following, read_rules_netlink, render_save,
 };
+use portdrift::sources::netlink::nftables::{
+    ConstantMaps, KeptNft, read_tables_following, read_tables_netlink,
+};
 use portdrift::sources::rule_changes::RuleChanges;
-use portdrift::testing::synth::{ChainOrder, SynthConfig, generate};
+use portdrift::testing::synth::{ChainOrder, SynthConfig, generate, nft_script};
 
 /// Where the inner test finds the generated node (set by the outer test).
 const NODE_DIR: &str = "PORTDRIFT_CHURN_NODE";
@@ -48,34 +55,50 @@ fn kept_tables_after_a_burst_of_changes_read_as_a_fresh_whole_read() {
     std::fs::write(dir.path().join("iptables-nft-save.txt"), &generated.iptables_save).unwrap();
     std::fs::write(dir.path().join("cluster.json"), &generated.cluster_json).unwrap();
     std::fs::write(dir.path().join("node"), "worker-1\n").unwrap();
-    let shell = format!(
-        "set -e; ip link set lo up; for n in $(grep -o -- '--nfacct-name  *[^ ]*' {dump} | awk '{{print $2}}' | sort -u); do nfacct add $n; done; \
-         iptables-nft-restore < {dump}; \
-         {NODE_DIR}={dir} {me} --exact read_after_a_burst_in_this_namespace --ignored --test-threads=1 --nocapture",
+    let load = format!(
+        "for n in $(grep -o -- '--nfacct-name  *[^ ]*' {dump} | awk '{{print $2}}' | sort -u); do nfacct add $n; done; \
+         iptables-nft-restore < {dump}",
         dump = dir.path().join("iptables-nft-save.txt").display(),
-        dir = dir.path().display(),
+    );
+    run_inside(dir.path(), &load, "read_after_a_burst_in_this_namespace");
+}
+
+/// Loads the node in `dir` into a fresh namespace with `load`, and runs the ignored
+/// test `inner` there.
+fn run_inside(dir: &Path, load: &str, inner: &str) {
+    let shell = format!(
+        "set -e; ip link set lo up; {load}; \
+         {NODE_DIR}={dir} {me} --exact {inner} --ignored --test-threads=1 --nocapture",
+        dir = dir.display(),
         me = std::env::current_exe().unwrap().display(),
     );
-    support::run_in_fresh_netns("incremental rule reads", &shell);
-    assert!(dir.path().join("checked").is_file(), "the inner test did not run");
+    support::run_in_fresh_netns(inner, &shell);
+    assert!(dir.join("checked").is_file(), "the inner test did not run");
+}
+
+/// What an inner test starts from: the node's directory (None outside the namespace),
+/// the notifications heard there (with the runtime they run on), and the read limits.
+fn inside() -> Option<(PathBuf, tokio::runtime::Runtime, RuleChanges, NetlinkLimits)> {
+    let dir = std::env::var_os(NODE_DIR).map(PathBuf::from)?;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let changes = runtime
+        .block_on(async { RuleChanges::subscribe() })
+        .expect("joins the notification group");
+    let limits = NetlinkLimits {
+        timeout: Duration::from_secs(30),
+        max_bytes: 1 << 30,
+    };
+    Some((dir, runtime, changes, limits))
 }
 
 /// Run by the test above inside its namespace.
 #[test]
 #[ignore = "run inside a namespace by kept_tables_after_a_burst_of_changes_read_as_a_fresh_whole_read"]
 fn read_after_a_burst_in_this_namespace() {
-    let Some(dir) = std::env::var_os(NODE_DIR).map(PathBuf::from) else {
+    let Some((dir, _runtime, changes, limits)) = inside() else {
         return;
     };
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let changes = runtime
-        .block_on(async { RuleChanges::subscribe() })
-        .expect("joins the notification group");
     let journal = changes.journal();
-    let limits = NetlinkLimits {
-        timeout: Duration::from_secs(30),
-        max_bytes: 1 << 30,
-    };
     let origin = "iptables-nft over netlink";
     let mut kept = None;
     let (_, _, kind) =
@@ -124,8 +147,8 @@ fn read_after_a_burst_in_this_namespace() {
     render_save(Family::Ipv4, limits, &mut |l| whole_text.push(l.to_string())).unwrap();
     assert_eq!(kept_text, whole_text);
     assert_eq!(
-        findings(&dir, following),
-        findings(&dir, fresh),
+        findings(&dir, vec![following]),
+        findings(&dir, vec![fresh]),
         "the same findings"
     );
 
@@ -247,13 +270,13 @@ fn burst(dir: &Path) {
 }
 
 /// The findings of a scan of `rules` against the generated cluster.
-fn findings(dir: &Path, rules: RuleSource) -> serde_json::Value {
+fn findings(dir: &Path, rules: Vec<RuleSource>) -> serde_json::Value {
     let cluster = tempfile::tempdir().unwrap();
     for file in ["cluster.json", "node"] {
         std::fs::copy(dir.join(file), cluster.path().join(file)).unwrap();
     }
     let mut input = portdrift::scan::input::read_bundle(cluster.path(), None).unwrap();
-    input.observed.sources.push(rules);
+    input.observed.sources.extend(rules);
     let config = DetectConfig {
         nodeport_range: 20000..=32767,
         grace: None,
@@ -262,4 +285,256 @@ fn findings(dir: &Path, rules: RuleSource) -> serde_json::Value {
     let report = run_scan(input, &config);
     assert!(!report.findings.is_empty(), "the stale rule is found");
     serde_json::to_value(&report.findings).unwrap()
+}
+
+#[test]
+fn kept_nft_tables_after_a_burst_of_changes_read_as_a_fresh_whole_read() {
+    if !support::require_root("incremental nftables reads")
+        || !support::require_tool("nft", "incremental nftables reads")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // PORTDRIFT_CHURN_SERVICES=10000 measures what is kept at scale (printed).
+    let services = std::env::var("PORTDRIFT_CHURN_SERVICES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300);
+    let node = SynthConfig {
+        services,
+        endpoints_per_service: 3,
+        ..Default::default()
+    };
+    std::fs::write(dir.path().join("kube-proxy.nft"), nft_script(&node)).unwrap();
+    std::fs::write(dir.path().join("cluster.json"), generate(&node).cluster_json).unwrap();
+    std::fs::write(dir.path().join("node"), "worker-1\n").unwrap();
+    let load = format!("nft -f {}", dir.path().join("kube-proxy.nft").display());
+    run_inside(dir.path(), &load, "nft_read_after_a_burst_in_this_namespace");
+}
+
+/// Run by the test above inside its namespace.
+#[test]
+#[ignore = "run inside a namespace by kept_nft_tables_after_a_burst_of_changes_read_as_a_fresh_whole_read"]
+fn nft_read_after_a_burst_in_this_namespace() {
+    let Some((dir, _runtime, changes, limits)) = inside() else {
+        return;
+    };
+    let journal = changes.journal();
+    let origin = "nftables over netlink";
+    let (mut kept, mut maps) = (None, ConstantMaps::default());
+    let read = |kept: &mut Option<KeptNft>, maps: &mut ConstantMaps, whole: bool| {
+        read_tables_following(origin, limits, &journal, kept, maps, &mut { whole }).unwrap()
+    };
+    let (_, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(matches!(kind, ReadKind::Whole(_)), "{kind:?}");
+    eprintln!(
+        "kept after a whole read: {} bytes ({} unpacked), VmRSS {}",
+        kept_bytes(&kept),
+        kept.as_ref().map_or(0, KeptNft::decoded_bytes),
+        vm_rss()
+    );
+    let (_, _, kind) = read(&mut kept, &mut maps, false);
+    let ReadKind::Changed { chains: 0, of } = kind else {
+        panic!("nothing changed, yet {kind:?}")
+    };
+    assert!(of > 1000, "{of} chains");
+
+    nft_burst(&dir);
+
+    let (following, _, kind) = read(&mut kept, &mut maps, false);
+    let ReadKind::Changed { chains, of } = kind else {
+        panic!("the burst was not read from the notifications: {kind:?}")
+    };
+    eprintln!(
+        "after the burst: {chains} of {of} chains read; kept {} bytes, VmRSS {}",
+        kept_bytes(&kept),
+        vm_rss()
+    );
+    assert!(
+        chains >= 4 && chains * 20 < of,
+        "{chains} of {of} chains read again"
+    );
+    let (fresh, _) = read_tables_netlink(origin, limits).unwrap();
+    assert_eq!(
+        format!("{following:#?}"),
+        format!("{fresh:#?}"),
+        "the same rule model"
+    );
+    let model = format!("{fresh:#?}");
+    for changed in ["10.250.0.9:8080", "10.250.1.1:8080"] {
+        assert!(
+            model.contains(changed),
+            "the burst's {changed} is in the fresh read"
+        );
+    }
+    assert!(
+        fresh[0].nodeports.iter().any(|r| r.port == 32700),
+        "the burst's stale element is in the fresh read"
+    );
+    assert_eq!(
+        findings(&dir, following),
+        findings(&dir, fresh),
+        "the same findings"
+    );
+
+    // The periodic safety net, then a lost notification: whole, and saying why.
+    let (_, _, kind) = read(&mut kept, &mut maps, true);
+    assert!(
+        matches!(&kind, ReadKind::Whole(why) if why.contains("periodic")),
+        "{kind:?}"
+    );
+    nft(&dir, "add element ip kube-proxy cluster-ips { 10.96.255.254 }\n");
+    journal.note_lost();
+    let (_, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(
+        matches!(&kind, ReadKind::Whole(why) if why.contains("lost")),
+        "{kind:?}"
+    );
+    let (_, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(matches!(kind, ReadKind::Changed { chains: 0, .. }), "{kind:?}");
+
+    // A chain added is read; renamed, it is whole (rules kept would name the old one).
+    nft(
+        &dir,
+        "add chain ip kube-proxy spare\nadd rule ip kube-proxy spare return\n",
+    );
+    let (_, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(matches!(kind, ReadKind::Changed { chains: 1, .. }), "{kind:?}");
+    nft(&dir, "rename chain ip kube-proxy spare spare-renamed\n");
+    let (_, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(
+        matches!(&kind, ReadKind::Whole(why) if why.contains("renamed")),
+        "{kind:?}"
+    );
+    // A table created since the last read: whole.
+    nft(
+        &dir,
+        "add table ip6 kube-proxy\nadd chain ip6 kube-proxy services\n",
+    );
+    let (sources, _, kind) = read(&mut kept, &mut maps, false);
+    assert!(
+        matches!(&kind, ReadKind::Whole(why) if why.contains("created")),
+        "{kind:?}"
+    );
+    assert_eq!(sources.len(), 2, "both tables read");
+    drop(changes);
+    std::fs::write(dir.join("checked"), "").unwrap();
+}
+
+fn kept_bytes(kept: &Option<KeptNft>) -> usize {
+    kept.as_ref().map_or(0, KeptNft::kept_bytes)
+}
+
+fn vm_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().to_string()))
+        .unwrap_or_default()
+}
+
+fn nft(dir: &Path, script: &str) {
+    let path = dir.join("step.nft");
+    std::fs::write(&path, script).unwrap();
+    let run = Command::new("nft").arg("-f").arg(&path).output().unwrap();
+    assert!(
+        run.status.success(),
+        "nft -f: {}\n{script}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+/// A burst of transactions as kube-proxy's nftables syncs make them: NodePort elements
+/// replaced and a stale one added; a Service chain refilled as it was (its `numgen`
+/// map made anew); a Service's endpoint moved to a new endpoint chain, its old one
+/// deleted; an endpoint chain refilled with a new address.
+fn nft_burst(dir: &Path) {
+    const T: &str = "ip kube-proxy";
+    let script = std::fs::read_to_string(dir.join("kube-proxy.nft")).unwrap();
+    let rules_of = |chain: &str| -> Vec<String> {
+        let prefix = format!("add rule {T} {chain} ");
+        script
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+            .collect()
+    };
+    // (Service chain, its endpoint chains) of each Service's dispatch.
+    let dispatch: Vec<(String, Vec<String>)> = script
+        .lines()
+        .filter(|l| l.contains(" numgen random mod ") && l.contains(" service-"))
+        .map(|l| {
+            let chain = l.split_whitespace().nth(4).unwrap().to_string();
+            let arms = l
+                .split("goto ")
+                .skip(1)
+                .map(|a| a.split([',', ' ']).next().unwrap().to_string())
+                .collect();
+            (chain, arms)
+        })
+        .collect();
+    // Endpoints only their Service's dispatch reaches, so one can be deleted.
+    let only_here = |chain: &str| script.matches(&format!("goto {chain}")).count() == 1;
+    let mut picks = dispatch
+        .iter()
+        .filter(|(_, arms)| arms.len() > 1 && only_here(&arms[0]));
+    let (s1, s2, s3) = (
+        picks.next().unwrap(),
+        picks.next().unwrap(),
+        picks.next().unwrap(),
+    );
+    let first_nodeport = script
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("add element {T} service-nodeports {{ ")))
+        .and_then(|l| l.split(", ").next())
+        .unwrap()
+        .trim_end_matches(" }")
+        .to_string();
+    let first_key = first_nodeport.split(" : ").next().unwrap();
+    let nodeports = format!(
+        "delete element {T} service-nodeports {{ {first_key} }}\n\
+         add element {T} service-nodeports {{ {first_nodeport}, tcp . 32700 : goto {} }}\n",
+        s3.0
+    );
+    let refill = |chain: &str, rules: &[String]| {
+        let mut out = format!("flush chain {T} {chain}\n");
+        for rule in rules {
+            out += &format!("add rule {T} {chain} {rule}\n");
+        }
+        out
+    };
+    // The same rules: a new rule and a new anonymous map, the same model.
+    let same = refill(&s1.0, &rules_of(&s1.0));
+    let moved = s2.1[0].replacen("endpoint-", "endpoint-moved-", 1);
+    let s2_rules: Vec<String> = rules_of(&s2.0)
+        .into_iter()
+        .map(|r| match r.contains("numgen") {
+            true => format!(
+                "numgen random mod {} vmap {{ 0 : goto {moved}, {} }}",
+                s2.1.len(),
+                (1..s2.1.len())
+                    .map(|i| format!("{i} : goto {}", s2.1[i]))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            false => r,
+        })
+        .collect();
+    let endpoint_moved = format!(
+        "add chain {T} {moved}\n\
+         add rule {T} {moved} ip saddr 10.250.0.9 jump mark-for-masquerade\n\
+         add rule {T} {moved} meta l4proto tcp dnat to 10.250.0.9:8080\n{}\
+         flush chain {T} {old}\ndelete chain {T} {old}\n",
+        refill(&s2.0, &s2_rules),
+        old = s2.1[0],
+    );
+    let endpoint_refilled = refill(
+        &s3.1[0],
+        &[
+            "ip saddr 10.250.1.1 jump mark-for-masquerade".to_string(),
+            "meta l4proto tcp dnat to 10.250.1.1:8080".to_string(),
+        ],
+    );
+    for step in [&nodeports, &same, &endpoint_moved, &endpoint_refilled, &nodeports] {
+        nft(dir, step);
+    }
 }

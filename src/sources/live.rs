@@ -17,9 +17,12 @@ use crate::sources::kube_proxy_http::{
     DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS, HEALTHZ_TIMEOUT, HttpError, http_get,
 };
 use crate::sources::netlink::NetlinkLimits;
-use crate::sources::netlink::iptables::{ReadKind, read_rules_following};
+use crate::sources::netlink::follow::ReadKind;
+use crate::sources::netlink::iptables::read_rules_following;
 use crate::sources::netlink::kept::KeptFamily;
-use crate::sources::netlink::nftables::{ConstantMaps, read_tables_netlink, read_tables_netlink_keeping};
+use crate::sources::netlink::nftables::{
+    ConstantMaps, KeptNft, read_tables_following, read_tables_netlink, read_tables_netlink_keeping,
+};
 use crate::sources::rule_changes::ChangeJournal;
 use crate::sources::tools::{ToolLimits, ToolOutcome, run_tool, stderr_notes};
 
@@ -107,15 +110,66 @@ pub struct LiveNode {
     following: Option<Following>,
 }
 
-/// What a reader that follows the notifications keeps, per family (IPv4, IPv6).
-#[derive(Debug, Clone)]
+/// What a reader that follows the notifications keeps: iptables-nft's tables per family
+/// (IPv4, IPv6), then kube-proxy's nftables tables (both families in one read).
+#[derive(Debug)]
 struct Following {
     journal: ChangeJournal,
     kept: [Option<KeptFamily>; 2],
-    /// The next read of each family is whole (the periodic safety net).
-    whole_next: [bool; 2],
-    /// Why the last read of each family was whole, if it was, for logging changes only.
-    last_whole: [Option<String>; 2],
+    nft: Option<KeptNft>,
+    /// The next read of each is whole (the periodic safety net).
+    whole_next: [bool; 3],
+    /// Why the last read of each was whole, if it was, for logging changes only.
+    last_whole: [Option<String>; 3],
+}
+
+/// A clone keeps no nftables tables (their IR is not cloned): its next read of them is
+/// whole.
+impl Clone for Following {
+    fn clone(&self) -> Self {
+        Following {
+            journal: self.journal.clone(),
+            kept: self.kept.clone(),
+            nft: None,
+            whole_next: self.whole_next,
+            last_whole: self.last_whole.clone(),
+        }
+    }
+}
+
+/// Where [`Following`] keeps the state of kube-proxy's nftables tables' reads.
+const NFT_AT: usize = 2;
+
+impl Following {
+    /// Notes how the read at `at` read its tables, and logs when that changes.
+    fn note(&mut self, at: usize, fetched: &mut Fetched<impl Sized>, kind: ReadKind) {
+        fetched.notes.push(match &kind {
+            ReadKind::Changed { chains, of } => format!(
+                "read again only where the kernel announced changes: {chains} of {of} chains; the rest as last read"
+            ),
+            ReadKind::Whole(why) => format!("read whole: {why}"),
+        });
+        let why = match kind {
+            ReadKind::Whole(why) => Some(why),
+            ReadKind::Changed { .. } => None,
+        };
+        if why != self.last_whole[at] {
+            let (label, tables) = match at {
+                NFT_AT => (NFT_NETLINK_LABEL, "kube-proxy's nftables tables"),
+                0 => (iptables_netlink_label(Family::Ipv4), "iptables-nft's tables"),
+                _ => (iptables_netlink_label(Family::Ipv6), "iptables-nft's tables"),
+            };
+            if let Some(why) = &why {
+                tracing::info!(table = label, %why, "reading {tables} whole");
+            } else {
+                tracing::info!(
+                    table = label,
+                    "reading {tables} again only where the kernel announced changes"
+                );
+            }
+            self.last_whole[at] = why;
+        }
+    }
 }
 
 /// The tool that prints each iptables dump of the bundle. Never `-t`: the legacy tools
@@ -139,14 +193,16 @@ impl LiveNode {
         }
     }
 
-    /// Keeps iptables-nft's tables between reads and re-reads only the chains the
-    /// notifications `journal` gathers name (see [`read_rules_following`]).
+    /// Keeps iptables-nft's and kube-proxy's nftables tables between reads and re-reads
+    /// only what the notifications `journal` gathers name (see [`read_rules_following`]
+    /// and [`read_tables_following`]).
     pub fn following(mut self, journal: ChangeJournal) -> LiveNode {
         self.following = Some(Following {
             journal,
             kept: [None, None],
-            whole_next: [false; 2],
-            last_whole: [None, None],
+            nft: None,
+            whole_next: [false; 3],
+            last_whole: [None, None, None],
         });
         self
     }
@@ -155,7 +211,7 @@ impl LiveNode {
     /// safety net against a notification the kernel never sent.
     pub fn read_whole_next(&mut self) {
         if let Some(following) = self.following.as_mut() {
-            following.whole_next = [true; 2];
+            following.whole_next = [true; 3];
         }
     }
 
@@ -202,6 +258,37 @@ impl LiveNode {
             bytes: Some(bytes),
             elapsed: Some(start.elapsed()),
         })
+    }
+
+    /// [`Self::read_netlink`] of a reader that follows the notifications: the read at
+    /// `at` of [`Following`], noted and logged as it read.
+    fn read_following<T>(
+        &self,
+        following: &mut Following,
+        at: usize,
+        read: impl FnOnce(
+            NetlinkLimits,
+            &mut Following,
+            &mut bool,
+        ) -> Result<(T, u64, ReadKind), crate::sources::netlink::NetlinkError>,
+        present: impl FnOnce(&T) -> bool,
+    ) -> Result<Fetched<T>, String> {
+        // Cleared by a whole read that completes; churn can keep one from completing.
+        let mut whole = following.whole_next[at];
+        let mut kind = None;
+        let mut fetched = self.read_netlink(
+            |limits| {
+                let (value, bytes, how) = read(limits, &mut *following, &mut whole)?;
+                kind = Some(how);
+                Ok((value, bytes))
+            },
+            present,
+        );
+        following.whole_next[at] = whole;
+        if let (Ok(fetched), Some(kind)) = (&mut fetched, kind) {
+            following.note(at, fetched, kind);
+        }
+        fetched
     }
 
     fn run<T, F>(&self, program: &str, args: &[&str], consume: F) -> Fetched<T>
@@ -402,13 +489,35 @@ impl Source for LiveNode {
             return None;
         }
         let mut maps = self.constant_maps.take();
-        let read = self.read_netlink(
-            |limits| match maps.as_mut() {
-                Some(maps) => read_tables_netlink_keeping(NFT_NETLINK_LABEL, limits, maps),
-                None => read_tables_netlink(NFT_NETLINK_LABEL, limits),
-            },
-            |sources| !sources.is_empty(),
-        );
+        let read = match self.following.take() {
+            Some(mut following) => {
+                let mut scratch = ConstantMaps::default();
+                let read = self.read_following(
+                    &mut following,
+                    NFT_AT,
+                    |limits, f, whole| {
+                        read_tables_following(
+                            NFT_NETLINK_LABEL,
+                            limits,
+                            &f.journal,
+                            &mut f.nft,
+                            maps.as_mut().unwrap_or(&mut scratch),
+                            whole,
+                        )
+                    },
+                    |sources| !sources.is_empty(),
+                );
+                self.following = Some(following);
+                read
+            }
+            None => self.read_netlink(
+                |limits| match maps.as_mut() {
+                    Some(maps) => read_tables_netlink_keeping(NFT_NETLINK_LABEL, limits, maps),
+                    None => read_tables_netlink(NFT_NETLINK_LABEL, limits),
+                },
+                |sources| !sources.is_empty(),
+            ),
+        };
         self.constant_maps = maps;
         Some(read)
     }
@@ -430,45 +539,14 @@ impl Source for LiveNode {
             ));
         };
         let at = usize::from(family == Family::Ipv6);
-        let mut kind = None;
-        let mut read = self.read_netlink(
-            |limits| {
-                let (value, bytes, how) = read_rules_following(
-                    family,
-                    label,
-                    limits,
-                    &following.journal,
-                    &mut following.kept[at],
-                    &mut following.whole_next[at],
-                )?;
-                kind = Some(how);
-                Ok((value, bytes))
+        let read = self.read_following(
+            &mut following,
+            at,
+            |limits, f, whole| {
+                read_rules_following(family, label, limits, &f.journal, &mut f.kept[at], whole)
             },
             Option::is_some,
         );
-        if let (Ok(fetched), Some(kind)) = (&mut read, kind) {
-            fetched.notes.push(match &kind {
-                ReadKind::Changed { chains, of } => format!(
-                    "read again only where the kernel announced changes: {chains} of {of} chains; the rest as last read"
-                ),
-                ReadKind::Whole(why) => format!("read whole: {why}"),
-            });
-            let why = match kind {
-                ReadKind::Whole(why) => Some(why),
-                ReadKind::Changed { .. } => None,
-            };
-            if why != following.last_whole[at] {
-                if let Some(why) = &why {
-                    tracing::info!(table = label, %why, "reading iptables-nft's tables whole");
-                } else {
-                    tracing::info!(
-                        table = label,
-                        "reading iptables-nft's tables again only where the kernel announced changes"
-                    );
-                }
-                following.last_whole[at] = why;
-            }
-        }
         self.following = Some(following);
         Some(read)
     }

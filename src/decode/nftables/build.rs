@@ -15,30 +15,29 @@ use crate::heart::model::{
     ServicePortRef, Unparsed, Verdict,
 };
 
-pub(crate) fn build_rule_sources(parsed: ParsedRuleset<'_>, origin: &str) -> Vec<RuleSource> {
-    let ParsedRuleset {
-        mut tables,
-        unattributed,
-    } = parsed;
+/// Borrows the IR: a reader that follows the kernel's notifications keeps it for the
+/// next read.
+pub(crate) fn build_rule_sources(parsed: &ParsedRuleset<'_>, origin: &str) -> Vec<RuleSource> {
+    let mut tables: Vec<&TableIr<'_>> = parsed.tables.iter().collect();
     tables.sort_by_key(|t| t.family);
     tables
         .into_iter()
-        .map(|t| build_rule_source(t, origin, &unattributed))
+        .map(|t| build_rule_source(t, origin, &parsed.unattributed))
         .collect()
 }
 
-fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]) -> RuleSource {
+fn build_rule_source(table: &TableIr<'_>, origin: &str, unattributed: &[Unparsed]) -> RuleSource {
     let mut unparsed = table.unparsed.clone();
     unparsed.extend_from_slice(unattributed);
     let mut nodeports = Vec::new();
-    let mut names = SharedNames::new(&table);
+    let mut names = SharedNames::new(table);
     for map in &table.maps {
         if map.name != SERVICE_NODEPORTS_MAP && map.name != NO_ENDPOINT_NODEPORTS_MAP {
             continue;
         }
         let map_name: Arc<str> = Arc::from(&*map.name);
         for element in &map.elements {
-            match nodeport_rule(&table, &map_name, element, &mut names) {
+            match nodeport_rule(table, &map_name, element, &mut names) {
                 Ok(rule) => nodeports.push(rule),
                 Err(u) => unparsed.push(u),
             }
@@ -55,7 +54,7 @@ fn build_rule_source(table: TableIr<'_>, origin: &str, unattributed: &[Unparsed]
         nodeports,
         // The CNI portmap plugin writes iptables rules; its nftables form is not read yet.
         hostports: Vec::new(),
-        orphans: orphan_chains(&table),
+        orphans: orphan_chains(table),
         unparsed,
         has_kube_proxy: true,
         // nftables mode has no canary chain: kube-proxy owns the whole table.

@@ -20,13 +20,16 @@
 mod build;
 mod ir;
 pub(crate) mod json;
+pub(crate) mod packed;
 mod text;
 
 use crate::heart::model::{Family, RuleSource, Unparsed};
 use crate::heart::repair::nft_table::{ChainView, ElementView, MapView, RuleView, TableView};
 
 pub(crate) use build::build_rule_sources;
-pub(crate) use ir::{DnatIr, ElementIr, ElementVerdict, MapIr, ParsedRuleset, RuleIr, TableIr};
+pub(crate) use ir::{
+    ChainIndex, ChainIr, DnatIr, ElementIr, ElementVerdict, MapIr, ParsedRuleset, RuleIr, TableIr,
+};
 
 /// Why a dump could not be read at all. Anything less (an odd object, a rule portdrift
 /// does not understand) is kept as [`Unparsed`] in the result instead.
@@ -57,7 +60,7 @@ pub enum NftError {
 /// `ip6 kube-proxy` (IPv6). A ruleset without either gives an empty vector.
 pub fn parse_ruleset_json(input: &[u8], origin: &str) -> Result<Vec<RuleSource>, NftError> {
     let parsed = json::parse(input, origin)?;
-    Ok(build_rule_sources(parsed, origin))
+    Ok(build_rule_sources(&parsed, origin))
 }
 
 /// Parses `nft list ruleset` text (the bundle's `nft.txt`; `nft -a` adds the rule
@@ -65,7 +68,7 @@ pub fn parse_ruleset_json(input: &[u8], origin: &str) -> Result<Vec<RuleSource>,
 /// the same ruleset, with 1-based line numbers.
 pub fn parse_ruleset_text(input: &str, origin: &str) -> Result<Vec<RuleSource>, NftError> {
     let parsed = text::parse(input, origin)?;
-    Ok(build_rule_sources(parsed, origin))
+    Ok(build_rule_sources(&parsed, origin))
 }
 
 /// The names kube-proxy gives the things this parser reads (pkg/proxy/nftables).
@@ -85,7 +88,7 @@ fn kube_proxy_family(family: &str, table: &str) -> Option<Family> {
 }
 
 /// The table as `nft` commands name it, for identities (`nft delete rule ip kube-proxy …`).
-fn table_label(family: Family) -> &'static str {
+pub(crate) fn table_label(family: Family) -> &'static str {
     match family {
         Family::Ipv4 => "ip kube-proxy",
         Family::Ipv6 => "ip6 kube-proxy",

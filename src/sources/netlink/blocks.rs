@@ -27,6 +27,22 @@ pub(crate) struct Readers<'a> {
     pub(crate) recording: Option<&'a Arc<Recording>>,
 }
 
+impl<'a> Readers<'a> {
+    pub(crate) fn new(
+        limits: NetlinkLimits,
+        deadline: Instant,
+        bytes: &'a AtomicU64,
+        recording: Option<&'a Arc<Recording>>,
+    ) -> Readers<'a> {
+        Readers {
+            limits,
+            deadline,
+            bytes,
+            recording,
+        }
+    }
+}
+
 /// How `items` are cut up and how far the readers may run ahead.
 #[derive(Clone, Copy)]
 pub(crate) struct Plan {

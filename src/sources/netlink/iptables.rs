@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::decode::iptables::{LineParser, SourceHint};
-use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::iptables::{
     ChainInfo, SAVE_FOOTER, TABLES, declare_chains, read_chain, render_rule, save_header,
 };
@@ -25,12 +24,10 @@ use crate::decode::netlink::{
 };
 use crate::heart::model::{Backend, Family, RuleSource};
 use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
-use crate::sources::netlink::kept::{BLOCK, KeptBlock, KeptFamily, KeptTable, Stale, update_table};
+use crate::sources::netlink::follow::{ATTEMPTS, Named, Stale, Stamp, follow};
+use crate::sources::netlink::kept::{BLOCK, KeptBlock, KeptFamily, KeptTable, update_table};
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
-use crate::sources::rule_changes::{ChangeJournal, Unnamed};
-
-/// How often a read is retried when the ruleset changed while it was read.
-const ATTEMPTS: u32 = 3;
+use crate::sources::rule_changes::ChangeJournal;
 
 /// Reads one family's iptables-nft tables from the current network namespace and parses
 /// them as `iptables-nft-save`'s output. None: the family has no iptables-nft table
@@ -262,21 +259,13 @@ fn render_family(
     Ok(())
 }
 
-/// How a following read ([`read_rules_following`]) read the tables.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadKind {
-    /// Every chain, and why (no earlier read kept, the periodic whole read, or why the
-    /// notifications could not say what changed).
-    Whole(String),
-    /// Only the blocks of chains the notifications named: this many chains of the total.
-    Changed { chains: usize, of: usize },
-}
+pub use crate::sources::netlink::follow::ReadKind;
 
 /// [`read_rules_netlink`] for a reader that reads the same tables again and again: it
 /// keeps what it read in `kept`, and when the notifications in `journal` name what
 /// changed since, re-reads only those chains (with their block's neighbours). The
-/// result is the same as a whole read's, line for line. `whole` asks for a whole read;
-/// it is cleared once one is done (churn can keep it from completing).
+/// result is the same as a whole read's, line for line. `whole` asks for a whole read; it is
+/// cleared once one completes (churn can keep one from completing).
 pub fn read_rules_following(
     family: Family,
     origin: &str,
@@ -288,113 +277,35 @@ pub fn read_rules_following(
     let deadline = Instant::now() + limits.timeout;
     let mut conn = Conn::open(limits, deadline, None)?;
     let extra_bytes = AtomicU64::new(0);
-    let readers = Readers {
-        limits,
-        deadline,
-        bytes: &extra_bytes,
-        recording: None,
-    };
-    let nfproto = nfproto(family);
-    // Taken out: a read that fails keeps nothing, and the next reads whole.
-    let previous = kept.take();
-    let lost_seen_before = previous.as_ref().map(|s| s.lost_seen);
-    // The periodic whole read is a check, not a need: when churn keeps it from
-    // completing, the kept tables are brought up to date instead and it waits.
-    let (mut state, mut fallback) = if *whole {
-        (None, previous)
-    } else {
-        (previous, None)
-    };
-    let mut why = match (&state, *whole) {
-        (_, true) => Some("the periodic whole read".to_string()),
-        (None, false) => Some("no earlier read kept".to_string()),
-        (Some(_), false) => None,
-    };
-    let mut lost_seen = lost_seen_before.unwrap_or_else(|| journal.lost());
-    // What the notifications named, over every attempt: an attempt cut short by a
-    // commit re-reads all of it, so nothing read before that commit is left unread.
-    let mut named: Vec<(String, TableChanges)> = Vec::new();
-    let mut keepable = true;
-    let mut chains_read = 0;
-    for attempt in 0..ATTEMPTS {
-        let before = conn.generation()?;
-        match journal.take(before, nfproto, &TABLES, &mut lost_seen) {
-            Ok(taken) => merge_named(&mut named, taken),
-            Err(unnamed) => {
-                // Whatever was read is read again whole; a listener that is behind or
-                // gone cannot vouch for the next read either.
-                state = None;
-                why = Some(unnamed.as_str().to_string());
-                keepable = unnamed == Unnamed::Lost;
-            }
-        }
-        if let Some(kept_state) = state.as_mut() {
-            match update_family(&mut conn, family, kept_state, &named) {
-                Ok(read) => chains_read += read,
-                Err(Stale::Whole(reason)) => {
-                    state = None;
-                    why = Some(reason);
-                }
-                // A dump cut short by a commit: the kept tables are as they were, and
-                // the next attempt reads what was named, that commit's changes too.
-                Err(Stale::Failed(NetlinkError::Unstable(_))) => continue,
-                Err(Stale::Failed(e)) => return Err(e),
-            }
-        }
-        if state.is_none() {
+    let readers = Readers::new(limits, deadline, &extra_bytes, None);
+    let mut followed = follow(
+        &mut conn,
+        journal,
+        &[(nfproto(family), &TABLES[..])],
+        kept,
+        whole,
+        &mut |conn, state, named| update_family(conn, family, state, named),
+        &mut |conn| {
             let mut tables = Vec::new();
-            match render_family(&mut conn, readers, family, &mut |_| {}, Some(&mut tables)) {
-                Err(NetlinkError::Unstable(_)) => {
-                    if attempt + 2 == ATTEMPTS && keepable {
-                        state = fallback.take();
-                        why = None;
-                    }
-                    continue;
-                }
-                Err(e) => return Err(e),
-                Ok(()) => *whole = false,
-            }
-            state = Some(KeptFamily {
-                generation: before,
-                lost_seen,
+            render_family(conn, readers, family, &mut |_| {}, Some(&mut tables))?;
+            Ok(KeptFamily {
+                stamp: Stamp::default(),
                 tables,
-            });
-        }
-        if conn.generation()? != before {
-            continue;
-        }
-        let Some(mut done) = state.take() else { continue };
-        done.generation = before;
-        done.lost_seen = lost_seen;
-        let hint = SourceHint {
-            backend: Some(Backend::IptablesNft),
-            family: Some(family),
-        };
-        let mut parser = LineParser::new(origin, hint);
-        done.render_lines(family, &mut |line| parser.line(line))?;
-        let parsed = (parser.lines() > 0).then(|| parser.finish());
-        let kind = match why {
-            Some(why) => ReadKind::Whole(why),
-            None => ReadKind::Changed {
-                chains: chains_read,
-                of: done.tables.iter().map(|t| t.chains.len()).sum(),
-            },
-        };
-        if keepable {
-            *kept = Some(done);
-        }
-        return Ok((parsed, conn.bytes + extra_bytes.load(Ordering::Relaxed), kind));
-    }
-    Err(NetlinkError::Unstable(ATTEMPTS))
-}
-
-fn merge_named(named: &mut Vec<(String, TableChanges)>, taken: Vec<(String, TableChanges)>) {
-    for (table, changes) in taken {
-        match named.iter_mut().find(|(t, _)| *t == table) {
-            Some((_, have)) => have.merge(changes),
-            None => named.push((table, changes)),
-        }
-    }
+            })
+        },
+    )?;
+    let hint = SourceHint {
+        backend: Some(Backend::IptablesNft),
+        family: Some(family),
+    };
+    let mut parser = LineParser::new(origin, hint);
+    followed
+        .state
+        .render_lines(family, &mut |line| parser.line(line))?;
+    let parsed = (parser.lines() > 0).then(|| parser.finish());
+    let of = followed.state.tables.iter().map(|t| t.chains.len()).sum();
+    let kind = followed.finish(kept, of);
+    Ok((parsed, conn.bytes + extra_bytes.load(Ordering::Relaxed), kind))
 }
 
 /// Brings the kept tables of one family up to date with what the notifications named.
@@ -402,17 +313,17 @@ fn update_family(
     conn: &mut Conn,
     family: Family,
     kept: &mut KeptFamily,
-    named: &[(String, TableChanges)],
+    named: &Named,
 ) -> Result<usize, Stale> {
-    if let Some((table, _)) = named
+    if let Some((_, table, _)) = named
         .iter()
-        .find(|(t, _)| !kept.tables.iter().any(|k| k.name == t.as_str()))
+        .find(|(_, t, _)| !kept.tables.iter().any(|k| k.name == t.as_str()))
     {
         return Err(Stale::Whole(format!("table {table} was created")));
     }
     let nfproto = nfproto(family);
     let mut fresh: Option<Vec<(String, ChainInfo)>> = None;
-    if named.iter().any(|(_, c)| c.chain_list && !c.whole) {
+    if named.iter().any(|(_, _, c)| c.chain_list && !c.whole) {
         let mut list = Vec::new();
         conn.exchange("the chains", NFT_MSG_GETCHAIN, true, nfproto, &[], |attrs| {
             list.push(read_chain(attrs)?);
@@ -422,7 +333,7 @@ fn update_family(
     }
     let mut read = 0;
     for table in &mut kept.tables {
-        let Some((_, changes)) = named.iter().find(|(t, _)| t.as_str() == table.name) else {
+        let Some((_, _, changes)) = named.iter().find(|(_, t, _)| t.as_str() == table.name) else {
             continue;
         };
         let list = match (&fresh, changes.chain_list) {

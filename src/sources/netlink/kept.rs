@@ -13,6 +13,7 @@ use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::iptables::{ChainInfo, SAVE_FOOTER, chain_order, declare_chains, save_header};
 use crate::heart::model::Family;
 use crate::sources::netlink::NetlinkError;
+use crate::sources::netlink::follow::{Kept, Stale, Stamp};
 
 /// Chains per block: what one reader takes at a time in a whole read, and what a
 /// changed chain costs to read again with its neighbours.
@@ -21,10 +22,7 @@ pub(crate) const BLOCK: usize = 128;
 /// One family's iptables-nft tables as last read.
 #[derive(Debug, Clone)]
 pub struct KeptFamily {
-    /// The ruleset's generation the tables were read at.
-    pub(crate) generation: u32,
-    /// The notifications' loss count when they were read.
-    pub(crate) lost_seen: u64,
+    pub(crate) stamp: Stamp,
     pub(crate) tables: Vec<KeptTable>,
 }
 
@@ -87,6 +85,11 @@ impl KeptFamily {
         Ok(())
     }
 
+    /// The ruleset's generation the tables were read at.
+    pub fn generation(&self) -> u32 {
+        self.stamp.generation
+    }
+
     /// The bytes kept (for the log and the performance notes).
     pub fn packed_bytes(&self) -> usize {
         self.tables
@@ -97,17 +100,9 @@ impl KeptFamily {
     }
 }
 
-/// Why a table cannot be brought up to date chain by chain.
-#[derive(Debug)]
-pub(crate) enum Stale {
-    /// Read the family whole: the sentence says why.
-    Whole(String),
-    Failed(NetlinkError),
-}
-
-impl From<NetlinkError> for Stale {
-    fn from(e: NetlinkError) -> Self {
-        Stale::Failed(e)
+impl Kept for KeptFamily {
+    fn stamp(&mut self) -> &mut Stamp {
+        &mut self.stamp
     }
 }
 

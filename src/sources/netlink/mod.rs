@@ -19,6 +19,7 @@ use crate::decode::netlink::{
 };
 
 pub(crate) mod blocks;
+pub mod follow;
 pub mod iptables;
 pub mod kept;
 pub mod nftables;

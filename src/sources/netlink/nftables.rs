@@ -26,14 +26,17 @@ use crate::decode::netlink::{
 use crate::decode::nftables::{MapIr, ParsedRuleset, build_rule_sources, unparsed};
 use crate::heart::model::{Family, RuleSource, Unparsed};
 use crate::sources::netlink::blocks::{Held, Plan, Readers, read_in_order};
+use crate::sources::netlink::follow::ATTEMPTS;
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
 
+mod following;
 mod maps;
 
+pub use self::following::{KeptNft, read_tables_following};
 pub use self::maps::{ConstantMaps, MapFetches};
 use self::maps::{
-    FetchCounts, FetchedMaps, MapReuse, WantedMap, fetch_map, is_constant_map, maps_wanted, may_read_by_key,
-    read_elements,
+    FetchCounts, FetchedMaps, MapKey, MapReuse, WantedMap, fetch_map, is_constant_map, maps_wanted,
+    may_read_by_key, read_elements,
 };
 
 /// What one read gave.
@@ -44,14 +47,14 @@ struct NetlinkRead<'a> {
     bytes: u64,
 }
 
-/// How often a read is retried when the ruleset changed while it was read.
-const ATTEMPTS: u32 = 3;
-
 /// What the rules' readers of one table share.
 struct ReadContext<'c> {
     rules: RuleContext<'c>,
     /// The anonymous maps not read yet, which their rules' readers fetch.
     deferred: &'c HashMap<&'c str, &'c SetInfo>,
+    /// Constant maps kept from earlier reads, which a rule's reader takes rather than
+    /// fetch (a following read, which knows which maps it needs only from its rules).
+    reuse: Option<&'c HashMap<MapKey, MapEntries>>,
     nfproto: u8,
     counts: &'c FetchCounts,
     /// When the read keeps constant maps: the table's handle, and the maps the rules'
@@ -80,56 +83,69 @@ fn read_tables(
     for _ in 0..ATTEMPTS {
         restart(recording);
         let before = conn.generation()?;
-        let mut parsed = ParsedRuleset::default();
-        let mut reuse = keep.as_deref().map(|k| MapReuse {
-            previous: &k.maps,
-            next: HashMap::new(),
-            reused: 0,
-        });
-        let counts = FetchCounts::default();
-        let read = read_family(
-            &mut conn,
-            readers,
-            Family::Ipv4,
-            &mut parsed,
-            reuse.as_mut(),
-            &counts,
-        )
-        .and_then(|()| {
-            read_family(
-                &mut conn,
-                readers,
-                Family::Ipv6,
-                &mut parsed,
-                reuse.as_mut(),
-                &counts,
-            )
-        });
-        match read {
+        match read_both(&mut conn, readers, keep.as_deref_mut()) {
             // A dump the kernel marked interrupted: the ruleset changed under it.
             Err(NetlinkError::Unstable(_)) => continue,
             Err(e) => return Err(e),
-            Ok(()) if conn.generation()? == before => {
-                let kept = reuse.map(|r| (r.next, r.reused));
-                if let (Some(keep), Some((next, reused))) = (keep.as_deref_mut(), kept) {
-                    keep.maps = next;
-                    keep.reused = reused;
-                    keep.fetched = MapFetches {
-                        by_key: counts.by_key.into_inner(),
-                        dumped: counts.dumped.into_inner(),
-                    };
-                }
+            Ok((parsed, _)) if conn.generation()? == before => {
                 return Ok(NetlinkRead {
                     parsed,
                     bytes: conn.bytes + extra_bytes.load(AtomicOrdering::Relaxed),
                 });
             }
             // Changed between two dumps: the pieces may not fit together. Again.
-            Ok(()) => continue,
+            Ok(_) => continue,
         }
     }
     Err(NetlinkError::Unstable(ATTEMPTS))
 }
+
+/// What a read learnt of one family's table besides its IR: what a following read
+/// needs to read parts of it again.
+#[derive(Debug)]
+pub(crate) struct TableMeta {
+    pub(crate) family: Family,
+    pub(crate) handle: Option<u64>,
+    /// Its sets and maps, named and anonymous, in the kernel's order.
+    pub(crate) sets: Vec<SetInfo>,
+}
+
+/// One attempt at both families' tables. With `keep`, constant anonymous maps read
+/// before are reused, and this read's are kept there: a map's elements are the same
+/// under the same handles whatever the generation, so even an attempt that is retried
+/// keeps true ones.
+fn read_both(
+    conn: &mut Conn,
+    readers: Readers<'_>,
+    keep: Option<&mut ConstantMaps>,
+) -> Result<(ParsedRuleset<'static>, Vec<TableMeta>), NetlinkError> {
+    let mut parsed = ParsedRuleset::default();
+    let mut reuse = keep.as_deref().map(|k| MapReuse {
+        previous: &k.maps,
+        next: HashMap::new(),
+        reused: 0,
+    });
+    let counts = FetchCounts::default();
+    let mut metas = Vec::new();
+    for family in [Family::Ipv4, Family::Ipv6] {
+        metas.extend(read_family(
+            conn,
+            readers,
+            family,
+            &mut parsed,
+            reuse.as_mut(),
+            &counts,
+        )?);
+    }
+    let kept = reuse.map(|r| (r.next, r.reused));
+    if let (Some(keep), Some((next, reused))) = (keep, kept) {
+        keep.maps = next;
+        keep.reused = reused;
+        keep.fetched = counts.fetches();
+    }
+    Ok((parsed, metas))
+}
+
 /// Chains whose rules are one unit of work of the parallel readers.
 const RULE_BLOCK: usize = 128;
 /// Blocks of decoded rules the readers may hold ahead of the table being built.
@@ -166,7 +182,7 @@ fn read_family(
     parsed: &mut ParsedRuleset<'static>,
     mut reuse: Option<&mut MapReuse<'_>>,
     counts: &FetchCounts,
-) -> Result<(), NetlinkError> {
+) -> Result<Option<TableMeta>, NetlinkError> {
     let nfproto = nfproto_of(family);
     let table_attr = [(NFTA_TABLE_NAME, &b"kube-proxy\0"[..])];
     let mut table_handle = None;
@@ -187,20 +203,13 @@ fn read_family(
     ) {
         // The table does not exist: kube-proxy does not run in nftables mode here.
         Err(NetlinkError::Refused { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {
-            return Ok(());
+            return Ok(None);
         }
         other => other?,
     }
     let table = parsed.table_mut(family);
-    let set_filter = [(NFTA_SET_TABLE, &b"kube-proxy\0"[..])];
-    let mut sets = Vec::new();
-    conn.exchange("the sets", NFT_MSG_GETSET, true, nfproto, &set_filter, |attrs| {
-        match read_set(attrs) {
-            Ok(set) => sets.push(set),
-            Err(reason) => table.unparsed.push(unparsed(0, "(a set)", reason)),
-        }
-        Ok(())
-    })?;
+    let (sets, problems) = read_sets(conn, nfproto)?;
+    table.unparsed.extend(problems);
     let mut chains = Vec::new();
     let mut inline_maps: HashMap<String, MapEntries> = HashMap::new();
     let key_of = |set: &SetInfo| match (table_handle, set.handle) {
@@ -294,12 +303,48 @@ fn read_family(
             inline_maps: &inline_maps,
         },
         deferred: &deferred,
+        reuse: None,
         nfproto,
         counts,
         keep: table_handle
             .filter(|_| reuse.is_some())
             .map(|table| (table, &fetched_for_keep)),
     };
+    read_rules_in_order(conn, readers, &context, &chains, &mut |rule| match rule {
+        Ok(r) => {
+            table.unparsed.extend(r.problem);
+            let name = &chains[r.chain];
+            match table.find_chain(name) {
+                Some(i) => table.chains[i].rules.push(r.rule),
+                None => table.chain_mut(Cow::Owned(name.clone()), 0).rules.push(r.rule),
+            }
+        }
+        Err(problem) => table.unparsed.push(problem),
+    })?;
+    // The maps the rules' readers fetched, kept for the next read.
+    if let Some(reuse) = reuse {
+        reuse.next.extend(
+            fetched_for_keep
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+    }
+    Ok(Some(TableMeta {
+        family,
+        handle: table_handle,
+        sets,
+    }))
+}
+
+/// The rules of `chains`, read over the readers and handed to `take` in the chains'
+/// order: each rule decoded, or what could not be.
+fn read_rules_in_order(
+    conn: &mut Conn,
+    readers: Readers<'_>,
+    context: &ReadContext<'_>,
+    chains: &[String],
+    take: &mut dyn FnMut(Result<DecodedRule, Unparsed>),
+) -> Result<(), NetlinkError> {
     let plan = Plan {
         block: RULE_BLOCK,
         lookahead: RULE_LOOKAHEAD,
@@ -312,36 +357,30 @@ fn read_family(
         &positions,
         plan,
         &|conn, &chain: &usize, out: &mut Vec<Result<DecodedRule, Unparsed>>| {
-            read_chain_rules(conn, &context, &chains, chain, out)
+            read_chain_rules(conn, context, chains, chain, out)
         },
         &mut |rules: &mut Vec<Result<DecodedRule, Unparsed>>| {
-            for rule in rules.drain(..) {
-                match rule {
-                    Ok(r) => {
-                        table.unparsed.extend(r.problem);
-                        let name = &chains[r.chain];
-                        match table.find_chain(name) {
-                            Some(i) => table.chains[i].rules.push(r.rule),
-                            None => table.chain_mut(Cow::Owned(name.clone()), 0).rules.push(r.rule),
-                        }
-                    }
-                    Err(problem) => table.unparsed.push(problem),
-                }
-            }
+            rules.drain(..).for_each(&mut *take);
             Ok(())
         },
-    )?;
-    // The maps the rules' readers fetched, kept for the next read.
-    if let Some(reuse) = reuse {
-        reuse.next.extend(
-            fetched_for_keep
-                .into_inner()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-    }
-    Ok(())
+    )
 }
 
+/// The table's sets and maps, in the kernel's order, with what could not be read.
+fn read_sets(conn: &mut Conn, nfproto: u8) -> Result<(Vec<SetInfo>, Vec<Unparsed>), NetlinkError> {
+    let set_filter = [(NFTA_SET_TABLE, &b"kube-proxy\0"[..])];
+    let (mut sets, mut problems) = (Vec::new(), Vec::new());
+    conn.exchange("the sets", NFT_MSG_GETSET, true, nfproto, &set_filter, |attrs| {
+        match read_set(attrs) {
+            Ok(set) => sets.push(set),
+            Err(reason) => problems.push(unparsed(0, "(a set)", reason)),
+        }
+        Ok(())
+    })?;
+    Ok((sets, problems))
+}
+
+/// The table's chains in the kernel's order, from one dump of the family's (the kernel
 /// filters chain dumps by family only), then filtered by table.
 fn read_chains(conn: &mut Conn, nfproto: u8) -> Result<(Vec<String>, Vec<Unparsed>), NetlinkError> {
     let mut names = Vec::new();
@@ -428,7 +467,7 @@ pub fn read_tables_netlink(
     limits: NetlinkLimits,
 ) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
     let read = read_tables(limits, None, None)?;
-    Ok((build_rule_sources(read.parsed, origin), read.bytes))
+    Ok((build_rule_sources(&read.parsed, origin), read.bytes))
 }
 
 /// [`read_tables_netlink`] for a reader that reads the same node again: the constant
@@ -440,7 +479,7 @@ pub fn read_tables_netlink_keeping(
     maps: &mut ConstantMaps,
 ) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
     let read = read_tables(limits, Some(maps), None)?;
-    Ok((build_rule_sources(read.parsed, origin), read.bytes))
+    Ok((build_rule_sources(&read.parsed, origin), read.bytes))
 }
 
 /// [`read_tables_netlink`] that also returns the raw messages it decoded, for
@@ -451,5 +490,5 @@ pub fn record_tables_netlink(
 ) -> Result<(Vec<RuleSource>, Vec<u8>), NetlinkError> {
     let recording = Arc::new(Recording::default());
     let read = read_tables(limits, None, Some(&recording))?;
-    Ok((build_rule_sources(read.parsed, origin), recording.bytes()))
+    Ok((build_rule_sources(&read.parsed, origin), recording.bytes()))
 }

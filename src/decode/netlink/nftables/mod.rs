@@ -151,7 +151,7 @@ pub(crate) fn lookups(attrs: &[u8]) -> Vec<Lookup<'_>> {
 /// The [`RuleSource`]s of a recorded read of kube-proxy's tables, as the live read
 /// gives them.
 pub fn decode_rule_sources(recorded: &[u8], origin: &str) -> Result<Vec<RuleSource>, DecodeError> {
-    Ok(build_rule_sources(decode_tables(recorded)?, origin))
+    Ok(build_rule_sources(&decode_tables(recorded)?, origin))
 }
 
 /// One family's messages of a recorded read, sorted by kind.

@@ -89,8 +89,7 @@ impl Kernel {
 
 fn text(table: &KeptTable) -> String {
     let mut family = KeptFamily {
-        generation: 0,
-        lost_seen: 0,
+        stamp: Default::default(),
         tables: vec![table.clone()],
     };
     let mut out = String::new();
@@ -172,8 +171,7 @@ fn kept_text_is_smaller_than_the_text() {
     let kernel = Kernel::new(5000);
     let table = kernel.whole();
     let family = KeptFamily {
-        generation: 0,
-        lost_seen: 0,
+        stamp: Default::default(),
         tables: vec![table.clone()],
     };
     let plain: usize = kernel.rules.values().map(String::len).sum();

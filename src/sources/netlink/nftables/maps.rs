@@ -63,6 +63,17 @@ pub struct MapFetches {
 pub(super) struct FetchCounts {
     pub(super) by_key: AtomicUsize,
     pub(super) dumped: AtomicUsize,
+    /// Maps a rule's reader took from [`ConstantMaps`] (a following read).
+    pub(super) reused: AtomicUsize,
+}
+
+impl FetchCounts {
+    pub(super) fn fetches(&self) -> MapFetches {
+        MapFetches {
+            by_key: self.by_key.load(AtomicOrdering::Relaxed),
+            dumped: self.dumped.load(AtomicOrdering::Relaxed),
+        }
+    }
 }
 
 /// A map by family, table handle and set handle.
@@ -120,7 +131,10 @@ pub(super) struct WantedMap<'s> {
 pub(super) fn maps_wanted<'s>(context: &ReadContext<'s>, attrs: &[u8], wanted: &mut Vec<WantedMap<'s>>) {
     for lookup in lookups(attrs) {
         if let Some(&set) = context.deferred.get(lookup.set) {
-            let keys = lookup.numgen_modulus.filter(|&m| set.size == Some(m));
+            // A following read defers every anonymous map, also those read whole.
+            let keys = lookup
+                .numgen_modulus
+                .filter(|&m| set.size == Some(m) && may_read_by_key(set));
             wanted.push(WantedMap { set, keys });
         }
     }
@@ -135,6 +149,23 @@ pub(super) fn fetch_map(
     out: &mut Vec<Result<DecodedRule, Unparsed>>,
 ) -> Result<(), NetlinkError> {
     let set = map.set;
+    let key = context
+        .keep
+        .zip(set.handle)
+        .map(|((table, _), handle)| (context.nfproto, table, handle));
+    if let Some(entries) = key
+        .filter(|_| is_constant_map(set))
+        .and_then(|key| context.reuse?.get(&key))
+    {
+        context.counts.reused.fetch_add(1, AtomicOrdering::Relaxed);
+        context
+            .rules
+            .inline_maps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(set.name.clone(), entries.clone());
+        return Ok(());
+    }
     let by_key = match map.keys {
         Some(keys) => match read_elements_by_key(conn, context.nfproto, set, keys) {
             Ok(read) => Some(read),
@@ -158,10 +189,10 @@ pub(super) fn fetch_map(
     out.extend(problems.into_iter().map(Err));
     elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
     let entries = inline_entries(set, elements);
-    if let (Some((table, kept)), Some(handle)) = (context.keep, set.handle) {
+    if let (Some((_, kept)), Some(key)) = (context.keep, key) {
         kept.lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(((context.nfproto, table, handle), entries.clone()));
+            .push((key, entries.clone()));
     }
     context
         .rules

@@ -1,0 +1,397 @@
+//! kube-proxy's nftables tables kept between reads by a reader that hears the kernel's
+//! change notifications, so that a read after a change re-reads only what they name.
+//!
+//! Kept per table: the decoded IR (chains in the kernel's order with their rules, the
+//! named maps' elements), packed between reads ([`crate::decode::nftables::packed`]),
+//! and the list of sets. A changed chain's rules are read again,
+//! with the anonymous maps they use (reused from [`ConstantMaps`] when the same map is
+//! kept there, else fetched by key); a changed set re-reads the set list and the named
+//! maps that changed; a changed chain list re-reads the chain list. Anything the
+//! notifications cannot place reads the tables whole.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::time::Instant;
+
+use rustc_hash::FxHashSet;
+
+use super::{
+    FetchCounts, ReadContext, TableMeta, read_both, read_chains, read_elements, read_rules_in_order,
+    read_sets,
+};
+use crate::decode::netlink::changes::TableChanges;
+use crate::decode::netlink::nfproto as nfproto_of;
+use crate::decode::netlink::nftables::{
+    DecodedRule, NFT_SET_ANONYMOUS, NFT_SET_MAP, RuleContext, SetInfo, compare_keys, element_ir,
+};
+use crate::decode::nftables::packed::{Packed, pack, unpack};
+use crate::decode::nftables::{
+    ChainIndex, ChainIr, KUBE_PROXY_TABLE, MapIr, ParsedRuleset, TableIr, build_rule_sources, table_label,
+};
+use crate::heart::model::{Family, RuleSource, Unparsed};
+use crate::sources::netlink::blocks::Readers;
+use crate::sources::netlink::follow::{Kept, Named, ReadKind, Stale, Stamp, follow};
+use crate::sources::netlink::nftables::ConstantMaps;
+use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits};
+use crate::sources::rule_changes::ChangeJournal;
+
+/// kube-proxy's tables as the last read decoded them.
+#[derive(Debug)]
+pub struct KeptNft {
+    stamp: Stamp,
+    /// What the rule sources are built from, packed between reads.
+    packed: Packed,
+    /// Unpacked while a read updates them.
+    open: Option<ParsedRuleset<'static>>,
+    /// The heap they hold unpacked, and their chains, when last packed.
+    decoded_bytes: usize,
+    chains: usize,
+    tables: Vec<TableMeta>,
+    /// Something could not be decoded: the next read is whole, which reports it again
+    /// exactly where a fresh read would.
+    undecoded: bool,
+}
+
+impl Kept for KeptNft {
+    fn stamp(&mut self) -> &mut Stamp {
+        &mut self.stamp
+    }
+}
+
+impl KeptNft {
+    /// The heap the kept tables hold, about: packed, and with their set lists.
+    pub fn kept_bytes(&self) -> usize {
+        let sets = self
+            .tables
+            .iter()
+            .flat_map(|t| &t.sets)
+            .map(|s| std::mem::size_of::<SetInfo>() + s.name.capacity())
+            .sum::<usize>();
+        sets + self.packed.bytes()
+    }
+
+    /// The heap the kept tables held unpacked, about (for the performance notes).
+    pub fn decoded_bytes(&self) -> usize {
+        self.decoded_bytes
+    }
+
+    /// The ruleset's generation the tables were read at.
+    pub fn generation(&self) -> u32 {
+        self.stamp.generation
+    }
+
+    /// The chains kept, both tables.
+    pub fn chains(&self) -> usize {
+        self.chains
+    }
+
+    /// Packs the tables a read unpacked.
+    fn close(&mut self) {
+        if let Some(parsed) = self.open.take() {
+            self.chains = parsed.tables.iter().map(|t| t.chains.len()).sum();
+            self.decoded_bytes = parsed.tables.iter().map(TableIr::heap_bytes).sum();
+            self.packed = pack(&parsed);
+        }
+    }
+}
+
+/// The kept tables, unpacked for a read.
+fn opened<'s>(
+    open: &'s mut Option<ParsedRuleset<'static>>,
+    packed: &Packed,
+) -> Result<&'s mut ParsedRuleset<'static>, NetlinkError> {
+    if open.is_none() {
+        let parsed = unpack(packed)
+            .map_err(|e| NetlinkError::Malformed(format!("the kept tables do not unpack: {e}")))?;
+        *open = Some(parsed);
+    }
+    Ok(open.get_or_insert_default())
+}
+
+const TABLES: [&str; 1] = [KUBE_PROXY_TABLE];
+
+/// [`super::read_tables_netlink_keeping`] for a reader that reads the same node again
+/// and again: what it read is kept in `kept`, and when the notifications in `journal`
+/// name what changed since, only that is read again. The result is the same as a whole
+/// read's; `whole` asks for a whole read (cleared once one completes).
+pub fn read_tables_following(
+    origin: &str,
+    limits: NetlinkLimits,
+    journal: &ChangeJournal,
+    kept: &mut Option<KeptNft>,
+    maps: &mut ConstantMaps,
+    whole: &mut bool,
+) -> Result<(Vec<RuleSource>, u64, ReadKind), NetlinkError> {
+    let deadline = Instant::now() + limits.timeout;
+    let mut conn = Conn::open(limits, deadline, None)?;
+    let extra_bytes = AtomicU64::new(0);
+    let readers = Readers::new(limits, deadline, &extra_bytes, None);
+    // Both the update and the whole read keep maps there; one runs at a time.
+    let maps = RefCell::new(maps);
+    let scopes = [
+        (nfproto_of(Family::Ipv4), &TABLES[..]),
+        (nfproto_of(Family::Ipv6), &TABLES[..]),
+    ];
+    let mut followed = follow(
+        &mut conn,
+        journal,
+        &scopes,
+        kept,
+        whole,
+        &mut |conn, state, named| update_tables(conn, readers, state, named, &mut maps.borrow_mut()),
+        &mut |conn| {
+            let (parsed, tables) = read_both(conn, readers, Some(&mut maps.borrow_mut()))?;
+            let undecoded = !parsed.unattributed.is_empty()
+                || parsed
+                    .tables
+                    .iter()
+                    .any(|t| !t.unparsed.is_empty() || !t.complete);
+            Ok(KeptNft {
+                stamp: Stamp::default(),
+                packed: Packed::default(),
+                open: Some(parsed),
+                decoded_bytes: 0,
+                chains: 0,
+                tables,
+                undecoded,
+            })
+        },
+    )?;
+    let state = &mut followed.state;
+    let sources = build_rule_sources(opened(&mut state.open, &state.packed)?, origin);
+    state.close();
+    let of = state.chains;
+    let kind = followed.finish(kept, of);
+    Ok((
+        sources,
+        conn.bytes + extra_bytes.load(AtomicOrdering::Relaxed),
+        kind,
+    ))
+}
+
+/// Brings both kept tables up to date with what the notifications named; the chains
+/// read again.
+fn update_tables(
+    conn: &mut Conn,
+    readers: Readers<'_>,
+    state: &mut KeptNft,
+    named: &Named,
+    maps: &mut ConstantMaps,
+) -> Result<usize, Stale> {
+    if state.undecoded {
+        return Err(Stale::Whole(
+            "the last read held something it could not decode".to_string(),
+        ));
+    }
+    maps.reused = 0;
+    maps.fetched = Default::default();
+    let mut read = 0;
+    for (nfproto, _, changes) in named {
+        let Some(family) = [Family::Ipv4, Family::Ipv6]
+            .into_iter()
+            .find(|f| nfproto_of(*f) == *nfproto)
+        else {
+            return Err(Stale::Whole(format!("a change in family {nfproto}")));
+        };
+        let label = table_label(family);
+        let Some(meta) = state.tables.iter_mut().find(|t| t.family == family) else {
+            return Err(Stale::Whole(format!("table {label} was created")));
+        };
+        if changes.whole || changes.other {
+            return Err(Stale::Whole(format!("table {label} changed as a whole")));
+        }
+        let table = opened(&mut state.open, &state.packed)?.table_mut(family);
+        if !changes.sets.is_empty() {
+            update_maps(conn, meta, table, changes, maps)?;
+        }
+        let reread = update_chains(conn, *nfproto, table, changes)?;
+        read_rules(conn, readers, meta, table, &reread, maps)?;
+        read += reread.len();
+    }
+    Ok(read)
+}
+
+fn undecodable(problems: &[Unparsed]) -> Result<(), Stale> {
+    match problems.first() {
+        None => Ok(()),
+        Some(p) => Err(Stale::Whole(format!(
+            "a change could not be decoded: {}",
+            p.reason
+        ))),
+    }
+}
+
+/// The set list read again; the named maps that changed, or are new, read again.
+fn update_maps(
+    conn: &mut Conn,
+    meta: &mut TableMeta,
+    table: &mut TableIr<'static>,
+    changes: &TableChanges,
+    maps: &mut ConstantMaps,
+) -> Result<(), Stale> {
+    let nfproto = nfproto_of(meta.family);
+    let (sets, problems) = read_sets(conn, nfproto)?;
+    undecodable(&problems)?;
+    let mut old: HashMap<String, MapIr<'static>> = std::mem::take(&mut table.maps)
+        .into_iter()
+        .map(|m| (m.name.to_string(), m))
+        .collect();
+    let named_maps = sets
+        .iter()
+        .filter(|s| s.flags & NFT_SET_MAP != 0 && s.flags & NFT_SET_ANONYMOUS == 0);
+    for set in named_maps {
+        match old.remove(set.name.as_str()) {
+            Some(map) if !changes.sets.contains(set.name.as_str()) => table.maps.push(map),
+            _ => {
+                let (mut elements, problems) = read_elements(conn, nfproto, set)?;
+                undecodable(&problems)?;
+                elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
+                table.maps.push(MapIr {
+                    name: Cow::Owned(set.name.clone()),
+                    elements: elements.into_iter().map(|e| element_ir(set, e)).collect(),
+                });
+            }
+        }
+    }
+    // The maps of rules that are gone are not kept for a later read.
+    if let Some(handle) = meta.handle {
+        let live: FxHashSet<u64> = sets.iter().filter_map(|s| s.handle).collect();
+        maps.maps
+            .retain(|&(f, t, s), _| f != nfproto || t != handle || live.contains(&s));
+    }
+    meta.sets = sets;
+    Ok(())
+}
+
+/// The chains whose rules are read again (emptied here), by position. On a change of
+/// the chain list the list is read again and the kept chains are put in its order.
+fn update_chains(
+    conn: &mut Conn,
+    nfproto: u8,
+    table: &mut TableIr<'static>,
+    changes: &TableChanges,
+) -> Result<Vec<usize>, Stale> {
+    let named = |name: &str| changes.chains.contains(name);
+    if !changes.chain_list {
+        let mut reread = Vec::with_capacity(changes.chains.len());
+        for name in &changes.chains {
+            let Some(at) = table.chain_index.find(&table.chains, name) else {
+                return Err(Stale::Whole(format!(
+                    "the rules of chain {name} changed, which the last read did not list"
+                )));
+            };
+            table.chains[at].rules = Vec::new();
+            reread.push(at);
+        }
+        reread.sort_unstable();
+        return Ok(reread);
+    }
+    let (names, problems) = read_chains(conn, nfproto)?;
+    undecodable(&problems)?;
+    let positions: Vec<Option<usize>> = names
+        .iter()
+        .map(|n| table.chain_index.find(&table.chains, n))
+        .collect();
+    let mut listed = vec![false; table.chains.len()];
+    for &at in positions.iter().flatten() {
+        listed[at] = true;
+    }
+    // A renamed chain is notified under its new name only; the rules that jump to it,
+    // kept, would still name the old one.
+    if let Some((gone, _)) = table
+        .chains
+        .iter()
+        .zip(&listed)
+        .find(|(c, listed)| !**listed && !named(&c.name))
+    {
+        return Err(Stale::Whole(format!(
+            "chain {} left the list unannounced (renamed)",
+            gone.name
+        )));
+    }
+    let mut old: Vec<Option<ChainIr<'static>>> =
+        std::mem::take(&mut table.chains).into_iter().map(Some).collect();
+    table.chain_index = ChainIndex::default();
+    table.last_chain = None;
+    table.reserve_chains(names.len());
+    let mut reread = Vec::new();
+    for (name, at) in names.into_iter().zip(positions) {
+        let chain = match at.and_then(|at| old[at].take()) {
+            Some(chain) if !named(&chain.name) => chain,
+            _ => {
+                reread.push(table.chains.len());
+                ChainIr {
+                    name: Cow::Owned(name),
+                    line: 0,
+                    rules: Vec::new(),
+                }
+            }
+        };
+        table.push_chain(chain);
+    }
+    Ok(reread)
+}
+
+/// The rules of the chains at `reread`, read as a whole read reads them, with the
+/// anonymous maps they use.
+fn read_rules(
+    conn: &mut Conn,
+    readers: Readers<'_>,
+    meta: &TableMeta,
+    table: &mut TableIr<'static>,
+    reread: &[usize],
+    maps: &mut ConstantMaps,
+) -> Result<(), Stale> {
+    if reread.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = reread
+        .iter()
+        .map(|&at| table.chains[at].name.to_string())
+        .collect();
+    let sets_by_name: HashMap<&str, &SetInfo> = meta.sets.iter().map(|s| (s.name.as_str(), s)).collect();
+    // Every anonymous map waits for a rule that uses it: only the re-read rules' maps
+    // are wanted.
+    let deferred: HashMap<&str, &SetInfo> = meta
+        .sets
+        .iter()
+        .filter(|s| s.flags & NFT_SET_MAP != 0 && s.flags & NFT_SET_ANONYMOUS != 0)
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    let inline_maps = Mutex::new(HashMap::new());
+    let fetched = Mutex::new(Vec::new());
+    let counts = FetchCounts::default();
+    let context = ReadContext {
+        rules: RuleContext {
+            family: meta.family,
+            sets: &sets_by_name,
+            inline_maps: &inline_maps,
+        },
+        deferred: &deferred,
+        reuse: Some(&maps.maps),
+        nfproto: nfproto_of(meta.family),
+        counts: &counts,
+        keep: meta.handle.map(|handle| (handle, &fetched)),
+    };
+    let mut problem: Option<Unparsed> = None;
+    read_rules_in_order(conn, readers, &context, &names, &mut |rule| match rule {
+        Ok(DecodedRule {
+            chain,
+            rule,
+            problem: None,
+        }) => table.chains[reread[chain]].rules.push(rule),
+        Ok(DecodedRule { problem: Some(p), .. }) | Err(p) => {
+            problem.get_or_insert(p);
+        }
+    })?;
+    undecodable(problem.as_slice())?;
+    maps.reused += counts.reused.load(AtomicOrdering::Relaxed);
+    let fetches = counts.fetches();
+    maps.fetched.by_key += fetches.by_key;
+    maps.fetched.dumped += fetches.dumped;
+    maps.maps.extend(fetched.into_inner().unwrap_or_default());
+    Ok(())
+}
