@@ -32,7 +32,8 @@
 #   MODE=iptables-nft|nftables|both (default both)   WINDOW=120 (seconds of churn)
 #   PORTDRIFT=path/to/portdrift (default: target/release/portdrift, built here), to
 #   measure another build (before/after a change); PERF=1 adds a perf profile of the
-#   agent for 20 s after the window, with the churn still running
+#   agent for 20 s after the window, with the churn still running; AGENT_LOG=PATH keeps
+#   the agent's log of each run as PATH.SERVICES.MODE
 # Ends with one markdown table row per (Services, mode).
 set -euo pipefail
 # set -e alone would end a run without a word.
@@ -232,6 +233,7 @@ if [[ ${1:-} == --inside ]]; then
   # rules it could not read), counted.
   grep -iE 'netlink|notif|enobufs|overrun|resync|lost|timed.out|not checked' "$work/agent.log" |
     sed -E 's/^[^ ]* *//' | cut -c1-240 | sort | uniq -c | sort -rn | head -8 | sed 's/^/    agent log: /' || true
+  if [[ -n ${AGENT_LOG:-} ]]; then cp "$work/agent.log" "$AGENT_LOG.$services.$mode"; fi
   echo "| $services | $mode | $order | $rate | $sync_ms | $cpu_pct | $(mib "$rss_idle") | $(mib "$rss_max") | $((s1 - s0)) | $appeared | $gone |" >"$work/row"
   exit 0
 fi

@@ -482,19 +482,28 @@ fn nft_burst(dir: &Path) {
         picks.next().unwrap(),
         picks.next().unwrap(),
     );
-    let first_nodeport = script
+    // As a sync after endpoints moved: many elements deleted and added again, one of
+    // them changed (its first dropped), and the stale one added.
+    let elements: Vec<String> = script
         .lines()
-        .find_map(|l| l.strip_prefix(&format!("add element {T} service-nodeports {{ ")))
-        .and_then(|l| l.split(", ").next())
-        .unwrap()
-        .trim_end_matches(" }")
-        .to_string();
-    let first_key = first_nodeport.split(" : ").next().unwrap();
-    let nodeports = format!(
-        "delete element {T} service-nodeports {{ {first_key} }}\n\
-         add element {T} service-nodeports {{ {first_nodeport}, tcp . 32700 : goto {} }}\n",
-        s3.0
-    );
+        .filter_map(|l| l.strip_prefix(&format!("add element {T} service-nodeports {{ ")))
+        .flat_map(|l| l.trim_end_matches(" }").split(", "))
+        .take(60)
+        .map(str::to_string)
+        .collect();
+    let keys: Vec<&str> = elements.iter().map(|e| e.split(" : ").next().unwrap()).collect();
+    let nodeports = |deleted: &[&str]| {
+        format!(
+            "delete element {T} service-nodeports {{ {} }}\n\
+             add element {T} service-nodeports {{ {}, tcp . 32700 : goto {} }}\n",
+            deleted.join(", "),
+            elements[1..].join(", "),
+            s3.0
+        )
+    };
+    let mut again = keys[1..].to_vec();
+    again.push("tcp . 32700");
+    let (nodeports, nodeports_again) = (nodeports(&keys), nodeports(&again));
     let refill = |chain: &str, rules: &[String]| {
         let mut out = format!("flush chain {T} {chain}\n");
         for rule in rules {
@@ -534,7 +543,13 @@ fn nft_burst(dir: &Path) {
             "meta l4proto tcp dnat to 10.250.1.1:8080".to_string(),
         ],
     );
-    for step in [&nodeports, &same, &endpoint_moved, &endpoint_refilled, &nodeports] {
+    for step in [
+        &nodeports,
+        &same,
+        &endpoint_moved,
+        &endpoint_refilled,
+        &nodeports_again,
+    ] {
         nft(dir, step);
     }
 }

@@ -213,7 +213,7 @@ impl ChangeJournal {
     }
 
     /// Takes what changed in `family`'s `tables` through the kernel's `generation`
-    /// (read just before), once the listener has heard that commit. `lost_seen` is the
+    /// (read just before), once the listener has heard that commit (or a later one). `lost_seen` is the
     /// loss count of the reader's last read; on success it is the current one.
     pub fn take(
         &self,
@@ -229,7 +229,11 @@ impl ChangeJournal {
                 if !journal.listening {
                     return Err(Unnamed::NotListening);
                 }
-                if journal.generation == generation {
+                // Heard past it (a later commit came since): what is taken then names
+                // more than that commit's changes, which only reads more, and the
+                // reader's generation check after the read starts it again.
+                let heard = journal.generation.wrapping_sub(generation) as i32 >= 0;
+                if heard {
                     let taken = journal.changes.take(family, tables);
                     if journal.lost != *lost_seen {
                         *lost_seen = journal.lost;

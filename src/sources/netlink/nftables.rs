@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use crate::decode::netlink::nftables::{
     DecodedRule, MapEntries, NFT_SET_ANONYMOUS, NFT_SET_MAP, RawElement, RuleContext, SetInfo,
-    chain_of_table, compare_keys, decode_rule, element_ir, inline_entries, read_set,
+    chain_of_table, decode_rule, element_ir, inline_entries, read_set,
 };
 use crate::decode::netlink::{
     Attrs, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETTABLE, NFTA_RULE_CHAIN,
@@ -272,9 +272,9 @@ fn read_family(
                     }
                     chains = names;
                 }
-                Fetched::Elements(set, mut elements, problems) => {
+                // In key order already (read_elements).
+                Fetched::Elements(set, elements, problems) => {
                     table.unparsed.extend(problems);
-                    elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
                     if set.flags & NFT_SET_ANONYMOUS != 0 {
                         let entries = inline_entries(set, elements);
                         if let (Some(key), Some(reuse)) = (key_of(set), reuse.as_deref_mut()) {

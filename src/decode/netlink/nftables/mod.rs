@@ -15,6 +15,7 @@ use std::sync::Mutex;
 pub(crate) use sets::{
     ElementData, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
     NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, chain_of_table, collect_elements, read_set,
+    sort_unique,
 };
 pub(crate) use values::{compare_keys, element_ir, key_expr};
 

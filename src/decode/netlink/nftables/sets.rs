@@ -108,6 +108,19 @@ pub(crate) struct RawElement {
     pub comment: Option<String>,
 }
 
+/// Sorts a dump of `set`'s elements by key; false when a key came twice, which a set
+/// never holds: the dump was disturbed. (The kernel's walk of a hash set counts the
+/// elements a transaction is still preparing, invisible to the dump yet shifting where
+/// each continuation resumes, without the generation moving.) An interval set's range
+/// ends may meet the next range's start, so only other sets are judged.
+pub(crate) fn sort_unique(set: &SetInfo, elements: &mut [RawElement]) -> bool {
+    elements.sort_by(|a, b| super::compare_keys(&a.key, &b.key));
+    set.flags & NFT_SET_INTERVAL != 0
+        || elements
+            .windows(2)
+            .all(|w| super::compare_keys(&w[0].key, &w[1].key).is_ne())
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum ElementData {
     Verdict { code: i32, chain: Option<String> },

@@ -64,3 +64,29 @@ fn recorded_messages_decode_as_nft_lists_the_tables() {
     assert_eq!(format!("{decoded:#?}"), format!("{listed:#?}"));
     assert!(decode_rule_sources(&recorded[..recorded.len() - 3], "recorded").is_err());
 }
+
+#[test]
+fn a_dump_repeating_a_key_is_told_apart() {
+    let element = |port: u16| RawElement {
+        key: [6, 0, 0, 0, (port >> 8) as u8, port as u8, 0, 0].to_vec(),
+        data: ElementData::None,
+        comment: None,
+    };
+    let mut set = SetInfo {
+        handle: None,
+        name: "service-nodeports".into(),
+        flags: NFT_SET_MAP,
+        key_type: (TYPE_INET_PROTOCOL << TYPE_BITS) | TYPE_INET_SERVICE,
+        key_len: 8,
+        size: None,
+    };
+    let mut dump = vec![element(30002), element(30000), element(30001)];
+    assert!(sort_unique(&set, &mut dump), "distinct keys");
+    let ports: Vec<u8> = dump.iter().map(|e| e.key[5]).collect();
+    assert_eq!(ports, [0x30, 0x31, 0x32], "sorted by key");
+    let mut disturbed = vec![element(30001), element(30000), element(30001)];
+    assert!(!sort_unique(&set, &mut disturbed), "a key twice");
+    // An interval set's range end may equal the next range's start.
+    set.flags |= NFT_SET_INTERVAL;
+    assert!(sort_unique(&set, &mut disturbed));
+}

@@ -25,7 +25,7 @@ use super::{
 use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::nfproto as nfproto_of;
 use crate::decode::netlink::nftables::{
-    DecodedRule, NFT_SET_ANONYMOUS, NFT_SET_MAP, RuleContext, SetInfo, compare_keys, element_ir,
+    DecodedRule, NFT_SET_ANONYMOUS, NFT_SET_MAP, RuleContext, SetInfo, element_ir,
 };
 use crate::decode::nftables::packed::{Packed, pack, unpack};
 use crate::decode::nftables::{
@@ -246,9 +246,8 @@ fn update_maps(
         match old.remove(set.name.as_str()) {
             Some(map) if !changes.sets.contains(set.name.as_str()) => table.maps.push(map),
             _ => {
-                let (mut elements, problems) = read_elements(conn, nfproto, set)?;
+                let (elements, problems) = read_elements(conn, nfproto, set)?;
                 undecodable(&problems)?;
-                elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
                 table.maps.push(MapIr {
                     name: Cow::Owned(set.name.clone()),
                     elements: elements.into_iter().map(|e| element_ir(set, e)).collect(),

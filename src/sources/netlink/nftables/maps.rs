@@ -10,7 +10,7 @@ use crate::decode::netlink::nftables::DecodedRule;
 use crate::decode::netlink::nftables::{
     MapEntries, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
     NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, collect_elements, compare_keys, inline_entries,
-    lookups,
+    lookups, sort_unique,
 };
 use crate::decode::netlink::{
     NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS,
@@ -203,6 +203,8 @@ pub(super) fn fetch_map(
     Ok(())
 }
 
+/// Every element of `set`, in key order; a dump that holds a key twice is read again
+/// (see [`sort_unique`]).
 pub(super) fn read_elements(
     conn: &mut Conn,
     nfproto: u8,
@@ -223,6 +225,9 @@ pub(super) fn read_elements(
         &filter,
         |attrs| Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?),
     )?;
+    if !sort_unique(set, &mut read.0) {
+        return Err(NetlinkError::Unstable(1));
+    }
     Ok(read)
 }
 
