@@ -99,10 +99,10 @@ pub(crate) fn follow<K: Kept>(
     } else {
         (previous, None)
     };
-    let mut why = match (&state, *whole) {
-        (_, true) => Some("the periodic whole read".to_string()),
-        (None, false) => Some("no earlier read kept".to_string()),
-        (Some(_), false) => None,
+    let mut why = match (&state, &fallback) {
+        (Some(_), _) => None,
+        (None, Some(_)) => Some("the periodic whole read".to_string()),
+        (None, None) => Some("no earlier read kept".to_string()),
     };
     // What the notifications named, over every attempt: an attempt cut short by a
     // commit re-reads all of it, so nothing read before that commit is left unread.
@@ -142,11 +142,11 @@ pub(crate) fn follow<K: Kept>(
         if state.is_none() {
             match read_whole(conn) {
                 Err(NetlinkError::Unstable(_)) => {
-                    if attempt + 2 == ATTEMPTS {
-                        if let Some(previous) = fallback.take() {
-                            state = Some(previous);
-                            why = None;
-                        }
+                    if attempt + 2 == ATTEMPTS
+                        && let Some(previous) = fallback.take()
+                    {
+                        state = Some(previous);
+                        why = None;
                     }
                     continue;
                 }
