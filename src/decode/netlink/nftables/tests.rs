@@ -5,16 +5,21 @@ use super::values::{TYPE_BITS, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE};
 use super::*;
 use crate::decode::nftables::json::render_expr_string;
 
-#[test]
-fn concatenated_keys_render_as_nft_prints_them() {
-    let set = SetInfo {
+/// kube-proxy's `service-nodeports`: `inet_proto . inet_service : verdict`.
+fn nodeports_map() -> SetInfo {
+    SetInfo {
         handle: None,
         name: "service-nodeports".into(),
         flags: NFT_SET_MAP,
         key_type: (TYPE_INET_PROTOCOL << TYPE_BITS) | TYPE_INET_SERVICE,
         key_len: 8,
         size: None,
-    };
+    }
+}
+
+#[test]
+fn concatenated_keys_render_as_nft_prints_them() {
+    let set = nodeports_map();
     let key = [6, 0, 0, 0, 0x75, 0x30, 0, 0];
     assert_eq!(render_expr_string(&key_expr(&set, &key)), "tcp . 30000");
     let other = [17, 0, 0, 0, 0x00, 0x35, 0, 0];
@@ -72,14 +77,7 @@ fn a_dump_repeating_a_key_is_told_apart() {
         data: ElementData::None,
         comment: None,
     };
-    let mut set = SetInfo {
-        handle: None,
-        name: "service-nodeports".into(),
-        flags: NFT_SET_MAP,
-        key_type: (TYPE_INET_PROTOCOL << TYPE_BITS) | TYPE_INET_SERVICE,
-        key_len: 8,
-        size: None,
-    };
+    let mut set = nodeports_map();
     let mut dump = vec![element(30002), element(30000), element(30001)];
     assert!(sort_unique(&set, &mut dump), "distinct keys");
     let ports: Vec<u8> = dump.iter().map(|e| e.key[5]).collect();

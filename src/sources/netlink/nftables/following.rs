@@ -98,15 +98,17 @@ impl KeptNft {
     }
 }
 
-/// The kept tables, unpacked for a read.
+/// The kept tables, unpacked for a read. The packed bytes go at once: the read packs
+/// afresh when it ends, and holding both would add them to its peak.
 fn opened<'s>(
     open: &'s mut Option<ParsedRuleset<'static>>,
-    packed: &Packed,
+    packed: &mut Packed,
 ) -> Result<&'s mut ParsedRuleset<'static>, NetlinkError> {
     if open.is_none() {
         let parsed = unpack(packed)
             .map_err(|e| NetlinkError::Malformed(format!("the kept tables do not unpack: {e}")))?;
         *open = Some(parsed);
+        *packed = Packed::default();
     }
     Ok(open.get_or_insert_default())
 }
@@ -161,7 +163,7 @@ pub fn read_tables_following(
         },
     )?;
     let state = &mut followed.state;
-    let sources = build_rule_sources(opened(&mut state.open, &state.packed)?, origin);
+    let sources = build_rule_sources(opened(&mut state.open, &mut state.packed)?, origin);
     state.close();
     let of = state.chains;
     let kind = followed.finish(kept, of);
@@ -203,7 +205,7 @@ fn update_tables(
         if changes.whole || changes.other {
             return Err(Stale::Whole(format!("table {label} changed as a whole")));
         }
-        let table = opened(&mut state.open, &state.packed)?.table_mut(family);
+        let table = opened(&mut state.open, &mut state.packed)?.table_mut(family);
         if !changes.sets.is_empty() {
             update_maps(conn, meta, table, changes, maps)?;
         }
