@@ -254,3 +254,6 @@ impl ChangeJournal {
         self.lock().changes.any(family, tables)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,6 +2,7 @@
 //! with the `test-support` feature only, never into the release binary.
 
 pub mod fuzzing;
+pub mod nf_messages;
 pub mod synth;
 
 #[cfg(test)]

@@ -1,35 +1,5 @@
 use super::*;
-
-/// One nf_tables message as the kernel multicasts it: header, nfgenmsg, attributes.
-fn message(kind: u8, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
-    let mut buf = Vec::new();
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&((10u16 << 8) | u16::from(kind)).to_ne_bytes());
-    buf.extend_from_slice(&0u16.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&[family, 0, 0, 0]);
-    for (kind, value) in attrs {
-        let len = 4 + value.len();
-        buf.extend_from_slice(&(len as u16).to_ne_bytes());
-        buf.extend_from_slice(&kind.to_ne_bytes());
-        buf.extend_from_slice(value);
-        buf.resize(buf.len() + (super::super::align4(len) - len), 0);
-    }
-    let total = buf.len() as u32;
-    buf[..4].copy_from_slice(&total.to_ne_bytes());
-    buf
-}
-
-fn cstr(s: &str) -> Vec<u8> {
-    let mut v = s.as_bytes().to_vec();
-    v.push(0);
-    v
-}
-
-fn rule(kind: u8, family: u8, table: &str, chain: &str) -> Vec<u8> {
-    message(kind, family, &[(1, &cstr(table)), (2, &cstr(chain))])
-}
+use crate::testing::nf_messages::{cstr, message, rule};
 
 #[test]
 fn rule_changes_name_their_chain_and_a_commit_its_generation() {
