@@ -286,7 +286,9 @@ async fn the_condition_is_patched_only_when_its_status_changes() {
         assert_eq!(condition_patches(&server), 1);
         assert_eq!(metrics.condition_patches("ok"), 0);
 
-        // Cleared: False at once, with a new transition time.
+        // Cleared: False at once, with a new transition time. The time is in whole
+        // seconds (metav1.Time), so the clear comes in a later second than the set.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         reporter.after_scan(&[warning]);
         eventually("the condition cleared", Duration::from_secs(5), || {
             condition_field(&server, "status") == "False"
