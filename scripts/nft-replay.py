@@ -162,66 +162,65 @@ def error_text(payload):
     return code, text
 
 
-def dump_chain(sock, family, table, chain):
-    """The chain's rules as NFT_MSG_NEWRULE payloads (attributes), in the kernel's order."""
-    selector = attr(NFTA_RULE_TABLE, strz(table)) + attr(NFTA_RULE_CHAIN, strz(chain))
-    sock.send(message(nft_type(NFT_MSG_GETRULE), NLM_F_REQUEST | NLM_F_DUMP, 1, family, selector))
-    rules = []
+def dump(sock, family, msg, selector, what):
+    """The (type, payload) of each answer to a dump, until its end; an error ends the
+    script."""
+    sock.send(message(nft_type(msg), NLM_F_REQUEST | NLM_F_DUMP, 1, family, selector))
     while True:
         data = sock.recv(BUFFER)
         for msg_type, _flags, _seq, payload in messages(data):
             if msg_type == NLMSG_DONE:
-                return selector, rules
+                return
             if msg_type == NLMSG_ERROR:
                 code, text = error_text(payload)
                 if code:
-                    raise SystemExit(f"nft-replay: dumping {table} {chain}: {text}")
+                    raise SystemExit(f"nft-replay: dumping {what}: {text}")
                 continue
-            if msg_type != nft_type(NFT_MSG_NEWRULE):
-                continue
-            names = {}
-            kept = []
-            for kind, raw in attrs(payload[4:]):
-                if kind in (NFTA_RULE_TABLE, NFTA_RULE_CHAIN):
-                    names[kind] = raw[4:].split(b"\0", 1)[0].decode()
-                # The handle and position belong to this copy of the rule: the new
-                # rules get their own handles and are appended in the dumped order.
-                if kind not in (NFTA_RULE_HANDLE, NFTA_RULE_POSITION, NFTA_RULE_ID, NFTA_RULE_POSITION_ID):
-                    kept.append(raw)
-            # Older kernels ignore the dump's selector: filter here as well.
-            if names.get(NFTA_RULE_TABLE) == table and names.get(NFTA_RULE_CHAIN) == chain:
-                rules.append(b"".join(kept))
+            yield msg_type, payload
+
+
+def dump_chain(sock, family, table, chain):
+    """The chain's rules as NFT_MSG_NEWRULE payloads (attributes), in the kernel's order."""
+    selector = attr(NFTA_RULE_TABLE, strz(table)) + attr(NFTA_RULE_CHAIN, strz(chain))
+    rules = []
+    for msg_type, payload in dump(sock, family, NFT_MSG_GETRULE, selector, f"{table} {chain}"):
+        if msg_type != nft_type(NFT_MSG_NEWRULE):
+            continue
+        names = {}
+        kept = []
+        for kind, raw in attrs(payload[4:]):
+            if kind in (NFTA_RULE_TABLE, NFTA_RULE_CHAIN):
+                names[kind] = raw[4:].split(b"\0", 1)[0].decode()
+            # The handle and position belong to this copy of the rule: the new
+            # rules get their own handles and are appended in the dumped order.
+            if kind not in (NFTA_RULE_HANDLE, NFTA_RULE_POSITION, NFTA_RULE_ID, NFTA_RULE_POSITION_ID):
+                kept.append(raw)
+        # Older kernels ignore the dump's selector: filter here as well.
+        if names.get(NFTA_RULE_TABLE) == table and names.get(NFTA_RULE_CHAIN) == chain:
+            rules.append(b"".join(kept))
+    return selector, rules
 
 
 def dump_elements(sock, family, table, set_name):
     """{port: (key-only element, whole element)} of a `proto . port` map, as
     NFTA_LIST_ELEM attributes ready to be deleted or added again."""
     selector = attr(NFTA_SET_ELEM_LIST_TABLE, strz(table)) + attr(NFTA_SET_ELEM_LIST_SET, strz(set_name))
-    sock.send(message(nft_type(NFT_MSG_GETSETELEM), NLM_F_REQUEST | NLM_F_DUMP, 1, family, selector))
     elements = {}
-    while True:
-        data = sock.recv(BUFFER)
-        for msg_type, _flags, _seq, payload in messages(data):
-            if msg_type == NLMSG_DONE:
-                return selector, elements
-            if msg_type == NLMSG_ERROR:
-                code, text = error_text(payload)
-                if code:
-                    raise SystemExit(f"nft-replay: dumping {table} {set_name}: {text}")
+    for _, payload in dump(sock, family, NFT_MSG_GETSETELEM, selector, f"{table} {set_name}"):
+        for kind, raw in attrs(payload[4:]):
+            if kind != NFTA_SET_ELEM_LIST_ELEMENTS:
                 continue
-            for kind, raw in attrs(payload[4:]):
-                if kind != NFTA_SET_ELEM_LIST_ELEMENTS:
-                    continue
-                for _, elem in attrs(raw[4:]):
-                    parts = attrs(elem[4:])
-                    key = next(r for k, r in parts if k == NFTA_SET_ELEM_KEY)
-                    value = next(r for k, r in attrs(key[4:]) if k == NFTA_DATA_VALUE)
-                    # inet_proto . inet_service: the protocol, then the port (network
-                    # order), each in a 4-byte register.
-                    port = struct.unpack_from(">H", value, 8)[0]
-                    # A timeout is the set's business, not the element's content.
-                    whole = b"".join(r for k, r in parts if k not in (NFTA_SET_ELEM_TIMEOUT, NFTA_SET_ELEM_EXPIRATION))
-                    elements[port] = (attr(NFTA_LIST_ELEM | NLA_F_NESTED, key), attr(NFTA_LIST_ELEM | NLA_F_NESTED, whole))
+            for _, elem in attrs(raw[4:]):
+                parts = attrs(elem[4:])
+                key = next(r for k, r in parts if k == NFTA_SET_ELEM_KEY)
+                value = next(r for k, r in attrs(key[4:]) if k == NFTA_DATA_VALUE)
+                # inet_proto . inet_service: the protocol, then the port (network
+                # order), each in a 4-byte register.
+                port = struct.unpack_from(">H", value, 8)[0]
+                # A timeout is the set's business, not the element's content.
+                whole = b"".join(r for k, r in parts if k not in (NFTA_SET_ELEM_TIMEOUT, NFTA_SET_ELEM_EXPIRATION))
+                elements[port] = (attr(NFTA_LIST_ELEM | NLA_F_NESTED, key), attr(NFTA_LIST_ELEM | NLA_F_NESTED, whole))
+    return selector, elements
 
 
 def element_requests(selector, elems, msg):

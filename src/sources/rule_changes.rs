@@ -213,8 +213,9 @@ impl ChangeJournal {
     }
 
     /// Takes what changed in `family`'s `tables` through the kernel's `generation`
-    /// (read just before), once the listener has heard that commit (or a later one). `lost_seen` is the
-    /// loss count of the reader's last read; on success it is the current one.
+    /// (read just before), once the listener has heard that commit (or a later one).
+    /// `lost_seen` is the loss count of the reader's last read; on success it is the
+    /// current one.
     pub fn take(
         &self,
         generation: u32,

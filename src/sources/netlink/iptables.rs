@@ -264,8 +264,8 @@ pub use crate::sources::netlink::follow::ReadKind;
 /// [`read_rules_netlink`] for a reader that reads the same tables again and again: it
 /// keeps what it read in `kept`, and when the notifications in `journal` name what
 /// changed since, re-reads only those chains (with their block's neighbours). The
-/// result is the same as a whole read's, line for line. `whole` asks for a whole read; it is
-/// cleared once one completes (churn can keep one from completing).
+/// result is the same as a whole read's, line for line. `whole` asks for a whole read;
+/// it is cleared once one completes (churn can keep one from completing).
 pub fn read_rules_following(
     family: Family,
     origin: &str,

@@ -176,7 +176,8 @@ pub(super) fn fetch_map(
         },
         None => None,
     };
-    let (mut elements, problems) = match by_key {
+    // Both reads give their elements in key order.
+    let (elements, problems) = match by_key {
         Some(read) => {
             context.counts.by_key.fetch_add(1, AtomicOrdering::Relaxed);
             read
@@ -187,7 +188,6 @@ pub(super) fn fetch_map(
         }
     };
     out.extend(problems.into_iter().map(Err));
-    elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
     let entries = inline_entries(set, elements);
     if let (Some((_, kept)), Some(key)) = (context.keep, key) {
         kept.lock()
@@ -232,7 +232,7 @@ pub(super) fn read_elements(
 }
 
 /// The elements with keys 0 to `keys` - 1 of a map with 32-bit keys, asked for in one
-/// request; refused (ENOENT) when one of them is missing.
+/// request, in key order; refused (ENOENT) when one of them is missing.
 fn read_elements_by_key(
     conn: &mut Conn,
     nfproto: u8,
@@ -268,5 +268,6 @@ fn read_elements_by_key(
             set.name
         )));
     }
+    read.0.sort_by(|a, b| compare_keys(&a.key, &b.key));
     Ok(read)
 }
