@@ -27,10 +27,11 @@ use portdrift::sources::netlink::NetlinkLimits;
 use portdrift::sources::netlink::iptables::{
     ReadKind, read_rules_following, read_rules_netlink, render_save,
 };
+use portdrift::sources::netlink::kept::KeptFamily;
 use portdrift::sources::netlink::nftables::{
     ConstantMaps, KeptNft, read_tables_following, read_tables_netlink,
 };
-use portdrift::sources::rule_changes::RuleChanges;
+use portdrift::sources::rule_changes::{ChangeJournal, RuleChanges};
 use portdrift::testing::synth::{ChainOrder, SynthConfig, generate, nft_script};
 
 /// Where the inner test finds the generated node (set by the outer test).
@@ -159,6 +160,33 @@ fn read_after_a_burst_in_this_namespace() {
         "the same findings"
     );
 
+    // The rewrites above filled datagram after datagram with KUBE-NODEPORTS's rules:
+    // the listener's socket filter drops such datagrams once the journal names the
+    // chain. The read took the chain, so the filter hears it again.
+    assert_eq!(journal.filtered(), vec![], "nothing filtered once read");
+    let dump = std::fs::read_to_string(dir.join("iptables-nft-save.txt")).unwrap();
+    let start = journal.datagrams();
+    restore(&dir, "iptables-nft-restore", &nodeports_rewrite(&dump, false));
+    let first = settled_with_nodeports_filtered(&journal) - start;
+    restore(&dir, "iptables-nft-restore", &nodeports_rewrite(&dump, true));
+    let fresh = read_matches_whole(&journal, &mut kept, limits);
+    let second = journal.datagrams() - start - first;
+    assert!(
+        first >= 20 && second * 10 <= first,
+        "a rewrite heard in {first} datagrams, the next (filtered) in {second}"
+    );
+    assert!(
+        fresh.nodeports.iter().any(|r| r.port == 32700),
+        "the filtered rewrite was read"
+    );
+    // Heard again after the read: the stale rule's removal is read too.
+    restore(&dir, "iptables-nft-restore", &nodeports_rewrite(&dump, false));
+    let fresh = read_matches_whole(&journal, &mut kept, limits);
+    assert!(
+        !fresh.nodeports.iter().any(|r| r.port == 32700),
+        "the rewrite after the read was read"
+    );
+
     // IPv6: a table created since the last read is read whole.
     let mut kept6 = None;
     read_rules_following(Family::Ipv6, origin, limits, &journal, &mut kept6, &mut false).unwrap();
@@ -232,22 +260,7 @@ fn restore(dir: &Path, tool: &str, script: &str) {
 /// deleted, and a filter-table rule.
 fn burst(dir: &Path) {
     let dump = std::fs::read_to_string(dir.join("iptables-nft-save.txt")).unwrap();
-    let nodeports: Vec<&str> = dump
-        .lines()
-        .filter(|l| l.starts_with("-A KUBE-NODEPORTS "))
-        .collect();
-    let target = dump
-        .lines()
-        .find_map(|l| l.split(" -j ").nth(1).filter(|t| t.starts_with("KUBE-EXT-")))
-        .unwrap();
-    let mut rewrite = String::from("*nat\n:KUBE-NODEPORTS - [0:0]\n");
-    for line in &nodeports[1..] {
-        rewrite.push_str(line);
-        rewrite.push('\n');
-    }
-    rewrite.push_str(&format!(
-        "-A KUBE-NODEPORTS -p tcp -m comment --comment \"gone/deleted:http\" -m tcp --dport 32700 -j {target}\nCOMMIT\n"
-    ));
+    let rewrite = nodeports_rewrite(&dump, true);
     // The first Service chain with a single endpoint chain: its endpoint moves.
     let svc_line = dump
         .lines()
@@ -274,6 +287,76 @@ fn burst(dir: &Path) {
     restore(dir, "iptables-nft-restore", &endpoint);
     restore(dir, "iptables-nft-restore", filter);
     restore(dir, "iptables-nft-restore", &rewrite);
+}
+
+/// A sync's rewrite of nat KUBE-NODEPORTS: its first rule dropped, and with `stale` a
+/// rule for a Service that does not exist (port 32700).
+fn nodeports_rewrite(dump: &str, stale: bool) -> String {
+    let nodeports: Vec<&str> = dump
+        .lines()
+        .filter(|l| l.starts_with("-A KUBE-NODEPORTS "))
+        .collect();
+    let target = dump
+        .lines()
+        .find_map(|l| l.split(" -j ").nth(1).filter(|t| t.starts_with("KUBE-EXT-")))
+        .unwrap();
+    let mut rewrite = String::from("*nat\n:KUBE-NODEPORTS - [0:0]\n");
+    for line in &nodeports[1..] {
+        rewrite.push_str(line);
+        rewrite.push('\n');
+    }
+    if stale {
+        rewrite.push_str(&format!(
+            "-A KUBE-NODEPORTS -p tcp -m comment --comment \"gone/deleted:http\" -m tcp --dport 32700 -j {target}\n"
+        ));
+    }
+    rewrite.push_str("COMMIT\n");
+    rewrite
+}
+
+/// Reads IPv4's tables following the notifications and checks the result against a
+/// fresh whole read: the same rule model. Returns the fresh one.
+fn read_matches_whole(
+    journal: &ChangeJournal,
+    kept: &mut Option<KeptFamily>,
+    limits: NetlinkLimits,
+) -> RuleSource {
+    let origin = "iptables-nft over netlink";
+    let (following, _, kind) =
+        read_rules_following(Family::Ipv4, origin, limits, journal, kept, &mut false).unwrap();
+    assert!(
+        matches!(kind, ReadKind::Changed { chains, .. } if chains > 0),
+        "{kind:?}"
+    );
+    let (fresh, _) = read_rules_netlink(Family::Ipv4, origin, limits).unwrap();
+    let (following, fresh) = (following.unwrap(), fresh.unwrap());
+    assert_eq!(
+        format!("{following:#?}"),
+        format!("{fresh:#?}"),
+        "the same rule model"
+    );
+    fresh
+}
+
+/// Waits until the listener filters nat KUBE-NODEPORTS and has received everything
+/// sent so far; returns the datagrams it received.
+fn settled_with_nodeports_filtered(journal: &ChangeJournal) -> u64 {
+    let nodeports = (2, "nat".to_string(), "KUBE-NODEPORTS".to_string());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut last = journal.datagrams();
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = journal.datagrams();
+        if now == last && journal.filtered().contains(&nodeports) {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "KUBE-NODEPORTS not filtered: {:?}",
+            journal.filtered()
+        );
+        last = now;
+    }
 }
 
 /// The findings of a scan of `rules` against the generated cluster.

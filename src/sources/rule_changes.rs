@@ -9,6 +9,7 @@
 //! netlink-sys, not nftnl: the messages are walked, not built.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,9 @@ use tokio::task::JoinHandle;
 
 use crate::decode::netlink::changes::{Changes, TableChanges};
 use crate::sources::netlink::{Conn, NetlinkLimits};
+
+mod quiet;
+use quiet::Quiet;
 
 /// `NFNLGRP_NFTABLES` from `linux/netfilter/nfnetlink.h`.
 const NFNLGRP_NFTABLES: u32 = 7;
@@ -70,6 +74,11 @@ impl RuleChanges {
             .and_then(|mut conn| conn.generation())
             .map_err(|e| io::Error::other(e.to_string()))?;
         let journal = ChangeJournal::starting_at(generation);
+        match Quiet::new(socket.socket_ref().as_fd()) {
+            Ok(quiet) => journal.lock().quiet = Some(quiet),
+            // Only costlier: every datagram is received.
+            Err(e) => tracing::warn!(error = %e, "cannot filter nf_tables change notifications"),
+        }
         let (tx, counter) = watch::channel(0u64);
         let task = tokio::spawn(listen(socket, tx, journal.clone()));
         Ok(RuleChanges {
@@ -141,6 +150,27 @@ struct Journal {
     /// a reader that saw another value must read everything.
     lost: u64,
     listening: bool,
+    /// The listener socket's filter of datagrams that would name nothing new.
+    quiet: Option<Quiet>,
+    /// Datagrams received.
+    datagrams: u64,
+}
+
+impl Journal {
+    /// The filter could not be changed: it is removed, or if even that fails, nothing
+    /// can be known unchanged any more (every read is whole).
+    fn quiet_failed(&mut self, error: &io::Error) {
+        let Some(quiet) = self.quiet.take() else { return };
+        match quiet.detach() {
+            Ok(()) => {
+                tracing::warn!(%error, "cannot filter nf_tables change notifications; each is received")
+            }
+            Err(e) => {
+                tracing::warn!(%error, detach = %e, "cannot change the filter of nf_tables change notifications; every scan now reads every dump");
+                self.listening = false;
+            }
+        }
+    }
 }
 
 /// Why a reader must read everything rather than only what changed.
@@ -177,6 +207,8 @@ impl ChangeJournal {
             generation,
             lost: 0,
             listening: true,
+            quiet: None,
+            datagrams: 0,
         })))
     }
 
@@ -187,14 +219,38 @@ impl ChangeJournal {
     /// Notes one received datagram's messages.
     pub fn note_datagram(&self, data: &[u8]) {
         let mut journal = self.lock();
+        journal.datagrams += 1;
         let unplaced = journal.changes.unplaced();
-        journal.changes.note_datagram(data);
+        let only = journal.changes.note_datagram(data);
         if journal.changes.unplaced() != unplaced {
             journal.lost += 1;
         }
         if let Some(generation) = journal.changes.generation() {
             journal.generation = generation;
         }
+        // The chain is named in the changes now: its datagrams may be dropped until
+        // they are taken.
+        if let (Some(chain), Some(quiet)) = (only, journal.quiet.as_mut())
+            && let Err(e) = quiet.heard(chain)
+        {
+            journal.quiet_failed(&e);
+        }
+    }
+
+    /// Datagrams received since the start.
+    pub fn datagrams(&self) -> u64 {
+        self.lock().datagrams
+    }
+
+    /// The chains the listener's socket filter drops datagrams of now, as (family,
+    /// table, chain).
+    pub fn filtered(&self) -> Vec<(u8, String, String)> {
+        let journal = self.lock();
+        let filtered = journal.quiet.as_ref().map(Quiet::filtered).unwrap_or_default();
+        filtered
+            .iter()
+            .map(|c| (c.family, c.table.to_string(), c.chain.to_string()))
+            .collect()
     }
 
     /// Notes that notifications were dropped.
@@ -236,6 +292,10 @@ impl ChangeJournal {
                 let heard = journal.generation.wrapping_sub(generation) as i32 >= 0;
                 if heard {
                     let taken = journal.changes.take(family, tables);
+                    // Before the reader reads: a change after this is heard again.
+                    if let Some(Err(e)) = journal.quiet.as_mut().map(|q| q.taken(family, tables)) {
+                        journal.quiet_failed(&e);
+                    }
                     if journal.lost != *lost_seen {
                         *lost_seen = journal.lost;
                         return Err(Unnamed::Lost);

@@ -10,6 +10,10 @@ use rustc_hash::FxHashSet;
 
 use super::{Attrs, DecodeError, messages, name};
 
+pub mod filter;
+
+use filter::KnownChain;
+
 // linux/netfilter/nf_tables.h: the messages the kernel multicasts on a commit.
 const NFT_MSG_NEWTABLE: u8 = 0;
 const NFT_MSG_DELTABLE: u8 = 2;
@@ -92,14 +96,32 @@ pub struct Changes {
 }
 
 impl Changes {
-    /// Notes every nf_tables message of one received datagram.
-    pub fn note_datagram(&mut self, data: &[u8]) {
+    /// Notes every nf_tables message of one received datagram. Returns the chain when
+    /// every message was a rule of that one chain (what [`filter`] can drop).
+    pub fn note_datagram(&mut self, data: &[u8]) -> Option<KnownChain> {
+        // The one chain so far: (family, table, chain), or None once another showed.
+        let mut only: Option<Option<(u8, &str, &str)>> = None;
         for message in messages(data) {
-            let placed = message.and_then(|m| self.note(m.kind, m.family, m.attrs));
+            let placed = message.and_then(|m| {
+                self.note(m.kind, m.family, m.attrs)?;
+                let chain = rule_chain(m.kind, m.family, m.attrs);
+                only = match only {
+                    None => Some(chain),
+                    Some(seen) => Some(seen.filter(|s| Some(*s) == chain)),
+                };
+                Ok(())
+            });
             if placed.is_err() {
                 self.unplaced += 1;
+                only = Some(None);
             }
         }
+        let (family, table, chain) = only.flatten()?;
+        Some(KnownChain {
+            family,
+            table: table.into(),
+            chain: chain.into(),
+        })
     }
 
     /// Notes one message. An error: it names no table this can place.
@@ -192,6 +214,22 @@ impl Changes {
             .iter()
             .any(|(f, t, _)| *f == family && tables.contains(&&**t))
     }
+}
+
+/// The (family, table, chain) of a rule message whose first two attributes name its
+/// table and chain, in the order the kernel writes them (the filter checks that order).
+fn rule_chain(kind: u8, family: u8, attrs: &[u8]) -> Option<(u8, &str, &str)> {
+    if kind != NFT_MSG_NEWRULE && kind != NFT_MSG_DELRULE {
+        return None;
+    }
+    let mut attrs = Attrs::new(attrs);
+    let (ATTR_TABLE, table) = attrs.next()?.ok()? else {
+        return None;
+    };
+    let (ATTR_SECOND, chain) = attrs.next()?.ok()? else {
+        return None;
+    };
+    Some((family, name(table).ok()?, name(chain).ok()?))
 }
 
 /// The name a message's object attribute holds.
