@@ -2,6 +2,17 @@
 //! the container and pod its cgroup path names (containerd, CRI-O, Docker; cgroup v1
 //! and v2; the systemd and cgroupfs drivers). Pure: text in, values out.
 
+/// The CPU time a `/proc/<pid>/stat` line counts for its process, in clock ticks: its
+/// own (user and system) and its waited-for children's. None when the line does not
+/// read as one.
+pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    // The command (field 2) is in parentheses and may itself hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Field 3 (the state) first: utime, stime, cutime and cstime are fields 14 to 17.
+    let fields: Vec<&str> = rest.split_whitespace().take(15).collect();
+    fields.get(11..15)?.iter().map(|f| f.parse::<u64>().ok()).sum()
+}
+
 /// Longest command line kept, in characters.
 pub const MAX_CMDLINE_CHARS: usize = 256;
 
@@ -144,3 +155,6 @@ fn is_pod_uid(s: &str) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests;

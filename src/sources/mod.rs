@@ -12,4 +12,5 @@ pub mod manifest_files;
 pub mod netlink;
 pub mod owners;
 pub mod rule_changes;
+pub mod self_usage;
 pub mod tools;

@@ -17,6 +17,7 @@ use crate::heart::coverage::Coverage;
 use crate::heart::finding::Finding;
 use crate::sources::bundle::NF_TABLES_DUMPS;
 use crate::sources::rule_changes::RuleChanges;
+use crate::sources::self_usage::cpu_time;
 
 /// Quiet time after a change before the scan it triggers: kube-proxy applies a change
 /// within about a second (its default minimum sync period), and a burst of EndpointSlice
@@ -31,10 +32,12 @@ pub(super) const MAX_DEFER: Duration = Duration::from_secs(10);
 /// Change-driven scans start at least this long after the previous scan ended, so a
 /// node whose rules churn constantly is not rescanned constantly.
 pub(super) const MIN_GAP: Duration = Duration::from_secs(5);
-/// Under churn, the gap is also at least this many times the last scan's length, so
-/// change-driven scanning takes at most about 1/(1 + COST_RATIO) of the agent's time
-/// (5%) however costly a scan is, up to `--interval`; it shrinks again as scans get
-/// cheaper or the node goes quiet.
+/// Under churn, the gap is also at least this many times the CPU time the last scan
+/// cost (the agent's, its tools' included), so change-driven scanning takes at most
+/// about 1/(1 + COST_RATIO) of a core (under 5%) however costly a scan is, up to
+/// `--interval`; it shrinks again as scans get cheaper or the node goes quiet. CPU
+/// time, not the scan's length: that counts waiting as cost, and one scan's readers
+/// run side by side.
 pub(super) const COST_RATIO: u32 = 20;
 /// Even without any announced change the nf_tables dumps are read again this often, and
 /// whole: the notifications are trusted, not blindly. Not more often: a large node's full read is
@@ -84,11 +87,11 @@ pub(super) struct LastScan {
 }
 
 impl LastScan {
-    /// After a scan that took `took`, with the agent's `interval`.
-    pub(super) fn new(end: Instant, took: Duration, interval: Duration) -> LastScan {
+    /// After a scan that cost `cost` of CPU time, with the agent's `interval`.
+    pub(super) fn new(end: Instant, cost: Duration, interval: Duration) -> LastScan {
         LastScan {
             end,
-            gap: (took * COST_RATIO).clamp(MIN_GAP, interval.max(MIN_GAP)),
+            gap: (cost * COST_RATIO).clamp(MIN_GAP, interval.max(MIN_GAP)),
         }
     }
 }
@@ -179,12 +182,18 @@ pub(super) async fn scan_loop(
         }
         tracing::debug!(?trigger, reuse_nf_tables = reuse, whole = whole_due, "scanning");
         let started = Instant::now();
+        let cpu_before = cpu_time();
         let scan = scan_once(config, view, node);
         let joined = tokio::select! {
             () = &mut stop_fut => return,
             joined = scan => joined,
         };
-        last_scan = Some(LastScan::new(Instant::now(), started.elapsed(), config.interval));
+        // Without /proc/self/stat, the scan's length stands in for its CPU time.
+        let cost = cpu_before.zip(cpu_time()).map_or_else(
+            || started.elapsed(),
+            |(before, after)| after.saturating_sub(before),
+        );
+        last_scan = Some(LastScan::new(Instant::now(), cost, config.interval));
         next_tick = Instant::now() + config.interval;
         let (node, outcome) = match joined {
             Ok(pair) => pair,

@@ -52,15 +52,13 @@ impl KeptBlock {
         }
     }
 
-    /// Its text, into `out` (cleared first).
+    /// Its text, in place of `out`'s.
     fn unpack(&self, out: &mut String) -> Result<(), NetlinkError> {
         let bytes = lz4_flex::block::decompress_size_prepended(&self.packed)
             .map_err(|e| NetlinkError::Malformed(format!("a kept block does not unpack: {e}")))?;
-        out.clear();
-        out.push_str(
-            std::str::from_utf8(&bytes)
-                .map_err(|e| NetlinkError::Malformed(format!("a kept block is not text: {e}")))?,
-        );
+        // The unpacked bytes become the text, not copied into it.
+        *out = String::from_utf8(bytes)
+            .map_err(|e| NetlinkError::Malformed(format!("a kept block is not text: {e}")))?;
         Ok(())
     }
 }
