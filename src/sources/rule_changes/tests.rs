@@ -68,3 +68,53 @@ fn a_listener_behind_the_kernel_and_a_loss_are_told_apart() {
     let taken = journal.take(8, IPV4, &["nat"], &mut lost_seen).unwrap();
     assert_eq!(chains(&taken), ["KUBE-SVC-B"]);
 }
+
+#[test]
+fn a_chain_that_fills_datagrams_is_filtered_until_its_changes_are_taken() {
+    // Any socket takes a filter; the listener's is a netlink one.
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let journal = ChangeJournal::starting_at(6);
+    journal.lock().quiet = Some(Quiet::new(socket.as_fd()).unwrap());
+    let filtered = |family: u8, chain: &str| (family, "nat".to_string(), chain.to_string());
+    let heat = |family: u8, chain: &str, datagrams: usize| {
+        for _ in 0..datagrams {
+            journal.note_datagram(&rule(NEWRULE, family, "nat", chain));
+        }
+    };
+    heat(IPV4, "KUBE-NODEPORTS", 7);
+    // A datagram of two chains, or one closing a commit, tells of no one chain.
+    for _ in 0..10 {
+        let mut mixed = rule(NEWRULE, IPV4, "nat", "KUBE-NODEPORTS");
+        mixed.extend(rule(NEWRULE, IPV4, "nat", "KUBE-SERVICES"));
+        journal.note_datagram(&mixed);
+        journal.note_datagram(&commit("KUBE-SERVICES", 7));
+    }
+    assert_eq!(journal.filtered(), vec![], "not yet 8 datagrams of one chain");
+    heat(IPV4, "KUBE-NODEPORTS", 1);
+    assert_eq!(journal.filtered(), vec![filtered(IPV4, "KUBE-NODEPORTS")]);
+    // Up to four chains at once.
+    for chain in [
+        "KUBE-SERVICES",
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-POSTROUTING",
+        "KUBE-MARK-MASQ",
+    ] {
+        heat(IPV4, chain, 8);
+    }
+    heat(10, "KUBE-NODEPORTS", 8);
+    assert_eq!(journal.filtered().len(), 4);
+    // Taking IPv4's nat lifts its chains' filter, before the reader reads.
+    let mut lost_seen = journal.lost();
+    journal.take(7, IPV4, &["nat"], &mut lost_seen).unwrap();
+    assert_eq!(journal.filtered(), vec![], "every chain filtered was IPv4's nat");
+    heat(10, "KUBE-NODEPORTS", 8);
+    heat(IPV4, "KUBE-NODEPORTS", 8);
+    journal.take(7, IPV4, &["filter"], &mut lost_seen).unwrap();
+    assert_eq!(
+        journal.filtered(),
+        vec![filtered(10, "KUBE-NODEPORTS"), filtered(IPV4, "KUBE-NODEPORTS")],
+        "another table's take leaves them"
+    );
+    journal.take(7, 10, &["nat"], &mut lost_seen).unwrap();
+    assert_eq!(journal.filtered(), vec![filtered(IPV4, "KUBE-NODEPORTS")]);
+}
