@@ -47,6 +47,9 @@ pub struct RuleChanges {
 impl Drop for RuleChanges {
     fn drop(&mut self) {
         self.task.abort();
+        // The filter's copy of the socket would keep it in the group, its buffer
+        // filling with nobody to read it.
+        self.journal.lock().quiet = None;
     }
 }
 
@@ -259,7 +262,9 @@ impl ChangeJournal {
     }
 
     fn note_stopped(&self) {
-        self.lock().listening = false;
+        let mut journal = self.lock();
+        journal.listening = false;
+        journal.quiet = None;
     }
 
     /// The loss count now: a reader keeps the value of its last read and hands it back

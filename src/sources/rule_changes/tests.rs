@@ -117,4 +117,7 @@ fn a_chain_that_fills_datagrams_is_filtered_until_its_changes_are_taken() {
     );
     journal.take(7, 10, &["nat"], &mut lost_seen).unwrap();
     assert_eq!(journal.filtered(), vec![filtered(IPV4, "KUBE-NODEPORTS")]);
+    // A listener that stops lets its socket go: the filter's copy goes too.
+    journal.note_stopped();
+    assert!(journal.lock().quiet.is_none());
 }
