@@ -168,6 +168,18 @@ pub fn program(known: &[KnownChain]) -> Option<Vec<Insn>> {
     Some(out)
 }
 
+/// Accepts the datagram unless the offset in scratch `slot` is within it; leaves X at
+/// the message's start.
+fn within_datagram(slot: u32) -> [Insn; 5] {
+    [
+        stmt(LD | W | LEN, 0),
+        stmt(LDX | W | MEM, slot),
+        jump(JMP | JGE | SRC_X, 0, 1, 0),
+        stmt(RET, ACCEPT),
+        stmt(LDX | W | MEM, M_START),
+    ]
+}
+
 /// The instructions for one message starting at X: they return, or leave X at the
 /// next message.
 fn message_insns(entries: &[Vec<(u16, u32, u32)>], need: u32, first: bool) -> Vec<Insn> {
@@ -181,16 +193,14 @@ fn message_insns(entries: &[Vec<(u16, u32, u32)>], need: u32, first: bool) -> Ve
         // The length field is inside the datagram.
         stmt(ALU | ADD, 4),
         stmt(ST, M_TMP),
-        stmt(LD | W | LEN, 0),
-        stmt(LDX | W | MEM, M_TMP),
-        jump(JMP | JGE | SRC_X, 0, 1, 0),
-        stmt(RET, ACCEPT),
-        stmt(LDX | W | MEM, M_START),
+    ];
+    out.extend(within_datagram(M_TMP));
+    out.extend([
         // nlmsg_len, host order, under 64 KiB: its upper half is zero.
         stmt(LD | H | IND, if cfg!(target_endian = "little") { 2 } else { 0 }),
         jump(JMP | JEQ, 0, 1, 0),
         stmt(RET, ACCEPT),
-    ];
+    ]);
     let (hi, lo) = if cfg!(target_endian = "little") {
         (1, 0)
     } else {
@@ -210,11 +220,9 @@ fn message_insns(entries: &[Vec<(u16, u32, u32)>], need: u32, first: bool) -> Ve
         stmt(LDX | W | MEM, M_START),
         stmt(ALU | ADD | SRC_X, 0),
         stmt(ST, M_END),
-        stmt(LD | W | LEN, 0),
-        stmt(LDX | W | MEM, M_END),
-        jump(JMP | JGE | SRC_X, 0, 1, 0),
-        stmt(RET, ACCEPT),
-        stmt(LDX | W | MEM, M_START),
+    ]);
+    out.extend(within_datagram(M_END));
+    out.extend([
         // A rule added or deleted.
         stmt(LD | H | IND, 4),
         jump(
