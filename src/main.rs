@@ -12,7 +12,7 @@ use std::process::ExitCode;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use clap::Parser;
-use portdrift::cli::{Cli, Command, LogFormat, run};
+use portdrift::cli::{Cli, Command, LogFormat, error_chain, is_closed_pipe, run};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -43,8 +43,9 @@ fn main() -> ExitCode {
     }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
+        Err(e) if is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("portdrift: {e:#}");
+            eprintln!("portdrift: {}", error_chain(&e));
             ExitCode::from(2)
         }
     }

@@ -366,3 +366,32 @@ async fn lint_reads_a_helm_stream_on_stdin_and_points_at_bad_yaml() {
     })
     .await;
 }
+
+#[test]
+fn a_missing_file_names_its_cause_once_and_a_closed_pipe_ends_quietly() {
+    let out = support::portdrift(&["lint", "/nonexistent.yaml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+
+    // A report longer than a pipe holds, whose reader stops after a few bytes, as
+    // `| head -3` does.
+    let dir = support::root().join(MANIFESTS);
+    let dir = dir.to_str().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portdrift"))
+        .args(["lint", "--format", "json"])
+        .args([dir; 40])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut start = [0u8; 16];
+    std::io::Read::read_exact(&mut stdout, &mut start).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
+        (Some(0), ""),
+    );
+}

@@ -5,10 +5,12 @@ mod args;
 mod configs;
 mod dev;
 mod dispatch;
+mod failure;
 mod parse;
 
 pub use args::*;
 pub use dispatch::run;
+pub use failure::{error_chain, is_closed_pipe};
 pub use parse::{
     HealthzAddr, parse_duration, parse_healthz_addr, parse_port_range, parse_size, parse_timeout,
 };
