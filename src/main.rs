@@ -19,14 +19,15 @@ fn main() -> ExitCode {
     // The agent logs what it does (findings appearing and clearing) at info; the one-shot
     // commands only warn.
     let (default_filter, json) = match &cli.command {
-        Command::Run(args) => ("info", args.log_format == LogFormat::Json),
+        Command::Run(args) => (args.log_level.as_str(), args.log_format == LogFormat::Json),
         // kube logs every non-2xx answer as an error; an agent the pod proxy cannot
         // reach (503) is already in the fleet view, and the line would only be noise.
         Command::Fleet(_) => ("warn,kube_client::client::builder=off", false),
         _ => ("warn", false),
     };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
+    // RUST_LOG, when set, wins over --log-level.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     // Colours only for a terminal: `kubectl logs ... | grep 30080` must find plain text,
     // not escape codes around every field name.
     let builder = tracing_subscriber::fmt()
@@ -34,7 +35,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter);
     if json {
-        builder.json().init();
+        // Flat: the event's fields beside `timestamp`, `level` and `message`, as log
+        // pipelines (Loki, jq) expect of one JSON object a line. Without the module path
+        // as `target`: a finding's `target` is its DNAT target, as in `/findings`.
+        builder.json().flatten_event(true).with_target(false).init();
     } else {
         builder.init();
     }

@@ -135,10 +135,19 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
         "{condition:#}"
     );
 
-    // The finding was logged once when it appeared.
+    // The finding was logged once when it appeared, and the condition when it was set:
+    // every line one flat JSON object, no key twice.
+    let lines = support::json_log_lines(&log);
     assert!(
-        log.lines()
-            .any(|l| l.contains("stale-endpoint") && l.contains("finding")),
+        lines.iter().any(|l| l["kind"] == "stale-endpoint"
+            && l["message"].as_str().is_some_and(|m| m.starts_with("finding"))),
+        "{log}"
+    );
+    assert!(
+        lines.iter().any(|l| l["message"] == "NodePortDrift condition set"
+            && l["condition_message"]
+                .as_str()
+                .is_some_and(|m| m.contains("udp/30514"))),
         "{log}"
     );
 
@@ -380,15 +389,13 @@ fn drift_appears_once_and_clears(drift: &Drift<'_>) {
 
     // The log tells the story in two lines, whatever the number of scans in between:
     // `kubectl logs ds/portdrift | grep PORT` finds the finding once and its clearing once.
-    let lines: Vec<serde_json::Value> = log
-        .lines()
-        .filter(|l| l.contains(&port))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}")))
-        .filter(|l: &serde_json::Value| l["fields"]["port"] == drift.port)
+    let lines: Vec<serde_json::Value> = support::json_log_lines(&log)
+        .into_iter()
+        .filter(|l| l["port"] == drift.port)
         .collect();
     let messages: Vec<&str> = lines
         .iter()
-        .map(|l| l["fields"]["message"].as_str().unwrap_or_default())
+        .map(|l| l["message"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(lines.len(), 2, "{messages:#?}\nagent log:\n{log}");
     assert!(messages[0].starts_with("finding: "), "{messages:#?}");
@@ -399,10 +406,10 @@ fn drift_appears_once_and_clears(drift: &Drift<'_>) {
     let drifted = read_json(dir, "drift.json");
     let backend = &about(&drifted, drift.port)[0]["backend"];
     for line in &lines {
-        assert_eq!(line["fields"]["kind"], drift.kind, "{line}");
-        assert_eq!(line["fields"]["service"], drift.service, "{line}");
+        assert_eq!(line["kind"], drift.kind, "{line}");
+        assert_eq!(line["service"], drift.service, "{line}");
         // Named as /findings names it, so that one grep finds both.
-        assert_eq!(&line["fields"]["backend"], backend, "{line}");
+        assert_eq!(&line["backend"], backend, "{line}");
     }
     assert_eq!(lines[0]["level"], "WARN", "{}", lines[0]);
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use super::parse::{
-    HealthzAddr, parse_duration, parse_healthz_addr, parse_port_range, parse_size, parse_timeout,
+    HealthzAddr, parse_duration, parse_healthz_addr, parse_log_level, parse_port_range, parse_size,
+    parse_timeout,
 };
 use crate::sources::kube_proxy_http::{DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS};
 
@@ -249,6 +250,11 @@ pub struct RunArgs {
     /// Log format (on stderr).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+
+    /// Log level: error, warn, info, debug or trace, or a filter by module as RUST_LOG
+    /// takes it (`info,portdrift::sources=debug`). RUST_LOG, when set, wins.
+    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = parse_log_level)]
+    pub log_level: String,
 
     /// The cluster's NodePort range (the API server's --service-node-port-range).
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]

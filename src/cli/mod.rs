@@ -12,7 +12,8 @@ pub use args::*;
 pub use dispatch::run;
 pub use failure::{error_chain, is_closed_pipe};
 pub use parse::{
-    HealthzAddr, parse_duration, parse_healthz_addr, parse_port_range, parse_size, parse_timeout,
+    HealthzAddr, parse_duration, parse_healthz_addr, parse_log_level, parse_port_range, parse_size,
+    parse_timeout,
 };
 
 #[cfg(test)]

@@ -60,6 +60,26 @@ pub fn parse_timeout(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A log level (`error`, `warn`, `info`, `debug`, `trace`) or a filter of them by
+/// module (`info,portdrift::sources=debug`), as `RUST_LOG` takes it.
+pub fn parse_log_level(s: &str) -> Result<String, String> {
+    // RUST_LOG would take a bare word as a module to log at every level; here every
+    // directive names its level, so `--log-level verbose` is an error, not silence.
+    for directive in s.split(',') {
+        let level = directive.rsplit_once('=').map_or(directive, |(_, level)| level);
+        level
+            .trim()
+            .parse::<tracing_subscriber::filter::LevelFilter>()
+            .map_err(|_| {
+                format!("{directive:?} is not a level (error, warn, info, debug, trace, off) or MODULE=LEVEL")
+            })?;
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("not a log level or filter: {e}"))
+}
+
 /// Parses `30000-32767`.
 pub fn parse_port_range(s: &str) -> Result<RangeInclusive<u16>, String> {
     let (a, b) = s.split_once('-').ok_or("expected FIRST-LAST, e.g. 30000-32767")?;

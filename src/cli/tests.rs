@@ -34,3 +34,13 @@ fn only_a_closed_pipe_ends_quietly() {
     let other = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
     assert!(!is_closed_pipe(&anyhow::Error::new(other)));
 }
+
+#[test]
+fn a_log_level_is_a_level_or_a_filter_by_module() {
+    for good in ["info", "debug", "warn,portdrift::sources=debug", "off"] {
+        assert_eq!(parse_log_level(good).as_deref(), Ok(good));
+    }
+    for bad in ["loud", "portdrift=loud", "info,=debug="] {
+        assert!(parse_log_level(bad).is_err(), "{bad}");
+    }
+}

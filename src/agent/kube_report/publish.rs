@@ -327,7 +327,7 @@ impl ConditionKeeper {
             }
             match self.patch(&condition).await {
                 Ok(()) => {
-                    tracing::info!(status = want.status(), message = %want.message, "NodePortDrift condition set");
+                    tracing::info!(status = want.status(), condition_message = %want.message, "NodePortDrift condition set");
                     self.tracker.accepted(&want, &condition);
                     self.metrics.count_patch("ok");
                     retry = PATCH_RETRY;
