@@ -13,8 +13,13 @@ COPY Cargo.toml Cargo.lock ./
 COPY .cargo ./.cargo
 COPY benches ./benches
 COPY src ./src
+# The commit, for --version and portdrift_build_info (build.rs; there is no .git here):
+# --build-arg REVISION="$(git rev-parse --short=12 HEAD)".
+ARG REVISION=unknown
+# build.rs: the git revision and the compiler's version for --version.
+COPY build.rs ./
 # The release profile keeps line tables for profiling; the image does not need them.
-RUN cargo build --release --locked --bin portdrift \
+RUN PORTDRIFT_REVISION="${REVISION}" cargo build --release --locked --bin portdrift \
  && strip target/release/portdrift
 
 # Runtime: Debian's iptables package carries both backends (iptables-nft-save,
@@ -30,7 +35,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/portdrift /usr/local/bin/portdrift
 # VERSION follows Cargo.toml (a test checks); REVISION is the commit, given at build
-# time: --build-arg REVISION="$(git rev-parse HEAD)".
+# time (see the build stage).
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="portdrift" \

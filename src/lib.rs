@@ -5,6 +5,20 @@
 //! → [`scan`] → [`sources`] → [`decode`] → [`heart`]. The heart and decode are pure.
 #![forbid(unsafe_code)]
 
+/// The git revision this was built from (build.rs; "unknown" outside a checkout).
+pub const REVISION: &str = env!("PORTDRIFT_REVISION");
+/// The compiler's version.
+pub const RUSTC_VERSION: &str = env!("PORTDRIFT_RUSTC");
+/// What `--version` prints after the name.
+pub const BUILD_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (revision ",
+    env!("PORTDRIFT_REVISION"),
+    ", rustc ",
+    env!("PORTDRIFT_RUSTC"),
+    ")"
+);
+
 pub mod agent;
 pub mod cli;
 pub mod decode;

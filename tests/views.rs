@@ -395,3 +395,30 @@ fn a_missing_file_names_its_cause_once_and_a_closed_pipe_ends_quietly() {
         (Some(0), ""),
     );
 }
+
+#[test]
+fn the_version_names_the_revision_and_the_compiler() {
+    let out = support::portdrift(&["--version"]);
+    let version = String::from_utf8_lossy(&out.stdout);
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(support::root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let revision = head.as_deref().unwrap_or("unknown");
+    let rustc = std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .unwrap();
+    let rustc = String::from_utf8_lossy(&rustc.stdout);
+    let rustc = rustc.split_whitespace().nth(1).unwrap();
+    assert_eq!(
+        version.trim(),
+        format!(
+            "portdrift {} (revision {revision}, rustc {rustc})",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}

@@ -15,7 +15,7 @@ use crate::sources::kube_proxy_http::{DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_P
 
 /// Finds where a node's NodePort plumbing has drifted from what the cluster says.
 #[derive(Debug, Parser)]
-#[command(name = "portdrift", version, about)]
+#[command(name = "portdrift", version = crate::BUILD_VERSION, about)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

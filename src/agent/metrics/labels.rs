@@ -23,10 +23,13 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
-/// `version` of `portdrift_build_info`.
+/// `version`, `revision` and `rustc_version` of `portdrift_build_info`, as Go
+/// exporters' build_info carries `version`, `revision` and `goversion`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabel {
     pub version: &'static str,
+    pub revision: &'static str,
+    pub rustc_version: &'static str,
 }
 
 /// `phase` of `portdrift_scan_phase_duration_seconds`.

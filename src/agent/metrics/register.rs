@@ -178,8 +178,14 @@ impl Metrics {
         let build_info = Family::<BuildLabel, ConstGauge>::new_with_constructor(|| ConstGauge::new(1));
         drop(build_info.get_or_create(&BuildLabel {
             version: env!("CARGO_PKG_VERSION"),
+            revision: crate::REVISION,
+            rustc_version: crate::RUSTC_VERSION,
         }));
-        registry.register("build_info", "portdrift's version (always 1)", build_info);
+        registry.register(
+            "build_info",
+            "portdrift's version, the git revision and the compiler it was built from (always 1)",
+            build_info,
+        );
         let api_synced = Gauge::default();
         registry.register(
             "api_synced",

@@ -67,6 +67,8 @@ fn encoded_metrics_pass_promtool() {
         "portdrift_last_scan_timestamp_seconds ",
         "portdrift_repairs_total{result=\"applied\"} 0",
         "portdrift_build_info{version=\"",
+        ",revision=\"",
+        ",rustc_version=\"",
         "portdrift_api_synced 1",
         "portdrift_api_fresh 0",
         "portdrift_events_total{result=\"dropped\"} 0",
