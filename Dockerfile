@@ -19,8 +19,15 @@ ARG REVISION=unknown
 # build.rs: the git revision and the compiler's version for --version.
 COPY build.rs ./
 # The release profile keeps line tables for profiling; the image does not need them.
+# Then its man pages and shell completions, generated from the same clap definitions.
 RUN PORTDRIFT_REVISION="${REVISION}" cargo build --release --locked --bin portdrift \
- && strip target/release/portdrift
+ && strip target/release/portdrift \
+ && target/release/portdrift man /out/share/man/man1 \
+ && mkdir -p /out/share/bash-completion/completions /out/share/zsh/vendor-completions \
+      /out/share/fish/vendor_completions.d \
+ && target/release/portdrift completions bash >/out/share/bash-completion/completions/portdrift \
+ && target/release/portdrift completions zsh >/out/share/zsh/vendor-completions/_portdrift \
+ && target/release/portdrift completions fish >/out/share/fish/vendor_completions.d/portdrift.fish
 
 # Runtime: Debian's iptables package carries both backends (iptables-nft-save,
 # iptables-legacy-save, the ip6tables twins and every *-restore that repair uses),
@@ -34,6 +41,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends iptables nftables \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/portdrift /usr/local/bin/portdrift
+COPY --from=build /out/share/ /usr/share/
 # VERSION follows Cargo.toml (a test checks); REVISION is the commit, given at build
 # time (see the build stage).
 ARG VERSION=0.1.0

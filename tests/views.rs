@@ -422,3 +422,83 @@ fn the_version_names_the_revision_and_the_compiler() {
         )
     );
 }
+
+#[test]
+fn bash_completes_commands_and_flags_from_the_completion_script() {
+    if !support::require_tool("bash", "shell completions") {
+        return;
+    }
+    // What bash's completion would offer: the script sourced, then its function called
+    // as bash calls it for `portdrift sc<TAB>` and `portdrift run --log-f<TAB>`.
+    let script = format!(
+        r#"source <("{pd}" completions bash) || exit 1
+complete_words() {{ COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _portdrift portdrift "${{@: -1}}" "${{@: -2:1}}"; echo "${{COMPREPLY[*]}}"; }}
+complete_words portdrift sc
+complete_words portdrift run --log-f
+complete_words portdrift completions z"#,
+        pd = env!("CARGO_BIN_EXE_portdrift")
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap();
+    let offered = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = offered.lines().collect();
+    assert_eq!(
+        lines,
+        ["scan", "--log-format", "zsh"],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (shell, marker) in [("zsh", "#compdef portdrift"), ("fish", "complete -c portdrift")] {
+        let out = support::portdrift(&["completions", shell]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains(marker), "{shell}: {text}");
+        assert!(text.contains("nodeport-range"), "{shell}: no --nodeport-range");
+    }
+}
+
+#[test]
+fn man_pages_cover_every_command_and_its_flags() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let out = support::portdrift(&["man", dir.path().join("man1").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = |name: &str| {
+        std::fs::read_to_string(dir.path().join("man1").join(format!("{name}.1")))
+            .unwrap_or_else(|e| panic!("{name}.1: {e}"))
+    };
+    let main = page("portdrift");
+    assert!(main.contains(".TH portdrift 1"), "{main}");
+    for command in [
+        "scan",
+        "snapshot",
+        "run",
+        "ports",
+        "lint",
+        "fleet",
+        "completions",
+        "man",
+    ] {
+        let text = page(&format!("portdrift-{command}"));
+        assert!(text.contains(&format!(".TH portdrift-{command} 1")), "{text}");
+        assert!(
+            main.contains(&format!("portdrift\\-{command}")),
+            "portdrift.1 lists {command}"
+        );
+    }
+    // Each flag, from the same definitions as --help (roff escapes the dashes).
+    let run = page("portdrift-run");
+    for flag in [
+        "log\\-level",
+        "log\\-format",
+        "nodeport\\-range",
+        "startup\\-jitter",
+    ] {
+        assert!(run.contains(flag), "portdrift-run.1 lacks {flag}");
+    }
+    assert!(
+        !dir.path().join("man1/portdrift-dev.1").exists(),
+        "hidden commands stay out"
+    );
+}

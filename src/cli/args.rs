@@ -51,6 +51,18 @@ pub enum Command {
     /// nodes that have it. Exit 1 when some node drifted, a node could not be checked
     /// or an agent did not answer; 2 when nothing could be listed.
     Fleet(FleetArgs),
+    /// Print a shell's completion script for portdrift (bash: source it, or put it in
+    /// /usr/share/bash-completion/completions/portdrift).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write portdrift's man pages (portdrift.1 and one per command) into a directory.
+    Man {
+        /// Where to write them (created if missing), e.g. /usr/local/share/man/man1.
+        dir: PathBuf,
+    },
     /// Developer tools (undocumented; for tests and benchmarks).
     #[command(hide = true, subcommand)]
     Dev(DevCommand),

@@ -20,6 +20,16 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ports(args) => ports(args),
         Command::Lint(args) => lint(args),
         Command::Fleet(args) => fleet(args),
+        Command::Completions { shell } => {
+            super::docs::write_completions(shell, &mut std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Man { dir } => {
+            for page in super::docs::write_man_pages(&dir)? {
+                eprintln!("wrote {}", page.display());
+            }
+            Ok(0)
+        }
         Command::Dev(DevCommand::NftSources { via, reread_after }) => {
             dev::print_nft_sources(via, reread_after.as_deref())
         }

@@ -5,6 +5,7 @@ mod args;
 mod configs;
 mod dev;
 mod dispatch;
+mod docs;
 mod failure;
 mod parse;
 

@@ -1,0 +1,49 @@
+//! The command line's own documentation, generated from its clap definition: shell
+//! completion scripts and man pages, so they can never disagree with `--help`.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
+use clap::CommandFactory;
+
+use super::Cli;
+
+/// Writes `shell`'s completion script to `out`.
+pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut command = Cli::command();
+    clap_complete::generate(shell, &mut command, "portdrift", out);
+    out.flush().context("writing the completion script")
+}
+
+/// Writes `portdrift.1` and `portdrift-COMMAND.1` for each command `--help` lists into
+/// `dir`; returns the files written.
+pub fn write_man_pages(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let command = Cli::command().version(crate::BUILD_VERSION);
+    let mut pages = vec![("portdrift".to_string(), command.clone())];
+    for sub in command
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
+        let name = format!("portdrift-{}", sub.get_name());
+        // Its title and NAME say portdrift-scan; its synopsis, `portdrift scan`.
+        let page = sub
+            .clone()
+            .version(crate::BUILD_VERSION)
+            .display_name(name.clone())
+            .bin_name(format!("portdrift {}", sub.get_name()));
+        pages.push((name, page));
+    }
+    let mut written = Vec::new();
+    for (name, page) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut bytes = Vec::new();
+        clap_mangen::Man::new(page)
+            .render(&mut bytes)
+            .with_context(|| format!("cannot render {name}.1"))?;
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
