@@ -144,12 +144,18 @@ fn render_sources(out: &mut String, report: &ScanReport) {
         report.coverage.proxy_mode, report.coverage.proxy_mode_evidence
     );
     let _ = writeln!(out, "\nsources:");
+    // As wide as the longest name (a live read's are long: "netlink: nf_tables ip
+    // (iptables-nft)"), so the columns stay aligned.
+    let name = |s: &crate::heart::outcome::SourceStatus| s.origin.clone().unwrap_or_else(|| s.source.clone());
+    let width = report
+        .sources
+        .iter()
+        .map(|s| name(s).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(28);
     for s in &report.sources {
-        let mut line = format!(
-            "  {:<28} {:<8}",
-            s.origin.as_deref().unwrap_or(&s.source),
-            s.status.as_str()
-        );
+        let mut line = format!("  {:<width$} {:<8}", name(s), s.status.as_str());
         if let Some(b) = s.backend {
             let _ = write!(line, " {b}");
         }
@@ -158,13 +164,13 @@ fn render_sources(out: &mut String, report: &ScanReport) {
         }
         if let Some(n) = s.items {
             let what = if s.source.starts_with("proc/") {
-                "listeners"
+                "listener"
             } else if s.source == "cluster.json" {
-                "Service ports"
+                "Service port"
             } else {
-                "NodePort rules"
+                "NodePort rule"
             };
-            let _ = write!(line, "  {n} {what}");
+            let _ = write!(line, "  {}", count_of(n, what));
         }
         if s.unparsed > 0 {
             let _ = write!(line, "  {} not understood", s.unparsed);
@@ -177,3 +183,15 @@ fn render_sources(out: &mut String, report: &ScanReport) {
         }
     }
 }
+
+/// `1 listener`, `4 listeners`: a count and its noun, in the plural unless it is one.
+pub fn count_of(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests;
