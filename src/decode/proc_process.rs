@@ -13,6 +13,55 @@ pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
     fields.get(11..15)?.iter().map(|f| f.parse::<u64>().ok()).sum()
 }
 
+/// What `/proc/self/stat` says of a process for its `process_*` metrics (fields 14, 15,
+/// 20, 22, 23 and 24 of proc(5)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFields {
+    /// User and system time, own only, in clock ticks.
+    pub cpu_ticks: u64,
+    pub threads: u64,
+    /// Clock ticks after boot when it started.
+    pub start_ticks: u64,
+    pub virtual_bytes: u64,
+    pub resident_pages: u64,
+}
+
+/// The fields of a `/proc/<pid>/stat` line the `process_*` metrics need.
+pub fn parse_stat(stat: &str) -> Option<StatFields> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().take(22).collect();
+    // Field n of proc(5) is fields[n - 3].
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(StatFields {
+        cpu_ticks: field(14)? + field(15)?,
+        threads: field(20)?,
+        start_ticks: field(22)?,
+        virtual_bytes: field(23)?,
+        resident_pages: field(24)?,
+    })
+}
+
+/// The soft limit on open files from `/proc/<pid>/limits` (None when unlimited or
+/// not there).
+pub fn max_open_files(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The boot time, in seconds since the epoch, from `/proc/stat`'s `btime` line.
+pub fn boot_time(proc_stat: &str) -> Option<u64> {
+    proc_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Longest command line kept, in characters.
 pub const MAX_CMDLINE_CHARS: usize = 256;
 

@@ -14,3 +14,40 @@ pub fn cpu_time() -> Option<Duration> {
         ticks.saturating_mul(1_000_000_000) / per_second,
     ))
 }
+
+/// What the `process_*` metrics report, as Go exporters name them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcessStats {
+    /// Own user and system time (not its tools').
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    pub virtual_bytes: u64,
+    pub threads: u64,
+    /// Since the epoch.
+    pub start_time_seconds: f64,
+    pub open_fds: Option<u64>,
+    /// The soft limit; None when unlimited.
+    pub max_fds: Option<u64>,
+}
+
+/// This process's stats from `/proc/self`; None where its stat line cannot be read.
+pub fn process_stats() -> Option<ProcessStats> {
+    use crate::decode::proc_process::{boot_time, max_open_files, parse_stat};
+    let stat = parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+    let per_second = rustix::param::clock_ticks_per_second().max(1) as f64;
+    let boot = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| boot_time(&s))
+        .unwrap_or(0);
+    Some(ProcessStats {
+        cpu_seconds: stat.cpu_ticks as f64 / per_second,
+        resident_bytes: stat.resident_pages * rustix::param::page_size() as u64,
+        virtual_bytes: stat.virtual_bytes,
+        threads: stat.threads,
+        start_time_seconds: boot as f64 + stat.start_ticks as f64 / per_second,
+        open_fds: std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64),
+        max_fds: std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|l| max_open_files(&l)),
+    })
+}

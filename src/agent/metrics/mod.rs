@@ -33,6 +33,7 @@ use crate::heart::outcome::{API_SOURCE, ScanReport, SourceStatus};
 
 pub mod labels;
 mod last_scan;
+mod process;
 mod register;
 mod series;
 

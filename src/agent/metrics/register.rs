@@ -26,7 +26,10 @@ fn scan_histogram() -> Histogram {
 impl Metrics {
     /// The metrics with at most `max_series` per-finding series (0: none).
     pub fn with_max_series(max_series: usize) -> Metrics {
-        let mut registry = Registry::with_prefix("portdrift");
+        // The agent's own metrics under portdrift_; process_* as Go exporters name them.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(super::process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("portdrift");
         let findings = Family::<KindLabel, Gauge>::default();
         for kind in Kind::ALL {
             findings.get_or_create_owned(&KindLabel { kind: kind.as_str() });
@@ -34,21 +37,21 @@ impl Metrics {
         registry.register("findings", "Findings of the last scan, by kind", findings.clone());
         let findings_by_backend = LastScan::new();
         findings_by_backend.register(
-            &mut registry,
+            registry,
             "findings_by_backend",
             "Findings of the last scan, by kind and backend (none: not about one backend); only non-zero ones",
             None,
         );
         let findings_by_severity = LastScan::new();
         findings_by_severity.register(
-            &mut registry,
+            registry,
             "findings_by_severity",
             "Findings of the last scan, by kind and severity; only non-zero ones",
             None,
         );
         let finding = LastScan::new();
         finding.register(
-            &mut registry,
+            registry,
             "finding",
             "Findings of the last scan with these labels (usually 1), most severe first, up to --metrics-max-series",
             None,
@@ -100,7 +103,7 @@ impl Metrics {
         );
         let source_up = LastScan::new();
         source_up.register(
-            &mut registry,
+            registry,
             "source_up",
             "1 when the last scan could read the source (or it is absent on this node), 0 when reading it failed",
             None,
@@ -130,42 +133,42 @@ impl Metrics {
         );
         let kube_proxy_healthy = LastScan::new();
         kube_proxy_healthy.register(
-            &mut registry,
+            registry,
             "kube_proxy_healthy",
             "1 when kube-proxy's /healthz answered 200 at the last scan, 0 when it did not; absent when not read",
             None,
         );
         let kube_proxy_sync_age = LastScan::new();
         kube_proxy_sync_age.register(
-            &mut registry,
+            registry,
             "kube_proxy_last_sync_age",
             "How long before its answer kube-proxy last synced its rules, as its /healthz said at the last scan",
             Some(Unit::Seconds),
         );
         let kube_proxy_node_eligible = LastScan::new();
         kube_proxy_node_eligible.register(
-            &mut registry,
+            registry,
             "kube_proxy_node_eligible",
             "kube-proxy's nodeEligible at the last scan (0 while the node is being deleted or tainted out)",
             None,
         );
         let coverage_complete = LastScan::new();
         coverage_complete.register(
-            &mut registry,
+            registry,
             "coverage_complete",
             "1 when the last scan checked everything on complete inputs, 0 when something could not be checked (the coverage of /findings says what); absent before the first scan",
             None,
         );
         let coverage_not_checked = LastScan::new();
         coverage_not_checked.register(
-            &mut registry,
+            registry,
             "coverage_not_checked",
             "How many things the last scan could not check (sentences in the coverage of /findings)",
             None,
         );
         let proxy_mode = LastScan::new();
         proxy_mode.register(
-            &mut registry,
+            registry,
             "proxy_mode_info",
             "The Service proxy the last scan judged the node by (iptables, nftables, ipvs, replaced, none); always 1",
             None,
@@ -200,28 +203,28 @@ impl Metrics {
         );
         let api_watch_synced = LastScan::new();
         api_watch_synced.register(
-            &mut registry,
+            registry,
             "api_watch_synced",
             "1 when the watch's first complete list has been applied, by resource",
             None,
         );
         let api_watch_fresh = LastScan::new();
         api_watch_fresh.register(
-            &mut registry,
+            registry,
             "api_watch_fresh",
             "1 when the watch is synced, not failing and recently heard from, by resource",
             None,
         );
         let api_watch_objects = LastScan::new();
         api_watch_objects.register(
-            &mut registry,
+            registry,
             "api_watch_objects",
             "Objects in the watch's cache, by resource",
             None,
         );
         let api_watch_last_activity = LastScan::new();
         api_watch_last_activity.register(
-            &mut registry,
+            registry,
             "api_watch_last_activity_timestamp",
             "When the API server was last heard from on this watch (Unix time; 0: never), by resource",
             Some(Unit::Seconds),
@@ -232,9 +235,9 @@ impl Metrics {
             "Errors the watch met (it retries), by resource",
             api_watch_errors.clone(),
         );
-        let kube_report = crate::agent::kube_report::ReportMetrics::register(&mut registry);
+        let kube_report = crate::agent::kube_report::ReportMetrics::register(registry);
         Metrics {
-            registry,
+            registry: root,
             findings,
             findings_by_backend,
             findings_by_severity,

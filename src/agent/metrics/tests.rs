@@ -383,3 +383,42 @@ fn api_watches_export_their_state_and_last_activity() {
     }
     assert_promtool(&text);
 }
+
+#[test]
+fn the_process_is_described_as_go_exporters_describe_theirs() {
+    let m = Metrics::with_max_series(10);
+    let text = m.encode_text().unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    let stat = std::fs::read_to_string("/proc/self/status").unwrap();
+    let threads: f64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    assert!(value("process_threads") >= 1.0 && value("process_threads") <= threads + 64.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value("process_start_time_seconds");
+    assert!(
+        started <= now + 1.0 && started > now - 3600.0,
+        "{started} vs {now}"
+    );
+    // The agent's own stay under portdrift_.
+    assert!(text.contains("portdrift_scans_total "));
+    assert_promtool(&text);
+}

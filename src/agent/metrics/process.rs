@@ -1,0 +1,72 @@
+//! `process_*`: the agent's own CPU, memory, file descriptors, start time and threads,
+//! read from `/proc/self` at each scrape, named as every Go exporter names them so the
+//! same dashboards and alerts work.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Unit;
+
+use crate::sources::self_usage::process_stats;
+
+#[derive(Debug)]
+pub(super) struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // Without /proc/self (not Linux) there is nothing to say.
+        let Some(p) = process_stats() else { return Ok(()) };
+        let cpu = ConstCounter::new(p.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu",
+            "Total user and system CPU time spent in seconds.",
+            Some(&Unit::Seconds),
+            cpu.metric_type(),
+        )?)?;
+        let gauges: [(&str, &str, Option<Unit>, Option<f64>); 6] = [
+            (
+                "process_resident_memory",
+                "Resident memory size in bytes.",
+                Some(Unit::Bytes),
+                Some(p.resident_bytes as f64),
+            ),
+            (
+                "process_virtual_memory",
+                "Virtual memory size in bytes.",
+                Some(Unit::Bytes),
+                Some(p.virtual_bytes as f64),
+            ),
+            (
+                "process_start_time",
+                "Start time of the process since unix epoch in seconds.",
+                Some(Unit::Seconds),
+                Some(p.start_time_seconds),
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                None,
+                p.open_fds.map(|n| n as f64),
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                None,
+                p.max_fds.map(|n| n as f64),
+            ),
+            (
+                "process_threads",
+                "Number of OS threads in the process.",
+                None,
+                Some(p.threads as f64),
+            ),
+        ];
+        for (name, help, unit, value) in gauges {
+            let Some(value) = value else { continue };
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, unit.as_ref(), gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
