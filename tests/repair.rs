@@ -242,7 +242,7 @@ fn a_stale_dnat_shadowing_a_nodeport_is_removed_and_the_port_works_again() {
     let before = lab.ruleset("iptables-nft-save");
 
     // Dry run: the exact command, and nothing changes.
-    let (_, dry) = repair(&lab, &cluster, &["--dry-run"]);
+    let (_, dry) = repair(&lab, &cluster, &["--repair-dry-run"]);
     let planned = actions(&dry);
     assert_eq!(planned.len(), 1, "{:#}", dry["repair"]);
     assert_eq!(planned[0]["result"], "dry-run");
@@ -785,7 +785,7 @@ fn hostile_names_and_comments_cannot_change_a_repair_command() {
 
     // The plan: one command per hostile rule, each the rule's own spec as the dump
     // printed it, on one line, to iptables-nft-restore --noflush -w; nothing else.
-    let (_, dry) = repair(&lab, &cluster, &["--dry-run", "--repair-max", "10"]);
+    let (_, dry) = repair(&lab, &cluster, &["--repair-dry-run", "--repair-max", "10"]);
     let planned = actions(&dry);
     let mut specs = BTreeSet::new();
     for a in &planned {

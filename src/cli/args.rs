@@ -231,11 +231,17 @@ pub enum LogFormat {
 /// agent.
 const STARTUP_JITTER: &str = "30s";
 
+/// `--repair-nudge-wait`'s default, for `scan` and `run` alike: kube-proxy checks its
+/// canary chain every sync period (30 s by default) and then resyncs, so half a minute
+/// could end the wait just before it cleans up.
+const REPAIR_NUDGE_WAIT: &str = "60s";
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// This node's name (the endpoints it counts as local).
+    /// This node's name (the endpoints it counts as local; default: this host's name, as
+    /// the kernel has it).
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
-    pub node: String,
+    pub node: Option<String>,
 
     /// Where to serve HTTP.
     #[arg(long, value_name = "ADDR:PORT", default_value = crate::agent::http::DEFAULT_LISTEN)]
@@ -323,7 +329,7 @@ pub struct RunRepairArgs {
 
     /// How long a live kube-proxy, nudged to resync (its canary chain deleted), gets to
     /// clean up its own rules before the drift is removed directly.
-    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, requires = "enabled")]
+    #[arg(long, value_name = "DUR", default_value = REPAIR_NUDGE_WAIT, value_parser = parse_duration, requires = "enabled")]
     pub repair_nudge_wait: Duration,
 }
 
@@ -395,8 +401,9 @@ pub struct RepairArgs {
     pub enabled: bool,
 
     /// With --repair: print the exact commands it would run, and change nothing.
-    #[arg(long, requires = "enabled")]
-    pub dry_run: bool,
+    /// (`--dry-run`, its old name, still works.)
+    #[arg(long, alias = "dry-run", requires = "enabled")]
+    pub repair_dry_run: bool,
 
     /// The most repair actions in one pass.
     #[arg(long, value_name = "N", default_value_t = crate::agent::repair::DEFAULT_MAX_ACTIONS, requires = "enabled")]
@@ -408,7 +415,7 @@ pub struct RepairArgs {
 
     /// How long a live kube-proxy, nudged to resync (its canary chain deleted), gets to
     /// clean up its own rules before the drift is removed directly.
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration, requires = "enabled")]
+    #[arg(long, value_name = "DUR", default_value = REPAIR_NUDGE_WAIT, value_parser = parse_duration, requires = "enabled")]
     pub repair_nudge_wait: Duration,
 
     /// Repair from a --cluster-state file. A file may be stale, so repair refuses one

@@ -91,7 +91,7 @@ impl ScanArgs {
                 min_age: r.repair_confirm,
                 nudge_wait: r.repair_nudge_wait,
                 grace: self.grace,
-                dry_run: r.dry_run,
+                dry_run: r.repair_dry_run,
                 limits: self.live.config(None).limits,
             },
             trust_cluster_state: r.trust_cluster_state,
@@ -115,12 +115,22 @@ impl SnapshotArgs {
 }
 
 impl RunArgs {
-    /// The agent's config.
-    pub(crate) fn agent_config(self) -> AgentConfig {
+    /// The agent's config; fails without a node name.
+    pub(crate) fn agent_config(self) -> anyhow::Result<AgentConfig> {
         let live = self.live.config(None);
         let live_limits = live.limits;
-        AgentConfig {
-            node: self.node,
+        // As `scan` does: the host's name, from the /proc it reads the node through.
+        let node = match self.node {
+            Some(node) => node,
+            None => crate::sources::live::host_name(&live.proc_root).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no node name: set --node or NODE_NAME (the host's name could not be read from {})",
+                    live.proc_root.join("sys/kernel/hostname").display()
+                )
+            })?,
+        };
+        Ok(AgentConfig {
+            node,
             listen: self.listen,
             interval: self.interval,
             grace: self.grace,
@@ -142,7 +152,7 @@ impl RunArgs {
                 dry_run: self.repair.repair_dry_run,
                 limits: live_limits,
             }),
-        }
+        })
     }
 }
 

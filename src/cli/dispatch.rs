@@ -35,7 +35,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Dev(DevCommand::IptablesSave { family }) => dev::print_iptables_save(&family),
         Command::Run(args) => {
-            crate::agent::daemon::run(args.agent_config())?;
+            crate::agent::daemon::run(args.agent_config()?)?;
             Ok(0)
         }
     }

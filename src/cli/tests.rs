@@ -44,3 +44,38 @@ fn a_log_level_is_a_level_or_a_filter_by_module() {
         assert!(parse_log_level(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn scan_and_run_share_their_repair_flags_and_find_the_node_alike() {
+    let parse = |args: &[&str]| {
+        <Cli as clap::Parser>::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    let Command::Scan(scan) = parse(&["portdrift", "scan", "--repair", "--dry-run"]).command else {
+        panic!("not scan")
+    };
+    // The old name still works.
+    assert!(scan.repair.repair_dry_run);
+    let Command::Run(run) = parse(&["portdrift", "run", "--repair", "--repair-dry-run"]).command else {
+        panic!("not run")
+    };
+    assert!(run.repair.repair_dry_run);
+    assert_eq!(scan.repair.repair_nudge_wait, run.repair.repair_nudge_wait);
+
+    // Without --node or NODE_NAME, the host's name under --proc-root, as scan reads it.
+    let proc = tempfile::TempDir::new().unwrap();
+    let root = proc.path().to_str().unwrap();
+    let agent = |args: &[&str]| match parse(args).command {
+        Command::Run(run) if run.node.is_none() || args.contains(&"--node") => run.agent_config(),
+        _ => panic!("NODE_NAME is set in this environment"),
+    };
+    let missing = agent(&["portdrift", "run", "--proc-root", root]).unwrap_err();
+    assert!(missing.to_string().contains("--node or NODE_NAME"), "{missing}");
+    std::fs::create_dir_all(proc.path().join("sys/kernel")).unwrap();
+    std::fs::write(proc.path().join("sys/kernel/hostname"), "worker-7\n").unwrap();
+    assert_eq!(
+        agent(&["portdrift", "run", "--proc-root", root]).unwrap().node,
+        "worker-7"
+    );
+    let named = agent(&["portdrift", "run", "--proc-root", root, "--node", "worker-1"]);
+    assert_eq!(named.unwrap().node, "worker-1");
+}

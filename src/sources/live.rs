@@ -97,6 +97,13 @@ impl Default for LiveConfig {
     }
 }
 
+/// The host's name as the kernel has it, under `proc_root` (what `scan` reports as the
+/// node); None when it cannot be read or is empty.
+pub fn host_name(proc_root: &std::path::Path) -> Option<String> {
+    let name = std::fs::read_to_string(proc_root.join("sys/kernel/hostname")).ok()?;
+    Some(name.trim().to_string()).filter(|n| !n.is_empty())
+}
+
 /// The running node as a [`Source`] of bundle files: each bundle name is answered by
 /// the tool or file that a capture would have copied into it.
 #[derive(Debug, Clone, Default)]
