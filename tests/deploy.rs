@@ -794,6 +794,21 @@ fn the_dashboard_queries_only_what_the_agent_exports() {
             );
         }
     }
+    // Grafana's import asks for a data source only when the dashboard declares one as
+    // an input, and the data source variable starts on it.
+    let inputs = dash["__inputs"].as_array().expect("__inputs");
+    assert!(
+        inputs.iter().any(|i| i["type"] == "datasource"
+            && i["pluginId"] == "prometheus"
+            && i["name"] == "DS_PROMETHEUS"),
+        "{inputs:?}"
+    );
+    let variables = dash["templating"]["list"].as_array().expect("variables");
+    let source = variables
+        .iter()
+        .find(|v| v["type"] == "datasource")
+        .expect("a data source variable");
+    assert_eq!(source["current"]["value"], "${DS_PROMETHEUS}");
     let mut named = BTreeSet::new();
     metric_names_in(&dash, &mut named);
     assert!(named.len() >= 15, "{named:?}");
