@@ -356,6 +356,22 @@ fn the_daemonset_is_a_least_privilege_node_agent() {
         let ctx = format!("deploy/{rel}");
         assert_eq!(spec["hostNetwork"], true, "{ctx}");
         assert_eq!(spec["priorityClassName"], "system-node-critical", "{ctx}");
+        // GKE admits that class outside kube-system only under a quota covering it.
+        let quotas = of_kind(&r.docs, "ResourceQuota");
+        assert!(
+            quotas.iter().any(|q| {
+                let selector = &q["spec"]["scopeSelector"]["matchExpressions"][0];
+                selector["scopeName"] == "PriorityClass"
+                    && selector["operator"] == "In"
+                    && strings(&selector["values"]).contains(&"system-node-critical".to_string())
+                    && q["metadata"]["namespace"] == ds["metadata"]["namespace"]
+                    && q["spec"]["hard"]["pods"]
+                        .as_str()
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .is_some_and(|n| n >= 15_000)
+            }),
+            "{ctx}: no ResourceQuota for system-node-critical pods in the agents' namespace"
+        );
         assert!(
             spec["tolerations"]
                 .as_array()
