@@ -70,7 +70,10 @@ fn scan_and_run_share_their_repair_flags_and_find_the_node_alike() {
     };
     if let Ok(node) = std::env::var("NODE_NAME") {
         // Run inside a pod that sets it: it wins over the host's name.
-        assert_eq!(agent(&["portdrift", "run", "--proc-root", root]).unwrap().node, node);
+        assert_eq!(
+            agent(&["portdrift", "run", "--proc-root", root]).unwrap().node,
+            node
+        );
         return;
     }
     let missing = agent(&["portdrift", "run", "--proc-root", root]).unwrap_err();
