@@ -502,3 +502,17 @@ fn man_pages_cover_every_command_and_its_flags() {
         "hidden commands stay out"
     );
 }
+
+#[test]
+fn the_cli_reference_is_up_to_date() {
+    let path = support::root().join("docs/cli.md");
+    let written = std::fs::read_to_string(&path).unwrap_or_default();
+    let now = portdrift::cli::cli_reference();
+    assert!(
+        written == now,
+        "docs/cli.md is out of date: regenerate it with `cargo run -- dev cli-reference > docs/cli.md`"
+    );
+    // And it is what the binary prints.
+    let out = support::portdrift(&["dev", "cli-reference"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), now);
+}

@@ -87,6 +87,8 @@ pub enum DevCommand {
         #[arg(long, default_value = "ipv4", value_parser = ["ipv4", "ipv6"])]
         family: String,
     },
+    /// Prints docs/cli.md: every command's --help.
+    CliReference,
 }
 
 #[derive(Debug, Args)]

@@ -34,6 +34,13 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             dev::print_nft_sources(via, reread_after.as_deref())
         }
         Command::Dev(DevCommand::IptablesSave { family }) => dev::print_iptables_save(&family),
+        Command::Dev(DevCommand::CliReference) => {
+            std::io::Write::write_all(
+                &mut std::io::stdout().lock(),
+                super::docs::cli_reference().as_bytes(),
+            )?;
+            Ok(0)
+        }
         Command::Run(args) => {
             crate::agent::daemon::run(args.agent_config()?)?;
             Ok(0)

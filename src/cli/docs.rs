@@ -47,3 +47,38 @@ pub fn write_man_pages(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
     }
     Ok(written)
 }
+
+/// `docs/cli.md`: every command's `--help`, as the binary prints it.
+pub fn cli_reference() -> String {
+    // The environment's values (NODE_NAME) are not part of the reference.
+    fn without_env_values(command: clap::Command) -> clap::Command {
+        command
+            .mut_args(|a| a.hide_env_values(true))
+            .mut_subcommands(without_env_values)
+    }
+    let mut command = without_env_values(Cli::command().version(crate::BUILD_VERSION));
+    let mut out = String::from(
+        "# Command-line reference\n\n\
+         Generated from portdrift's clap definitions (`portdrift dev cli-reference`); a test\n\
+         fails when this file is out of date. Each section is the command's `--help`.\n",
+    );
+    let mut section = |title: &str, help: String| {
+        out.push_str(&format!("\n## {title}\n\n```text\n{}\n```\n", help.trim_end()));
+    };
+    section("portdrift", command.render_long_help().to_string());
+    let names: Vec<String> = command
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in names {
+        let sub = command.find_subcommand_mut(&name).expect("listed just above");
+        let help = sub
+            .clone()
+            .bin_name(format!("portdrift {name}"))
+            .render_long_help()
+            .to_string();
+        section(&format!("portdrift {name}"), help);
+    }
+    out
+}
