@@ -154,7 +154,8 @@ pub fn program(known: &[KnownChain]) -> Option<Vec<Insn>> {
         .max()
         .unwrap_or(ATTRS);
     let per_message = message_insns(&entries, need, true).len();
-    let messages = ((MAX_INSNS - 1) / per_message).min(MAX_MESSAGES);
+    // Beside the messages: the first instruction and the last.
+    let messages = ((MAX_INSNS - 2) / per_message).min(MAX_MESSAGES);
     if messages < MIN_MESSAGES {
         return None;
     }

@@ -179,6 +179,19 @@ fn names_that_cannot_be_checked_make_no_filter() {
     assert!(program(&[]).is_none());
     assert!(program(&[known(2, "nat", "")]).is_none());
     assert!(program(&[known(2, "nat", &"K".repeat(MAX_CHAIN + 1))]).is_none());
+    // Four of the longest names still fit the instruction budget.
+    let longest: Vec<_> = (0..4)
+        .map(|i| {
+            known(
+                2,
+                &"t".repeat(MAX_TABLE),
+                &format!("{i}{}", "K".repeat(MAX_CHAIN - 1)),
+            )
+        })
+        .collect();
+    if let Some(p) = program(&longest) {
+        assert!(p.len() <= MAX_INSNS, "{}", p.len());
+    }
     // One long name still leaves a useful filter.
     let long = program(&[known(2, "nat", &"K".repeat(MAX_CHAIN))]).expect("a filter");
     assert!(long.len() <= MAX_INSNS);
