@@ -146,7 +146,9 @@ fn render_sources(out: &mut String, report: &ScanReport) {
     let _ = writeln!(out, "\nsources:");
     // As wide as the longest name (a live read's are long: "netlink: nf_tables ip
     // (iptables-nft)"), so the columns stay aligned.
-    let name = |s: &crate::heart::outcome::SourceStatus| s.origin.clone().unwrap_or_else(|| s.source.clone());
+    fn name(s: &crate::heart::outcome::SourceStatus) -> &str {
+        s.origin.as_deref().unwrap_or(&s.source)
+    }
     let width = report
         .sources
         .iter()

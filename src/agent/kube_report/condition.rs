@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::heart::finding::{Finding, Severity};
+use crate::heart::render::count_of;
 
 /// The condition's `type`.
 pub const CONDITION_TYPE: &str = "NodePortDrift";
@@ -62,9 +63,8 @@ pub fn summarize(findings: &[Finding]) -> ConditionSummary {
     }
     let kinds: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
     let mut message = format!(
-        "{} critical NodePort finding{}: {}",
-        critical.len(),
-        if critical.len() == 1 { "" } else { "s" },
+        "{}: {}",
+        count_of(critical.len(), "critical NodePort finding"),
         kinds.join(", ")
     );
     let mut ports: Vec<(String, usize)> = by_port.into_iter().collect();

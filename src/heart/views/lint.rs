@@ -8,6 +8,7 @@ use std::ops::RangeInclusive;
 
 use serde::Serialize;
 
+use crate::heart::render::count_of;
 use crate::heart::views::claims::Claim;
 use crate::heart::views::manifest::{Located, ManifestProblem, ManifestService};
 
@@ -383,9 +384,9 @@ pub fn render_lint(report: &LintReport) -> String {
     let _ = writeln!(
         out,
         "{}, {} in {}{}",
-        counted(report.errors, "error"),
-        counted(report.warnings, "warning"),
-        counted(report.services, "Service"),
+        count_of(report.errors, "error"),
+        count_of(report.warnings, "warning"),
+        count_of(report.services, "Service"),
         if report.checked_cluster {
             " (checked against the cluster's allocation)"
         } else {
@@ -393,15 +394,6 @@ pub fn render_lint(report: &LintReport) -> String {
         }
     );
     out
-}
-
-/// `1 error`, `2 errors`.
-fn counted(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }
 
 #[cfg(test)]
