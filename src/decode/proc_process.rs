@@ -6,11 +6,16 @@
 /// own (user and system) and its waited-for children's. None when the line does not
 /// read as one.
 pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    // utime, stime, cutime and cstime.
+    (14..=17).map(|n| stat_field(stat, n)).sum()
+}
+
+/// Field `n` (from 3, as proc(5) numbers them) of a `/proc/<pid>/stat` line, as a
+/// number.
+fn stat_field(stat: &str, n: usize) -> Option<u64> {
     // The command (field 2) is in parentheses and may itself hold spaces and parentheses.
     let rest = &stat[stat.rfind(')')? + 1..];
-    // Field 3 (the state) first: utime, stime, cutime and cstime are fields 14 to 17.
-    let fields: Vec<&str> = rest.split_whitespace().take(15).collect();
-    fields.get(11..15)?.iter().map(|f| f.parse::<u64>().ok()).sum()
+    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
 }
 
 /// What `/proc/self/stat` says of a process for its `process_*` metrics (fields 14, 15,
@@ -28,10 +33,7 @@ pub struct StatFields {
 
 /// The fields of a `/proc/<pid>/stat` line the `process_*` metrics need.
 pub fn parse_stat(stat: &str) -> Option<StatFields> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().take(22).collect();
-    // Field n of proc(5) is fields[n - 3].
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    let field = |n: usize| stat_field(stat, n);
     Some(StatFields {
         cpu_ticks: field(14)? + field(15)?,
         threads: field(20)?,
