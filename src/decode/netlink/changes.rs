@@ -103,8 +103,9 @@ impl Changes {
         let mut only: Option<Option<(u8, &str, &str)>> = None;
         for message in messages(data) {
             let placed = message.and_then(|m| {
-                self.note(m.kind, m.family, m.attrs)?;
-                let chain = rule_chain(m.kind, m.family, m.attrs);
+                let chain = self
+                    .note(m.kind, m.family, m.attrs)?
+                    .map(|(t, c)| (m.family, t, c));
                 only = match only {
                     None => Some(chain),
                     Some(seen) => Some(seen.filter(|s| Some(*s) == chain)),
@@ -124,19 +125,31 @@ impl Changes {
         })
     }
 
-    /// Notes one message. An error: it names no table this can place.
-    pub fn note(&mut self, kind: u8, family: u8, attrs: &[u8]) -> Result<(), DecodeError> {
+    /// Notes one message. An error: it names no table this can place. Returns a rule
+    /// message's (table, chain) when they are its first two attributes, in the order
+    /// the kernel writes them, which is the order the [`filter`] checks.
+    pub fn note<'a>(
+        &mut self,
+        kind: u8,
+        family: u8,
+        attrs: &'a [u8],
+    ) -> Result<Option<(&'a str, &'a str)>, DecodeError> {
         if kind == NFT_MSG_NEWGEN {
             for attr in Attrs::new(attrs) {
                 if let (NFTA_GEN_ID, value) = attr? {
                     self.generation = Some(super::be32(value)?);
                 }
             }
-            return Ok(());
+            return Ok(None);
         }
         let (mut table, mut second, mut third) = (None, None, None);
-        for attr in Attrs::new(attrs) {
+        // The kinds of the first two attributes (0: none).
+        let mut first_two = [0u16; 2];
+        for (i, attr) in Attrs::new(attrs).enumerate() {
             let (attr_kind, value) = attr?;
+            if let Some(kind) = first_two.get_mut(i) {
+                *kind = attr_kind;
+            }
             match attr_kind {
                 ATTR_TABLE => table = Some(name(value)?),
                 ATTR_SECOND => second = Some(value),
@@ -156,6 +169,7 @@ impl Changes {
             NFT_MSG_NEWRULE | NFT_MSG_DELRULE => {
                 let chain = object_name(kind, second)?;
                 TableChanges::note_name(&mut entry.chains, &mut entry.whole, chain);
+                return Ok((first_two == [ATTR_TABLE, ATTR_SECOND]).then_some((table, chain)));
             }
             NFT_MSG_NEWSET | NFT_MSG_DELSET | NFT_MSG_NEWSETELEM | NFT_MSG_DELSETELEM => {
                 let set = object_name(kind, second)?;
@@ -167,7 +181,7 @@ impl Changes {
             // A message kind this does not know (a newer kernel's): the table is read whole.
             _ => entry.whole = true,
         }
-        Ok(())
+        Ok(None)
     }
 
     fn table_entry(&mut self, family: u8, table: &str) -> &mut TableChanges {
@@ -214,22 +228,6 @@ impl Changes {
             .iter()
             .any(|(f, t, _)| *f == family && tables.contains(&&**t))
     }
-}
-
-/// The (family, table, chain) of a rule message whose first two attributes name its
-/// table and chain, in the order the kernel writes them (the filter checks that order).
-fn rule_chain(kind: u8, family: u8, attrs: &[u8]) -> Option<(u8, &str, &str)> {
-    if kind != NFT_MSG_NEWRULE && kind != NFT_MSG_DELRULE {
-        return None;
-    }
-    let mut attrs = Attrs::new(attrs);
-    let (ATTR_TABLE, table) = attrs.next()?.ok()? else {
-        return None;
-    };
-    let (ATTR_SECOND, chain) = attrs.next()?.ok()? else {
-        return None;
-    };
-    Some((family, name(table).ok()?, name(chain).ok()?))
 }
 
 /// The name a message's object attribute holds.

@@ -80,3 +80,43 @@ fn too_many_changed_chains_read_the_table_whole_and_merging_keeps_both() {
     a.merge(b);
     assert!(a.chain_list && a.chains.len() == 2);
 }
+
+#[test]
+fn a_datagram_of_one_chains_rules_names_that_chain() {
+    let nodeports = || rule(NFT_MSG_NEWRULE, 2, "nat", "KUBE-NODEPORTS");
+    let mut changes = Changes::default();
+    let mut datagram = nodeports();
+    datagram.extend(rule(NFT_MSG_DELRULE, 2, "nat", "KUBE-NODEPORTS"));
+    assert_eq!(
+        changes.note_datagram(&datagram),
+        Some(filter::KnownChain {
+            family: 2,
+            table: "nat".into(),
+            chain: "KUBE-NODEPORTS".into(),
+        })
+    );
+    // Another chain, another family, a commit's generation, or the chain named before
+    // the table (an order the filter cannot check): no one chain.
+    for other in [
+        rule(NFT_MSG_NEWRULE, 2, "nat", "KUBE-SERVICES"),
+        rule(NFT_MSG_NEWRULE, 10, "nat", "KUBE-NODEPORTS"),
+        message(NFT_MSG_NEWGEN, 0, &[(1, &7u32.to_be_bytes())]),
+        message(
+            NFT_MSG_NEWRULE,
+            2,
+            &[(2, &cstr("KUBE-NODEPORTS")), (1, &cstr("nat"))],
+        ),
+    ] {
+        let mut datagram = nodeports();
+        datagram.extend(other.clone());
+        assert_eq!(changes.note_datagram(&datagram), None, "{other:?}");
+    }
+    assert_eq!(
+        changes.note_datagram(&message(
+            NFT_MSG_NEWRULE,
+            2,
+            &[(2, &cstr("KUBE-NODEPORTS")), (1, &cstr("nat"))]
+        )),
+        None
+    );
+}
