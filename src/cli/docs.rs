@@ -20,12 +20,9 @@ pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn Write) -> an
 /// `dir`; returns the files written.
 pub fn write_man_pages(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let command = Cli::command().version(crate::BUILD_VERSION);
+    let command = Cli::command();
     let mut pages = vec![("portdrift".to_string(), command.clone())];
-    for sub in command
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
-    {
+    for sub in documented(&command) {
         let name = format!("portdrift-{}", sub.get_name());
         // Its title and NAME say portdrift-scan; its synopsis, `portdrift scan`.
         let page = sub
@@ -56,7 +53,7 @@ pub fn cli_reference() -> String {
             .mut_args(|a| a.hide_env_values(true))
             .mut_subcommands(without_env_values)
     }
-    let mut command = without_env_values(Cli::command().version(crate::BUILD_VERSION));
+    let mut command = without_env_values(Cli::command());
     let mut out = String::from(
         "# Command-line reference\n\n\
          Generated from portdrift's clap definitions (`portdrift dev cli-reference`); a test\n\
@@ -66,19 +63,18 @@ pub fn cli_reference() -> String {
         out.push_str(&format!("\n## {title}\n\n```text\n{}\n```\n", help.trim_end()));
     };
     section("portdrift", command.render_long_help().to_string());
-    let names: Vec<String> = command
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set())
-        .map(|s| s.get_name().to_string())
-        .collect();
-    for name in names {
-        let sub = command.find_subcommand_mut(&name).expect("listed just above");
-        let help = sub
-            .clone()
-            .bin_name(format!("portdrift {name}"))
-            .render_long_help()
-            .to_string();
-        section(&format!("portdrift {name}"), help);
+    for sub in documented(&command) {
+        let name = format!("portdrift {}", sub.get_name());
+        let help = sub.clone().bin_name(&name).render_long_help().to_string();
+        section(&name, help);
     }
     out
+}
+
+/// The commands `--help` lists that have pages of their own: not the hidden ones, nor
+/// `help` itself.
+fn documented(command: &clap::Command) -> impl Iterator<Item = &clap::Command> {
+    command
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
 }
