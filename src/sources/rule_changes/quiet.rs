@@ -9,7 +9,7 @@
 //! lock, after it notes a chain and before a take returns.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use socket2::{SockFilter, SockRef};
 
@@ -93,7 +93,7 @@ impl Quiet {
 
     /// Removes the filter: every datagram is received again.
     pub(super) fn detach(&self) -> io::Result<()> {
-        match SockRef::from(&self.socket.as_fd()).detach_filter() {
+        match SockRef::from(&self.socket).detach_filter() {
             // None was attached.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             other => other,
