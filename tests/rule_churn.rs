@@ -414,9 +414,8 @@ fn nft_read_after_a_burst_in_this_namespace() {
     let (_, _, kind) = read(&mut kept, &mut maps, false);
     assert!(matches!(kind, ReadKind::Whole(_)), "{kind:?}");
     eprintln!(
-        "kept after a whole read: {} bytes ({} unpacked), VmRSS {}",
+        "kept after a whole read: {} bytes, VmRSS {}",
         kept_bytes(&kept),
-        kept.as_ref().map_or(0, KeptNft::decoded_bytes),
         vm_rss()
     );
     let (_, _, kind) = read(&mut kept, &mut maps, false);

@@ -239,6 +239,8 @@ pub fn run_in_fresh_netns(what: &str, shell: &str) {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
+    // What the inner test printed, for `--nocapture`.
+    eprint!("{}", String::from_utf8_lossy(&run.stderr));
 }
 
 /// Every line of a `--log-format json` log, parsed: each must be one flat JSON object

@@ -5,36 +5,40 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::ir::{ElementIr, ElementVerdict, ParsedRuleset, RuleIr, TableIr};
-use super::{
-    NO_ENDPOINT_NODEPORTS_MAP, REJECT_CHAIN, SERVICE_NODEPORTS_MAP, is_service_chain, table_label, unparsed,
-};
+use super::graph::{DnatRule, Jump, RuleGraph, jump_to};
+use super::ir::{ElementIr, ElementVerdict, ParsedRuleset};
+use super::{REJECT_CHAIN, SERVICE_NODEPORTS_MAP, is_service_chain, table_label, unparsed};
 use crate::heart::kube_proxy::parse_nft_service_chain;
 use crate::heart::model::{
     Backend, DestMatch, DnatTarget, NodePortRule, OrphanChain, Protocol, RuleIdentity, RuleSource, RuleText,
     ServicePortRef, Unparsed, Verdict,
 };
 
-/// Borrows the IR: a reader that follows the kernel's notifications keeps it for the
-/// next read.
+/// One [`RuleSource`] per table of a decoded dump.
 pub(crate) fn build_rule_sources(parsed: &ParsedRuleset<'_>, origin: &str) -> Vec<RuleSource> {
-    let mut tables: Vec<&TableIr<'_>> = parsed.tables.iter().collect();
-    tables.sort_by_key(|t| t.family);
+    build_sources(&parsed.tables, &parsed.unattributed, origin)
+}
+
+/// One [`RuleSource`] per table, IPv4 first; `unattributed` is reported with each.
+pub(crate) fn build_sources<G: RuleGraph>(
+    tables: &[G],
+    unattributed: &[Unparsed],
+    origin: &str,
+) -> Vec<RuleSource> {
+    let mut tables: Vec<&G> = tables.iter().collect();
+    tables.sort_by_key(|t| t.family());
     tables
         .into_iter()
-        .map(|t| build_rule_source(t, origin, &parsed.unattributed))
+        .map(|t| build_rule_source(t, origin, unattributed))
         .collect()
 }
 
-fn build_rule_source(table: &TableIr<'_>, origin: &str, unattributed: &[Unparsed]) -> RuleSource {
-    let mut unparsed = table.unparsed.clone();
+fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unparsed]) -> RuleSource {
+    let mut unparsed = table.unparsed().to_vec();
     unparsed.extend_from_slice(unattributed);
     let mut nodeports = Vec::new();
     let mut names = SharedNames::new(table);
-    for map in &table.maps {
-        if map.name != SERVICE_NODEPORTS_MAP && map.name != NO_ENDPOINT_NODEPORTS_MAP {
-            continue;
-        }
+    for map in table.nodeport_maps() {
         let map_name: Arc<str> = Arc::from(&*map.name);
         for element in &map.elements {
             match nodeport_rule(table, &map_name, element, &mut names) {
@@ -43,14 +47,12 @@ fn build_rule_source(table: &TableIr<'_>, origin: &str, unattributed: &[Unparsed
             }
         }
     }
-    let rule_count: usize = table.chains.iter().map(|c| c.rules.len()).sum();
     // What could not be understood may have been a rule that proves something absent.
-    let complete = table.complete && unparsed.is_empty();
-    let element_count: usize = table.maps.iter().map(|m| m.elements.len()).sum();
+    let complete = table.complete() && unparsed.is_empty();
     RuleSource {
         origin: origin.to_string(),
         backend: Backend::Nftables,
-        family: table.family,
+        family: table.family(),
         nodeports,
         // The CNI portmap plugin writes iptables rules; its nftables form is not read yet.
         hostports: Vec::new(),
@@ -59,9 +61,9 @@ fn build_rule_source(table: &TableIr<'_>, origin: &str, unattributed: &[Unparsed
         has_kube_proxy: true,
         // nftables mode has no canary chain: kube-proxy owns the whole table.
         has_canary: false,
-        kube_rule_count: rule_count + element_count,
+        kube_rule_count: table.rule_count() + table.element_count(),
         complete,
-        notes: table.notes.clone(),
+        notes: table.notes().to_vec(),
         signals: Default::default(),
         gaps: Vec::new(),
         malformed: Vec::new(),
@@ -76,7 +78,7 @@ pub(super) fn parse_nodeport_key(key: &str) -> Option<(Protocol, u16)> {
 
 /// One element of `service-nodeports` or `no-endpoint-nodeports` as a [`NodePortRule`].
 fn nodeport_rule(
-    table: &TableIr<'_>,
+    table: &impl RuleGraph,
     map: &Arc<str>,
     element: &ElementIr<'_>,
     names: &mut SharedNames,
@@ -93,7 +95,7 @@ fn nodeport_rule(
         ElementVerdict::Drop => Walk::to_verdict(Verdict::Drop),
         ElementVerdict::Goto(c) | ElementVerdict::Jump(c) if c == REJECT_CHAIN => {
             let mut walk = Walk::to_verdict(Verdict::Reject);
-            if table.chain(c).is_none() {
+            if table.find_chain(c).is_none() {
                 walk.dangling = Some(c.to_string());
             }
             walk
@@ -122,7 +124,7 @@ fn nodeport_rule(
         .or_else(|| first_hop.and_then(parse_nft_service_chain).map(|(svc, _)| svc));
     Ok(NodePortRule {
         backend: Backend::Nftables,
-        family: table.family,
+        family: table.family(),
         protocol,
         port,
         // The dispatch rule in `services` restricts NodePorts to `@nodeport-ips` (the
@@ -161,16 +163,16 @@ struct SharedNames {
 }
 
 impl SharedNames {
-    fn new(table: &TableIr<'_>) -> Self {
+    fn new(table: &impl RuleGraph) -> Self {
         SharedNames {
-            table: table_label(table.family).into(),
-            chains: vec![None; table.chains.len()],
+            table: table_label(table.family()).into(),
+            chains: vec![None; table.chain_count()],
         }
     }
 
-    fn chain(&mut self, table: &TableIr<'_>, index: usize) -> Arc<str> {
+    fn chain(&mut self, table: &impl RuleGraph, index: usize) -> Arc<str> {
         self.chains[index]
-            .get_or_insert_with(|| Arc::from(&*table.chains[index].name))
+            .get_or_insert_with(|| Arc::from(table.chain_name(index)))
             .clone()
     }
 }
@@ -200,27 +202,20 @@ impl Walk {
 /// The DNAT addresses reachable from `start` without entering a `service-*` chain: with
 /// externalTrafficPolicy Local kube-proxy's `external-*` chain sends only pod and host
 /// traffic there, so these are what a client outside the node reaches.
-fn external_targets(table: &TableIr<'_>, start: &str) -> Vec<SocketAddr> {
+fn external_targets(table: &impl RuleGraph, start: &str) -> Vec<SocketAddr> {
     let mut out = Vec::new();
     // A handful of chains: a set the size of the table per NodePort would cost more.
     let mut seen: rustc_hash::FxHashSet<usize> = Default::default();
-    let mut queue: VecDeque<&str> = VecDeque::from([start]);
-    while let Some(name) = queue.pop_front() {
-        let Some((index, chain)) = table.chain(name) else {
-            continue;
-        };
+    let mut queue: VecDeque<usize> = table.find_chain(start).into_iter().collect();
+    while let Some(index) = queue.pop_front() {
         if !seen.insert(index) {
             continue;
         }
-        out.extend(chain.rules.iter().filter_map(|r| r.dnat.as_ref().map(|d| d.addr)));
-        queue.extend(
-            chain
-                .rules
-                .iter()
-                .flat_map(|r| r.jumps.iter())
-                .map(|j| j.as_ref())
-                .filter(|j| !(j.starts_with("service-") && is_service_chain(j))),
-        );
+        out.extend(table.dnats(index).map(|r| r.dnat.addr));
+        queue.extend(table.jumps(index).filter_map(Result::ok).filter(|&j| {
+            let name = table.chain_name(j);
+            !(name.starts_with("service-") && is_service_chain(name))
+        }));
     }
     out
 }
@@ -231,17 +226,20 @@ fn external_targets(table: &TableIr<'_>, start: &str) -> Vec<SocketAddr> {
 /// so they stay out of the path, which keeps the first hop and every chain that leads to
 /// a DNAT: `external-…`, then `service-…`/`local-…`, then `endpoint-…`. A visited set
 /// makes loops safe, and no recursion means no stack to overflow.
-fn follow_chains(table: &TableIr<'_>, start: &str, names: &mut SharedNames) -> Walk {
+fn follow_chains<G: RuleGraph>(table: &G, start: &str, names: &mut SharedNames) -> Walk {
     let mut walk = Walk::to_verdict(Verdict::Forward);
     // Visited chains in visiting order, each with the visited chains it jumps to.
     let mut order: Vec<(usize, Vec<usize>)> = Vec::new();
     let mut position: HashMap<usize, usize> = HashMap::new();
     let mut has_dnat: Vec<bool> = Vec::new();
-    let mut queue: VecDeque<(Option<usize>, &str)> = VecDeque::from([(None, start)]);
-    while let Some((from, name)) = queue.pop_front() {
-        let Some((index, chain)) = table.chain(name) else {
-            walk.dangling.get_or_insert_with(|| name.to_string());
-            continue;
+    let mut queue: VecDeque<(Option<usize>, Jump<'_>)> = VecDeque::from([(None, jump_to(table, start))]);
+    while let Some((from, jump)) = queue.pop_front() {
+        let index = match jump {
+            Ok(index) => index,
+            Err(name) => {
+                walk.dangling.get_or_insert_with(|| name.to_string());
+                continue;
+            }
         };
         if let Some(from) = from {
             order[from].1.push(index);
@@ -251,19 +249,13 @@ fn follow_chains(table: &TableIr<'_>, start: &str, names: &mut SharedNames) -> W
         }
         position.insert(index, order.len());
         let before = walk.targets.len();
-        for rule in &chain.rules {
-            walk.targets.extend(dnat_target(index, rule, names, table));
+        for rule in table.dnats(index) {
+            walk.targets.push(dnat_target(index, rule, names, table));
         }
         has_dnat.push(walk.targets.len() > before);
         let me = order.len();
         order.push((index, Vec::new()));
-        queue.extend(
-            chain
-                .rules
-                .iter()
-                .flat_map(|r| r.jumps.iter())
-                .map(|j| (Some(me), j.as_ref())),
-        );
+        queue.extend(table.jumps(index).map(|j| (Some(me), j)));
     }
     let leads = leads_to_dnat(&order, &position, has_dnat);
     walk.path = order
@@ -298,13 +290,13 @@ fn leads_to_dnat(
 
 fn dnat_target(
     chain: usize,
-    rule: &RuleIr<'_>,
+    rule: DnatRule<'_>,
     names: &mut SharedNames,
-    table: &TableIr<'_>,
-) -> Option<DnatTarget> {
-    let dnat = rule.dnat.as_ref()?;
+    table: &impl RuleGraph,
+) -> DnatTarget {
+    let dnat = rule.dnat;
     let chain = names.chain(table, chain);
-    Some(DnatTarget {
+    DnatTarget {
         addr: dnat.addr,
         chain: chain.clone(),
         rule: RuleText {
@@ -317,7 +309,7 @@ fn dnat_target(
             handle: rule.handle,
             element: None,
         },
-    })
+    }
 }
 
 /// Per-service chains that nothing reaches. Reachability starts from every chain that
@@ -325,47 +317,26 @@ fn dnat_target(
 /// chains) and from every map element's verdict; a service chain reached only from
 /// another orphan (the endpoint chain of a deleted Service) is an orphan too, since no
 /// packet can get there.
-fn orphan_chains(table: &TableIr<'_>) -> Vec<OrphanChain> {
-    let mut reached = vec![false; table.chains.len()];
-    let mut stack: Vec<&str> = table
-        .chains
-        .iter()
-        .filter(|c| !is_service_chain(&c.name))
-        .map(|c| c.name.as_ref())
+fn orphan_chains(table: &impl RuleGraph) -> Vec<OrphanChain> {
+    let mut reached = vec![false; table.chain_count()];
+    let mut stack: Vec<usize> = (0..table.chain_count())
+        .filter(|&c| !is_service_chain(table.chain_name(c)))
         .collect();
-    stack.extend(
-        table
-            .maps
-            .iter()
-            .flat_map(|m| m.elements.iter())
-            .filter_map(|e| e.verdict.chain()),
-    );
-    while let Some(name) = stack.pop() {
-        let Some((index, chain)) = table.chain(name) else {
-            continue;
-        };
+    stack.extend(table.element_jumps().filter_map(Result::ok));
+    while let Some(index) = stack.pop() {
         if std::mem::replace(&mut reached[index], true) {
             continue;
         }
-        stack.extend(
-            chain
-                .rules
-                .iter()
-                .flat_map(|r| r.jumps.iter())
-                .map(|j| j.as_ref()),
-        );
+        stack.extend(table.jumps(index).filter_map(Result::ok));
     }
-    table
-        .chains
-        .iter()
-        .zip(&reached)
-        .filter(|(chain, reached)| !**reached && is_service_chain(&chain.name))
-        .map(|(chain, _)| OrphanChain {
+    (0..table.chain_count())
+        .filter(|&c| !reached[c] && is_service_chain(table.chain_name(c)))
+        .map(|c| OrphanChain {
             backend: Backend::Nftables,
-            family: table.family,
-            table: table_label(table.family).to_string(),
-            chain: chain.name.to_string(),
-            line: chain.line,
+            family: table.family(),
+            table: table_label(table.family()).to_string(),
+            chain: table.chain_name(c).to_string(),
+            line: table.chain_line(c),
             // nftables chain names carry the Service port themselves.
             dnat: None,
         })

@@ -97,54 +97,10 @@ impl<'a> TableIr<'a> {
         Some(index)
     }
 
-    /// Appends `chain`, named as no chain of the table is yet: a kept table rebuilt in
-    /// the kernel's new chain order.
-    pub(crate) fn push_chain(&mut self, chain: ChainIr<'a>) {
-        self.chain_index
-            .insert(&self.chains, &chain.name, self.chains.len());
-        self.chains.push(chain);
-    }
-
     /// Room for `more` chains, made once rather than by doubling.
     pub(crate) fn reserve_chains(&mut self, more: usize) {
         self.chains.reserve_exact(more);
         self.chain_index.reserve(&self.chains, more);
-    }
-
-    /// The heap it holds, from its vectors' and strings' capacities: what keeping it
-    /// between reads costs (a shared DNAT text counted once per rule).
-    pub(crate) fn heap_bytes(&self) -> usize {
-        use std::mem::size_of;
-        fn vec_bytes<T>(v: &[T], capacity: usize, each: impl Fn(&T) -> usize) -> usize {
-            capacity * size_of::<T>() + v.iter().map(each).sum::<usize>()
-        }
-        let text = |c: &Cow<'_, str>| match c {
-            Cow::Owned(s) => s.capacity(),
-            Cow::Borrowed(_) => 0,
-        };
-        let dnat = |d: &DnatIr| size_of::<DnatIr>() + d.text.len() + 2 * size_of::<usize>();
-        let rule = |r: &RuleIr<'_>| {
-            vec_bytes(&r.jumps, r.jumps.capacity(), text) + r.dnat.as_deref().map_or(0, dnat)
-        };
-        let element = |e: &ElementIr<'_>| {
-            let verdict = match &e.verdict {
-                ElementVerdict::Goto(c) | ElementVerdict::Jump(c) => text(c),
-                ElementVerdict::Other(s) => s.capacity(),
-                ElementVerdict::Drop | ElementVerdict::Accept => 0,
-            };
-            e.key.capacity() + e.comment.as_ref().map_or(0, text) + verdict
-        };
-        let chain = |c: &ChainIr<'_>| text(&c.name) + vec_bytes(&c.rules, c.rules.capacity(), rule);
-        let map = |m: &MapIr<'_>| text(&m.name) + vec_bytes(&m.elements, m.elements.capacity(), element);
-        vec_bytes(&self.chains, self.chains.capacity(), chain)
-            + vec_bytes(&self.maps, self.maps.capacity(), map)
-            + self.chain_index.0.capacity() * (size_of::<usize>() + 1)
-    }
-
-    pub(crate) fn chain(&self, name: &str) -> Option<(usize, &ChainIr<'a>)> {
-        self.chain_index
-            .find(&self.chains, name)
-            .map(|i| (i, &self.chains[i]))
     }
 }
 

@@ -18,18 +18,19 @@
 //! iptables parser reads iptables-nft's tables from `iptables-nft-save`.
 
 mod build;
+mod graph;
 mod ir;
 pub(crate) mod json;
-pub(crate) mod packed;
+mod kept;
 mod text;
 
 use crate::heart::model::{Family, RuleSource, Unparsed};
 use crate::heart::repair::nft_table::{ChainView, ElementView, MapView, RuleView, TableView};
 
-pub(crate) use build::build_rule_sources;
-pub(crate) use ir::{
-    ChainIndex, ChainIr, DnatIr, ElementIr, ElementVerdict, MapIr, ParsedRuleset, RuleIr, TableIr,
-};
+pub(crate) use build::{build_rule_sources, build_sources};
+pub(crate) use graph::RuleGraph;
+pub(crate) use ir::{DnatIr, ElementIr, ElementVerdict, MapIr, ParsedRuleset, RuleIr, TableIr};
+pub(crate) use kept::{KeptMap, KeptTable};
 
 /// Why a dump could not be read at all. Anything less (an odd object, a rule portdrift
 /// does not understand) is kept as [`Unparsed`] in the result instead.

@@ -1,9 +1,9 @@
 //! kube-proxy's nftables tables kept between reads by a reader that hears the kernel's
 //! change notifications, so that a read after a change re-reads only what they name.
 //!
-//! Kept per table: the decoded IR (chains in the kernel's order with their rules, the
-//! named maps' elements), packed between reads ([`crate::decode::nftables::packed`]),
-//! and the list of sets. A changed chain's rules are read again,
+//! Kept per table: its chains in the kernel's order with what of their rules the rule
+//! sources are built from, and its named maps ([`KeptTable`]), and the list of sets. A
+//! changed chain's rules are read again,
 //! with the anonymous maps they use (reused from [`ConstantMaps`] when the same map is
 //! kept there, else fetched by key); a changed set re-reads the set list and the named
 //! maps that changed; a changed chain list re-reads the chain list. Anything the
@@ -27,9 +27,9 @@ use crate::decode::netlink::nfproto as nfproto_of;
 use crate::decode::netlink::nftables::{
     DecodedRule, NFT_SET_ANONYMOUS, NFT_SET_MAP, RuleContext, SetInfo, element_ir,
 };
-use crate::decode::nftables::packed::{Packed, pack, unpack};
 use crate::decode::nftables::{
-    ChainIndex, ChainIr, KUBE_PROXY_TABLE, MapIr, ParsedRuleset, TableIr, build_rule_sources, table_label,
+    KUBE_PROXY_TABLE, KeptMap, KeptTable, MapIr, ParsedRuleset, RuleGraph, build_rule_sources, build_sources,
+    table_label,
 };
 use crate::heart::model::{Family, RuleSource, Unparsed};
 use crate::sources::netlink::blocks::Readers;
@@ -38,17 +38,14 @@ use crate::sources::netlink::nftables::ConstantMaps;
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits};
 use crate::sources::rule_changes::ChangeJournal;
 
-/// kube-proxy's tables as the last read decoded them.
+/// kube-proxy's tables as the last read left them.
 #[derive(Debug)]
 pub struct KeptNft {
     stamp: Stamp,
-    /// What the rule sources are built from, packed between reads.
-    packed: Packed,
-    /// Unpacked while a read updates them.
-    open: Option<ParsedRuleset<'static>>,
-    /// The heap they hold unpacked, and their chains, when last packed.
-    decoded_bytes: usize,
-    chains: usize,
+    /// A whole read's tables as decoded, until the rule sources are built from them.
+    fresh: Option<ParsedRuleset<'static>>,
+    /// What the rule sources are built from, updated in place by a read after a change.
+    kept: Vec<KeptTable>,
     tables: Vec<TableMeta>,
     /// Something could not be decoded: the next read is whole, which reports it again
     /// exactly where a fresh read would.
@@ -62,7 +59,7 @@ impl Kept for KeptNft {
 }
 
 impl KeptNft {
-    /// The heap the kept tables hold, about: packed, and with their set lists.
+    /// The heap the kept tables hold, about, with their set lists.
     pub fn kept_bytes(&self) -> usize {
         let sets = self
             .tables
@@ -70,12 +67,7 @@ impl KeptNft {
             .flat_map(|t| &t.sets)
             .map(|s| std::mem::size_of::<SetInfo>() + s.name.capacity())
             .sum::<usize>();
-        sets + self.packed.bytes()
-    }
-
-    /// The heap the kept tables held unpacked, about (for the performance notes).
-    pub fn decoded_bytes(&self) -> usize {
-        self.decoded_bytes
+        sets + self.kept.iter().map(KeptTable::heap_bytes).sum::<usize>()
     }
 
     /// The ruleset's generation the tables were read at.
@@ -85,32 +77,21 @@ impl KeptNft {
 
     /// The chains kept, both tables.
     pub fn chains(&self) -> usize {
-        self.chains
+        self.kept.iter().map(|t| t.chain_count()).sum()
     }
 
-    /// Packs the tables a read unpacked.
-    fn close(&mut self) {
-        if let Some(parsed) = self.open.take() {
-            self.chains = parsed.tables.iter().map(|t| t.chains.len()).sum();
-            self.decoded_bytes = parsed.tables.iter().map(TableIr::heap_bytes).sum();
-            self.packed = pack(&parsed);
+    /// The rule sources, built from a whole read's tables (which are then reduced to
+    /// what is kept) or from the kept ones.
+    fn sources(&mut self, origin: &str) -> Vec<RuleSource> {
+        let Some(parsed) = self.fresh.take() else {
+            return build_sources(&self.kept, &[], origin);
+        };
+        let sources = build_rule_sources(&parsed, origin);
+        if !self.undecoded {
+            self.kept = parsed.tables.into_iter().map(KeptTable::from_ir).collect();
         }
+        sources
     }
-}
-
-/// The kept tables, unpacked for a read. The packed bytes go at once: the read packs
-/// afresh when it ends, and holding both would add them to its peak.
-fn opened<'s>(
-    open: &'s mut Option<ParsedRuleset<'static>>,
-    packed: &mut Packed,
-) -> Result<&'s mut ParsedRuleset<'static>, NetlinkError> {
-    if open.is_none() {
-        let parsed = unpack(packed)
-            .map_err(|e| NetlinkError::Malformed(format!("the kept tables do not unpack: {e}")))?;
-        *open = Some(parsed);
-        *packed = Packed::default();
-    }
-    Ok(open.get_or_insert_default())
 }
 
 const TABLES: [&str; 1] = [KUBE_PROXY_TABLE];
@@ -153,19 +134,15 @@ pub fn read_tables_following(
                     .any(|t| !t.unparsed.is_empty() || !t.complete);
             Ok(KeptNft {
                 stamp: Stamp::default(),
-                packed: Packed::default(),
-                open: Some(parsed),
-                decoded_bytes: 0,
-                chains: 0,
+                fresh: Some(parsed),
+                kept: Vec::new(),
                 tables,
                 undecoded,
             })
         },
     )?;
-    let state = &mut followed.state;
-    let sources = build_rule_sources(opened(&mut state.open, &mut state.packed)?, origin);
-    state.close();
-    let of = state.chains;
+    let sources = followed.state.sources(origin);
+    let of = followed.state.chains();
     let kind = followed.finish(kept, of);
     Ok((
         sources,
@@ -183,7 +160,7 @@ fn update_tables(
     named: &Named,
     maps: &mut ConstantMaps,
 ) -> Result<usize, Stale> {
-    if state.undecoded {
+    if state.undecoded || state.fresh.is_some() {
         return Err(Stale::Whole(
             "the last read held something it could not decode".to_string(),
         ));
@@ -199,18 +176,22 @@ fn update_tables(
             return Err(Stale::Whole(format!("a change in family {nfproto}")));
         };
         let label = table_label(family);
+        let created = || Stale::Whole(format!("table {label} was created"));
         let Some(meta) = state.tables.iter_mut().find(|t| t.family == family) else {
-            return Err(Stale::Whole(format!("table {label} was created")));
+            return Err(created());
         };
         if changes.whole || changes.other {
             return Err(Stale::Whole(format!("table {label} changed as a whole")));
         }
-        let table = opened(&mut state.open, &mut state.packed)?.table_mut(family);
+        let Some(table) = state.kept.iter_mut().find(|t| t.family() == family) else {
+            return Err(created());
+        };
         if !changes.sets.is_empty() {
             update_maps(conn, meta, table, changes, maps)?;
         }
         let reread = update_chains(conn, *nfproto, table, changes)?;
         read_rules(conn, readers, meta, table, &reread, maps)?;
+        table.settle();
         read += reread.len();
     }
     Ok(read)
@@ -230,27 +211,28 @@ fn undecodable(problems: &[Unparsed]) -> Result<(), Stale> {
 fn update_maps(
     conn: &mut Conn,
     meta: &mut TableMeta,
-    table: &mut TableIr<'static>,
+    table: &mut KeptTable,
     changes: &TableChanges,
     maps: &mut ConstantMaps,
 ) -> Result<(), Stale> {
     let nfproto = nfproto_of(meta.family);
     let (sets, problems) = read_sets(conn, nfproto)?;
     undecodable(&problems)?;
-    let mut old: HashMap<String, MapIr<'static>> = std::mem::take(&mut table.maps)
+    let mut old: HashMap<String, KeptMap> = table
+        .take_maps()
         .into_iter()
-        .map(|m| (m.name.to_string(), m))
+        .map(|m| (m.name().to_string(), m))
         .collect();
     let named_maps = sets
         .iter()
         .filter(|s| s.flags & NFT_SET_MAP != 0 && s.flags & NFT_SET_ANONYMOUS == 0);
     for set in named_maps {
         match old.remove(set.name.as_str()) {
-            Some(map) if !changes.sets.contains(set.name.as_str()) => table.maps.push(map),
+            Some(map) if !changes.sets.contains(set.name.as_str()) => table.push_map(map),
             _ => {
                 let (elements, problems) = read_elements(conn, nfproto, set)?;
                 undecodable(&problems)?;
-                table.maps.push(MapIr {
+                table.push_map_ir(MapIr {
                     name: Cow::Owned(set.name.clone()),
                     elements: elements.into_iter().map(|e| element_ir(set, e)).collect(),
                 });
@@ -272,19 +254,18 @@ fn update_maps(
 fn update_chains(
     conn: &mut Conn,
     nfproto: u8,
-    table: &mut TableIr<'static>,
+    table: &mut KeptTable,
     changes: &TableChanges,
 ) -> Result<Vec<usize>, Stale> {
-    let named = |name: &str| changes.chains.contains(name);
     if !changes.chain_list {
         let mut reread = Vec::with_capacity(changes.chains.len());
         for name in &changes.chains {
-            let Some(at) = table.chain_index.find(&table.chains, name) else {
+            let Some(at) = table.find_chain(name) else {
                 return Err(Stale::Whole(format!(
                     "the rules of chain {name} changed, which the last read did not list"
                 )));
             };
-            table.chains[at].rules = Vec::new();
+            table.clear_rules(at);
             reread.push(at);
         }
         reread.sort_unstable();
@@ -292,48 +273,11 @@ fn update_chains(
     }
     let (names, problems) = read_chains(conn, nfproto)?;
     undecodable(&problems)?;
-    let positions: Vec<Option<usize>> = names
-        .iter()
-        .map(|n| table.chain_index.find(&table.chains, n))
-        .collect();
-    let mut listed = vec![false; table.chains.len()];
-    for &at in positions.iter().flatten() {
-        listed[at] = true;
-    }
     // A renamed chain is notified under its new name only; the rules that jump to it,
     // kept, would still name the old one.
-    if let Some((gone, _)) = table
-        .chains
-        .iter()
-        .zip(&listed)
-        .find(|(c, listed)| !**listed && !named(&c.name))
-    {
-        return Err(Stale::Whole(format!(
-            "chain {} left the list unannounced (renamed)",
-            gone.name
-        )));
-    }
-    let mut old: Vec<Option<ChainIr<'static>>> =
-        std::mem::take(&mut table.chains).into_iter().map(Some).collect();
-    table.chain_index = ChainIndex::default();
-    table.last_chain = None;
-    table.reserve_chains(names.len());
-    let mut reread = Vec::new();
-    for (name, at) in names.into_iter().zip(positions) {
-        let chain = match at.and_then(|at| old[at].take()) {
-            Some(chain) if !named(&chain.name) => chain,
-            _ => {
-                reread.push(table.chains.len());
-                ChainIr {
-                    name: Cow::Owned(name),
-                    line: 0,
-                    rules: Vec::new(),
-                }
-            }
-        };
-        table.push_chain(chain);
-    }
-    Ok(reread)
+    table
+        .relist(names, |name| changes.chains.contains(name))
+        .map_err(|gone| Stale::Whole(format!("chain {gone} left the list unannounced (renamed)")))
 }
 
 /// The rules of the chains at `reread`, read as a whole read reads them, with the
@@ -342,7 +286,7 @@ fn read_rules(
     conn: &mut Conn,
     readers: Readers<'_>,
     meta: &TableMeta,
-    table: &mut TableIr<'static>,
+    table: &mut KeptTable,
     reread: &[usize],
     maps: &mut ConstantMaps,
 ) -> Result<(), Stale> {
@@ -351,7 +295,7 @@ fn read_rules(
     }
     let names: Vec<String> = reread
         .iter()
-        .map(|&at| table.chains[at].name.to_string())
+        .map(|&at| table.chain_name(at).to_string())
         .collect();
     let sets_by_name: HashMap<&str, &SetInfo> = meta.sets.iter().map(|s| (s.name.as_str(), s)).collect();
     // Every anonymous map waits for a rule that uses it: only the re-read rules' maps
@@ -383,7 +327,7 @@ fn read_rules(
             chain,
             rule,
             problem: None,
-        }) => table.chains[reread[chain]].rules.push(rule),
+        }) => table.push_rule(reread[chain], rule),
         Ok(DecodedRule { problem: Some(p), .. }) | Err(p) => {
             problem.get_or_insert(p);
         }
