@@ -11,7 +11,8 @@
 //!   exactly their union, nothing missing and nothing more;
 //! - every flag a DaemonSet passes is in `portdrift run --help` (and the agent runs
 //!   with them, above);
-//! - the PrometheusRule holds exactly the alert rules of the plain rules file;
+//! - the PrometheusRule holds exactly the alert rules of the plain rules file; every
+//!   alert's `runbook_url` is its section of docs/troubleshooting.md;
 //! - every `portdrift_*` metric the dashboard names is in the real agent's `/metrics`;
 //! - the Dockerfile passes hadolint.
 //!
@@ -514,6 +515,105 @@ fn the_prometheusrule_holds_exactly_the_alert_rules() {
         rule[0]["spec"], rules[0],
         "the PrometheusRule differs from deploy/prometheus/portdrift-alerts.yaml: run scripts/gen-prometheusrule.sh"
     );
+}
+
+/// Where every alert's runbook lives: the troubleshooting guide in the repository that
+/// Cargo.toml names, one section per alert.
+fn runbook_page() -> String {
+    format!(
+        "{}/blob/main/docs/troubleshooting.md",
+        env!("CARGO_PKG_REPOSITORY")
+    )
+}
+
+/// The anchors GitHub gives a Markdown file's headings: the heading's text in lower
+/// case, without punctuation, spaces turned into hyphens.
+fn heading_anchors(markdown: &str) -> BTreeSet<String> {
+    let mut anchors = BTreeSet::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(text) = line.strip_prefix('#') else {
+            continue;
+        };
+        if fenced {
+            continue;
+        }
+        let text = text.trim_start_matches('#');
+        if !text.starts_with(' ') {
+            continue;
+        }
+        let anchor: String = text
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        anchors.insert(anchor);
+    }
+    anchors
+}
+
+#[test]
+fn heading_anchors_are_githubs() {
+    let text = "# Troubleshooting\n\n### PortdriftStaleEndpoint\n```sh\n# not a heading\n```\n\
+                ## What `scan` says: exit status 3\n#nospace\n";
+    let anchors = heading_anchors(text);
+    let want = [
+        "troubleshooting",
+        "portdriftstaleendpoint",
+        "what-scan-says-exit-status-3",
+    ];
+    assert_eq!(anchors, want.iter().map(|a| a.to_string()).collect());
+}
+
+/// Every alert links to its own section of the troubleshooting guide: `runbook_url` is
+/// the guide's address with the alert's name, lower-cased, as the anchor, and the guide
+/// has a heading of that name. Until docs/troubleshooting.md exists the headings are not
+/// checked (and the test says so); once it exists a missing heading fails.
+#[test]
+fn every_alert_links_to_its_section_of_the_troubleshooting_guide() {
+    let rules = std::fs::read_to_string(deploy_dir().join("prometheus/portdrift-alerts.yaml")).unwrap();
+    let rules = &documents(&rules)[0];
+    let guide = support::root().join("docs/troubleshooting.md");
+    let anchors = match std::fs::read_to_string(&guide) {
+        Ok(text) => Some(heading_anchors(&text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("not checking the runbooks' headings: docs/troubleshooting.md does not exist");
+            None
+        }
+        Err(e) => panic!("{}: {e}", guide.display()),
+    };
+    let mut seen = 0;
+    for group in rules["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            let Some(alert) = rule["alert"].as_str() else {
+                continue;
+            };
+            let anchor = alert.to_lowercase();
+            assert_eq!(
+                rule["annotations"]["runbook_url"],
+                format!("{}#{anchor}", runbook_page()),
+                "{alert}"
+            );
+            assert!(
+                rule["annotations"]["runbook"].is_string(),
+                "{alert}: the one-sentence runbook stays"
+            );
+            if let Some(anchors) = &anchors {
+                assert!(
+                    anchors.contains(&anchor),
+                    "{alert}: docs/troubleshooting.md has no heading \"{alert}\" (#{anchor})"
+                );
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 14, "{seen} alerts");
 }
 
 #[test]
