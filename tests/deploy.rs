@@ -14,10 +14,13 @@
 //! - the PrometheusRule holds exactly the alert rules of the plain rules file; every
 //!   alert's `runbook_url` is its section of docs/troubleshooting.md;
 //! - every `portdrift_*` metric the dashboard names is in the real agent's `/metrics`;
+//!   every query picks nodes by the `node` variable, by the `node` label or else the
+//!   instance, which promtool evaluates on targets with and without the label;
 //! - the Dockerfile passes hadolint.
 //!
-//! Needs kubectl, kubernetes-validate and hadolint (scripts/test.sh installs them), root
-//! and the fake API server example for the agent runs; with `CI` set nothing is skipped.
+//! Needs kubectl, kubernetes-validate, hadolint (scripts/test.sh installs them) and
+//! promtool, root and the fake API server example for the agent runs; with `CI` set
+//! nothing is skipped.
 
 mod support;
 
@@ -938,6 +941,219 @@ fn the_dashboard_queries_only_what_the_agent_exports() {
         "the dashboard queries metrics the agent does not export: {unknown:?}\n/metrics:\n{}",
         runs.metrics
     );
+}
+
+/// How every dashboard query picks nodes: by the `node` label where the target has one
+/// (the ServiceMonitor's relabelling, or a scrape config's, adds it), else by the
+/// instance, which is then named as the node: each selector comes as this pair.
+const BY_NODE_LABEL: &str = r#"node!="", node=~"$node""#;
+const BY_INSTANCE: &str = r#"node="", instance=~"$node""#;
+const INSTANCE_AS_NODE: &str = r#""node", "$1", "instance", "(.*)")"#;
+
+/// The dashboard's query targets: (panel title, expression, legend).
+fn dashboard_targets(dash: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for panel in dash["panels"].as_array().expect("panels") {
+        for t in panel["targets"].as_array().expect("targets") {
+            out.push((
+                panel["title"].as_str().unwrap().to_string(),
+                t["expr"].as_str().expect("an expr").to_string(),
+                t["legendFormat"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// The `node` variable's PromQL (inside Grafana's `query_result(...)`).
+fn node_variable_query(dash: &Value) -> String {
+    let variables = dash["templating"]["list"].as_array().expect("variables");
+    let node = variables
+        .iter()
+        .find(|v| v["name"] == "node")
+        .expect("a node variable");
+    assert_eq!(node["type"], "query");
+    assert_eq!(node["includeAll"], true);
+    assert_eq!(node["multi"], true);
+    assert_eq!(node["allValue"], ".*");
+    // query_result prints `{node="NAME"} 1 TIMESTAMP`; the regex keeps NAME.
+    assert_eq!(node["regex"], r#"/node="([^"]+)"/"#);
+    let query = node["query"]["query"].as_str().expect("a query");
+    assert_eq!(node["definition"], query);
+    query
+        .strip_prefix("query_result(")
+        .and_then(|q| q.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not a query_result: {query}"))
+        .to_string()
+}
+
+/// Every query picks nodes by the `node` variable, by label or else by instance, and
+/// names a node the same way in its legend; there is no `instance` variable left.
+#[test]
+fn the_dashboard_picks_and_names_nodes_by_label_else_instance() {
+    let dash = dashboard();
+    let text = serde_json::to_string(&dash).unwrap();
+    assert!(!text.contains("$instance"), "a query still uses $instance");
+    let variable = node_variable_query(&dash);
+    assert!(
+        variable.contains(r#"node!="""#)
+            && variable.contains(r#"node="""#)
+            && variable.contains(INSTANCE_AS_NODE),
+        "{variable}"
+    );
+    for (title, expr, legend) in dashboard_targets(&dash) {
+        // Every selector (a `{...}`) is one of the pair, and each pair's fallback is
+        // renamed to a node.
+        let selectors: Vec<&str> = expr
+            .split('{')
+            .skip(1)
+            .map(|rest| rest.split('}').next().unwrap())
+            .collect();
+        let by_label = selectors.iter().filter(|s| s.contains(BY_NODE_LABEL)).count();
+        let by_instance = selectors.iter().filter(|s| s.contains(BY_INSTANCE)).count();
+        assert!(by_label > 0, "{title}: {expr}");
+        assert_eq!(
+            by_label + by_instance,
+            selectors.len(),
+            "{title}: a selector without the node: {expr}"
+        );
+        assert_eq!(
+            by_label, by_instance,
+            "{title}: a selector without its fallback: {expr}"
+        );
+        assert_eq!(
+            expr.matches(INSTANCE_AS_NODE).count(),
+            by_instance,
+            "{title}: a fallback not named as a node: {expr}"
+        );
+        assert!(!legend.contains("instance"), "{title}: {legend}");
+    }
+}
+
+/// The node variable and the queries, evaluated by promtool on targets with a `node`
+/// label and without one (and another job's): every query parses, the variable lists
+/// each node once (the label, else the instance), and a panel shows and filters nodes
+/// by those names, as Grafana fills in one node, several, or All.
+#[test]
+fn the_dashboards_node_filter_works_with_and_without_a_node_label() {
+    if !support::require_tool("promtool", "evaluating the dashboard's queries") {
+        return;
+    }
+    let dash = dashboard();
+    // What Grafana puts in place of $node: All (the allValue), one node, several (its
+    // values joined by |), each value's regex metacharacters escaped with two
+    // backslashes (one for the PromQL string, one for the regex).
+    let all = ".*";
+    let labelled = "node-a";
+    let unlabelled = r"10\\.0\\.0\\.9:9741";
+    let both = r"(node-a|10\\.0\\.0\\.9:9741)";
+    let fill = |expr: &str, node: &str| expr.replace("$node", node).replace("$__rate_interval", "5m");
+    let targets = dashboard_targets(&dash);
+    let target = |title: &str| {
+        targets
+            .iter()
+            .find(|(t, _, _)| t == title)
+            .map(|(_, e, _)| e.clone())
+            .unwrap_or_else(|| panic!("no panel {title:?}"))
+    };
+    // Every query as a recording rule, so that promtool parses them all.
+    let records: Vec<Value> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, (_, expr, _))| serde_json::json!({"record": format!("dashboard:query_{i}:test"), "expr": fill(expr, all)}))
+        .chain([serde_json::json!({"record": "dashboard:node_variable:test", "expr": node_variable_query(&dash)})])
+        .collect();
+    let rules = serde_json::json!({"groups": [{"name": "dashboard", "rules": records}]});
+    let series = |s: &str, v: &str| serde_json::json!({"series": s, "values": v});
+    let input = [
+        series(
+            r#"portdrift_build_info{job="portdrift",instance="10.0.0.7:9741",node="node-a",version="0.1.0"}"#,
+            "1x10",
+        ),
+        series(
+            r#"portdrift_build_info{job="portdrift",instance="10.0.0.9:9741",version="0.1.0"}"#,
+            "1x10",
+        ),
+        series(
+            r#"portdrift_build_info{job="elsewhere",instance="10.0.0.5:9741",version="0.1.0"}"#,
+            "1x10",
+        ),
+        series(
+            r#"portdrift_findings_by_severity{job="portdrift",instance="10.0.0.7:9741",node="node-a",kind="stale-endpoint",severity="critical"}"#,
+            "2x10",
+        ),
+        series(
+            r#"portdrift_findings_by_severity{job="portdrift",instance="10.0.0.9:9741",kind="squatter",severity="warning"}"#,
+            "1x10",
+        ),
+        series(
+            r#"portdrift_scans_total{job="portdrift",instance="10.0.0.7:9741",node="node-a"}"#,
+            "0+60x10",
+        ),
+        series(
+            r#"portdrift_scans_total{job="portdrift",instance="10.0.0.9:9741"}"#,
+            "0+120x10",
+        ),
+    ];
+    let case = |expr: String, samples: &[(&str, f64)]| {
+        let samples: Vec<Value> = samples
+            .iter()
+            .map(|(labels, value)| serde_json::json!({"labels": labels, "value": value}))
+            .collect();
+        serde_json::json!({"expr": expr, "eval_time": "8m", "exp_samples": samples})
+    };
+    let by_node = target("Findings by node and severity");
+    let critical = target("Nodes with critical findings");
+    let rates = target("Scans per second");
+    let a = r#"{node="node-a", severity="critical"}"#;
+    let b = r#"{node="10.0.0.9:9741", severity="warning"}"#;
+    let cases = [
+        case(
+            node_variable_query(&dash),
+            &[(r#"{node="node-a"}"#, 1.0), (r#"{node="10.0.0.9:9741"}"#, 1.0)],
+        ),
+        case(fill(&by_node, all), &[(a, 2.0), (b, 1.0)]),
+        case(fill(&by_node, labelled), &[(a, 2.0)]),
+        case(fill(&by_node, unlabelled), &[(b, 1.0)]),
+        case(fill(&by_node, both), &[(a, 2.0), (b, 1.0)]),
+        case(fill(&critical, all), &[("{}", 1.0)]),
+        case(fill(&critical, unlabelled), &[("{}", 0.0)]),
+        case(
+            fill(&rates, all),
+            &[(r#"{node="node-a"}"#, 1.0), (r#"{node="10.0.0.9:9741"}"#, 2.0)],
+        ),
+        case(fill(&rates, unlabelled), &[(r#"{node="10.0.0.9:9741"}"#, 2.0)]),
+    ];
+    let tests = serde_json::json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": input, "promql_expr_test": cases}],
+    });
+    let scratch = TempDir::new().unwrap();
+    std::fs::write(
+        scratch.path().join("rules.yaml"),
+        serde_yaml_ng::to_string(&rules).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        scratch.path().join("tests.yaml"),
+        serde_yaml_ng::to_string(&tests).unwrap(),
+    )
+    .unwrap();
+    for args in [["check", "rules", "rules.yaml"], ["test", "rules", "tests.yaml"]] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(scratch.path())
+            .output()
+            .expect("promtool runs");
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
