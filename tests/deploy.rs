@@ -8,15 +8,25 @@
 //!   request log gives the (API group, resource, verb) triples it needed; `portdrift scan`
 //!   naming a squatter's pod gives those of the process-owners component; every
 //!   overlay's ClusterRoles, as bound to the DaemonSet's ServiceAccount, must grant
-//!   exactly their union, nothing missing and nothing more;
+//!   exactly their union (and, with components/rbac-proxy, kube-rbac-proxy's token and
+//!   access reviews), nothing missing and nothing more; the other ClusterRoles only
+//!   let their holders read the agent's endpoints;
+//! - with components/rbac-proxy the agent listens on the node's loopback only, and
+//!   kube-rbac-proxy serves the node's port over TLS in front of it, letting only the
+//!   probes' paths through without a token, as a non-root container with no
+//!   capability; probes, Service, ServiceMonitor and annotations follow;
 //! - every flag a DaemonSet passes is in `portdrift run --help` (and the agent runs
 //!   with them, above);
-//! - the PrometheusRule holds exactly the alert rules of the plain rules file;
+//! - the PrometheusRule holds exactly the alert rules of the plain rules file; every
+//!   alert's `runbook_url` is its section of docs/troubleshooting.md;
 //! - every `portdrift_*` metric the dashboard names is in the real agent's `/metrics`;
+//!   every query picks nodes by the `node` variable, by the `node` label or else the
+//!   instance, which promtool evaluates on targets with and without the label;
 //! - the Dockerfile passes hadolint.
 //!
-//! Needs kubectl, kubernetes-validate and hadolint (scripts/test.sh installs them), root
-//! and the fake API server example for the agent runs; with `CI` set nothing is skipped.
+//! Needs kubectl, kubernetes-validate, hadolint (scripts/test.sh installs them) and
+//! promtool, root and the fake API server example for the agent runs; with `CI` set
+//! nothing is skipped.
 
 mod support;
 
@@ -116,8 +126,35 @@ impl Rendered {
         sets[0]
     }
 
+    /// The agent's container: the first.
     fn container(&self) -> &Value {
         &self.daemonset()["spec"]["template"]["spec"]["containers"][0]
+    }
+
+    /// kube-rbac-proxy's container, with components/rbac-proxy.
+    fn rbac_proxy(&self) -> Option<&Value> {
+        self.daemonset()["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .expect("containers")
+            .iter()
+            .find(|c| c["name"] == "kube-rbac-proxy")
+    }
+
+    /// The agent's `--listen` address.
+    fn listen(&self) -> String {
+        self.args()
+            .iter()
+            .find_map(|a| a.strip_prefix("--listen="))
+            .unwrap_or(portdrift::agent::http::DEFAULT_LISTEN)
+            .to_string()
+    }
+
+    /// The container that serves the node's HTTP port (the agent, or kube-rbac-proxy
+    /// in front of it), and that port.
+    fn serving(&self) -> (&Value, u64) {
+        let c = self.rbac_proxy().unwrap_or(self.container());
+        let port = c["ports"][0]["containerPort"].as_u64().expect("a container port");
+        (c, port)
     }
 
     fn args(&self) -> Vec<String> {
@@ -185,10 +222,34 @@ impl Rendered {
                 }
             }
         }
-        let unbound: Vec<_> = roles.keys().filter(|r| !bound.contains(*r)).collect();
-        assert!(unbound.is_empty(), "ClusterRoles bound to nobody: {unbound:?}");
+        // The rest are for others to bind (components/rbac-proxy's readers): they only
+        // let their holder `get` the agent's endpoints.
+        for (name, role) in roles.iter().filter(|(r, _)| !bound.contains(*r)) {
+            let paths = reader_paths(role);
+            assert!(
+                !paths.is_empty() && paths.iter().all(|p| AGENT_PATHS.contains(&p.as_str())),
+                "{name} is not bound to the agent, and is not a reader of its endpoints: {role}"
+            );
+        }
         granted
     }
+}
+
+/// The agent's HTTP endpoints.
+const AGENT_PATHS: [&str; 4] = ["/metrics", "/findings", "/healthz", "/readyz"];
+
+/// The non-resource URLs a ClusterRole lets its holder `get`, and nothing else; empty
+/// when it grants anything else.
+fn reader_paths(role: &Value) -> Vec<String> {
+    let mut paths = Vec::new();
+    for rule in role["rules"].as_array().into_iter().flatten() {
+        let only_urls = rule.get("apiGroups").is_none() && rule.get("resources").is_none();
+        if !only_urls || strings(&rule["verbs"]) != ["get"] {
+            return Vec::new();
+        }
+        paths.extend(strings(&rule["nonResourceURLs"]));
+    }
+    paths
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -404,21 +465,39 @@ fn the_daemonset_is_a_least_privilege_node_agent() {
             want.push("SYS_PTRACE");
         }
         assert_eq!(added, want, "{ctx}");
-        // The probes and the scrape port agree with --listen.
+        // The probes and the scrape port agree with --listen, or with the proxy in
+        // front of it.
         let args = r.args();
         assert_eq!(args.first().map(String::as_str), Some("run"), "{ctx}");
-        let listen = args
-            .iter()
-            .find_map(|a| a.strip_prefix("--listen="))
-            .unwrap_or(portdrift::agent::http::DEFAULT_LISTEN);
-        let port: u64 = listen.rsplit(':').next().unwrap().parse().unwrap();
-        assert_eq!(c["ports"][0]["containerPort"], port, "{ctx}");
+        let listen = r.listen();
+        let (serving, port) = r.serving();
+        let tls = r.rbac_proxy().is_some();
+        if tls {
+            assert!(listen.starts_with("127.0.0.1:"), "{ctx}: {listen}");
+            assert!(c.get("ports").is_none(), "{ctx}: the agent declares no port");
+        } else {
+            assert_eq!(
+                listen.rsplit(':').next(),
+                Some(port.to_string().as_str()),
+                "{ctx}"
+            );
+        }
         assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz", "{ctx}");
         assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz", "{ctx}");
         for probe in ["livenessProbe", "readinessProbe"] {
-            assert_eq!(
-                c[probe]["httpGet"]["port"], c["ports"][0]["name"],
-                "{ctx}: {probe}"
+            let get = &c[probe]["httpGet"];
+            if tls {
+                // A probe's named port would be the agent's own; the proxy's is another
+                // container's.
+                assert_eq!(get["port"], port, "{ctx}: {probe}");
+                assert_eq!(get["scheme"], "HTTPS", "{ctx}: {probe}");
+            } else {
+                assert_eq!(get["port"], c["ports"][0]["name"], "{ctx}: {probe}");
+                assert!(get.get("scheme").is_none_or(|s| s == "HTTP"), "{ctx}: {probe}");
+            }
+            assert!(
+                get.get("host").is_none(),
+                "{ctx}: {probe} goes to the pod's address"
             );
         }
         for kind in ["requests", "limits"] {
@@ -449,7 +528,7 @@ fn the_daemonset_is_a_least_privilege_node_agent() {
                 assert_eq!(&labels[k], v, "{ctx}: the Service's selector");
             }
             assert_eq!(
-                svc["spec"]["ports"][0]["targetPort"], c["ports"][0]["name"],
+                svc["spec"]["ports"][0]["targetPort"], serving["ports"][0]["name"],
                 "{ctx}"
             );
             // The ServiceMonitor's job label is the Service's name: the alerts want it.
@@ -463,15 +542,168 @@ fn the_daemonset_is_a_least_privilege_node_agent() {
                     "{ctx}: the ServiceMonitor's selector"
                 );
             }
-            assert_eq!(
-                monitor["spec"]["endpoints"][0]["port"],
-                svc["spec"]["ports"][0]["name"]
-            );
+            let endpoint = &monitor["spec"]["endpoints"][0];
+            assert_eq!(endpoint["port"], svc["spec"]["ports"][0]["name"], "{ctx}");
+            // Behind the proxy: HTTPS, with Prometheus's own token.
+            if tls {
+                assert_eq!(endpoint["scheme"], "https", "{ctx}");
+                assert_eq!(
+                    endpoint["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                    "{ctx}"
+                );
+                assert_eq!(endpoint["tlsConfig"]["insecureSkipVerify"], true, "{ctx}");
+            } else {
+                assert!(endpoint.get("scheme").is_none_or(|s| s == "http"), "{ctx}");
+                assert!(endpoint.get("bearerTokenFile").is_none(), "{ctx}");
+            }
         }
         let annotations = &ds["spec"]["template"]["metadata"]["annotations"];
         assert_eq!(annotations["prometheus.io/scrape"], "true", "{ctx}");
         assert_eq!(annotations["prometheus.io/port"], port.to_string(), "{ctx}");
+        let scheme = if tls { "https" } else { "http" };
+        assert!(
+            annotations
+                .get("prometheus.io/scheme")
+                .map_or(!tls, |s| s == scheme),
+            "{ctx}: prometheus.io/scheme"
+        );
     }
+}
+
+/// What kube-rbac-proxy asks the API server: who a bearer token is, and whether they
+/// may `get` the path they asked for.
+const RBAC_PROXY_REVIEWS: [(&str, &str, &str); 2] = [
+    ("authentication.k8s.io", "tokenreviews", "create"),
+    ("authorization.k8s.io", "subjectaccessreviews", "create"),
+];
+
+/// With components/rbac-proxy: only the agent's loopback address serves plain HTTP;
+/// the node's port is kube-rbac-proxy's, over TLS, in front of it, passing the probes'
+/// paths without a token and nothing else; the sidecar is as locked down as a container
+/// can be; RBAC holds the proxy's reviews and the readers' roles, and nothing more.
+#[test]
+fn the_rbac_proxy_component_guards_every_endpoint_but_the_probes() {
+    if !support::require_tool("kubectl", "rendering the kustomizations") {
+        return;
+    }
+    let mut proxied = Vec::new();
+    for rel in kustomizations() {
+        let r = Rendered::of(&rel);
+        let ctx = format!("deploy/{rel}");
+        let roles: BTreeMap<&str, &Value> = of_kind(&r.docs, "ClusterRole")
+            .into_iter()
+            .map(|role| (role["metadata"]["name"].as_str().unwrap(), role))
+            .collect();
+        let Some(proxy) = r.rbac_proxy() else {
+            let proxy_roles = [
+                "portdrift-rbac-proxy",
+                "portdrift-metrics-reader",
+                "portdrift-findings-reader",
+            ];
+            assert!(
+                proxy_roles.iter().all(|name| !roles.contains_key(name)),
+                "{ctx}: the proxy's roles without the proxy"
+            );
+            continue;
+        };
+        proxied.push(rel.clone());
+        let containers = r.daemonset()["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap();
+        assert_eq!(containers.len(), 2, "{ctx}: the agent and the proxy");
+        assert_eq!(containers[0]["name"], "portdrift", "{ctx}: the agent stays first");
+        // `kubectl logs` and `exec` go to the agent without asking.
+        assert_eq!(
+            r.daemonset()["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"],
+            "portdrift",
+            "{ctx}"
+        );
+        // The agent: on the node's loopback only, at the port the proxy forwards to.
+        let listen = r.listen();
+        let agent_port = listen
+            .strip_prefix("127.0.0.1:")
+            .unwrap_or_else(|| panic!("{ctx}: {listen}"));
+        let args = strings(&proxy["args"]);
+        let flag = |name: &str| -> Vec<&str> {
+            args.iter()
+                .filter_map(|a| a.strip_prefix(name)?.strip_prefix('='))
+                .collect()
+        };
+        assert_eq!(
+            flag("--upstream"),
+            [format!("http://127.0.0.1:{agent_port}/").as_str()],
+            "{ctx}"
+        );
+        // The proxy: HTTPS on every address of the node, at the port everything names.
+        assert_eq!(flag("--secure-listen-address"), ["0.0.0.0:9741"], "{ctx}");
+        assert!(flag("--insecure-listen-address").is_empty(), "{ctx}");
+        assert_eq!(flag("--tls-min-version"), ["VersionTLS13"], "{ctx}");
+        assert_eq!(proxy["ports"][0]["containerPort"], 9741, "{ctx}");
+        assert_eq!(proxy["ports"][0]["name"], "metrics", "{ctx}");
+        // Only the probes' paths skip the token and the review.
+        assert_eq!(flag("--ignore-paths"), ["/healthz,/readyz"], "{ctx}");
+        assert!(flag("--allow-paths").is_empty(), "{ctx}");
+        // A released image, pinned.
+        let image = proxy["image"].as_str().unwrap();
+        let tag = image
+            .strip_prefix("quay.io/brancz/kube-rbac-proxy:v")
+            .unwrap_or_else(|| panic!("{ctx}: {image}"));
+        assert!(
+            tag.split('.').count() == 3 && tag.split('.').all(|n| n.parse::<u32>().is_ok()),
+            "{ctx}: {image} is not a release"
+        );
+        let sc = &proxy["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true, "{ctx}");
+        assert!(sc["runAsUser"].as_u64().is_some_and(|u| u > 0), "{ctx}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{ctx}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{ctx}");
+        assert_ne!(sc["privileged"], true, "{ctx}");
+        assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{ctx}");
+        assert!(sc["capabilities"].get("add").is_none(), "{ctx}");
+        assert!(proxy.get("volumeMounts").is_none(), "{ctx}: it needs no file");
+        for kind in ["requests", "limits"] {
+            for resource in ["cpu", "memory"] {
+                assert!(
+                    proxy["resources"][kind][resource].is_string(),
+                    "{ctx}: {kind}.{resource}"
+                );
+            }
+        }
+        // RBAC: the proxy's reviews for the agent's account (the exact set is checked
+        // with the agent's own requests), and readers for scrapers and people.
+        let granted = r.granted();
+        for (group, resource, verb) in RBAC_PROXY_REVIEWS {
+            assert!(
+                granted.contains(&Triple::new(group, resource, verb)),
+                "{ctx}: {resource}"
+            );
+        }
+        assert_eq!(
+            reader_paths(roles["portdrift-metrics-reader"]),
+            ["/metrics"],
+            "{ctx}"
+        );
+        assert_eq!(
+            reader_paths(roles["portdrift-findings-reader"]),
+            ["/findings"],
+            "{ctx}"
+        );
+    }
+    assert!(
+        proxied.contains(&"overlays/rbac-proxy".to_string()) && proxied.contains(&"overlays/all".to_string()),
+        "{proxied:?}"
+    );
+    // The overlay lets kube-prometheus's Prometheus read /metrics.
+    let r = Rendered::of("overlays/rbac-proxy");
+    let reader = of_kind(&r.docs, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == "portdrift-metrics-reader")
+        .expect("a binding of portdrift-metrics-reader");
+    assert_eq!(
+        reader["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}])
+    );
+    assert_eq!(of_kind(&r.docs, "ServiceMonitor").len(), 1);
 }
 
 #[test]
@@ -516,6 +748,105 @@ fn the_prometheusrule_holds_exactly_the_alert_rules() {
     );
 }
 
+/// Where every alert's runbook lives: the troubleshooting guide in the repository that
+/// Cargo.toml names, one section per alert.
+fn runbook_page() -> String {
+    format!(
+        "{}/blob/main/docs/troubleshooting.md",
+        env!("CARGO_PKG_REPOSITORY")
+    )
+}
+
+/// The anchors GitHub gives a Markdown file's headings: the heading's text in lower
+/// case, without punctuation, spaces turned into hyphens.
+fn heading_anchors(markdown: &str) -> BTreeSet<String> {
+    let mut anchors = BTreeSet::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(text) = line.strip_prefix('#') else {
+            continue;
+        };
+        if fenced {
+            continue;
+        }
+        let text = text.trim_start_matches('#');
+        if !text.starts_with(' ') {
+            continue;
+        }
+        let anchor: String = text
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        anchors.insert(anchor);
+    }
+    anchors
+}
+
+#[test]
+fn heading_anchors_are_githubs() {
+    let text = "# Troubleshooting\n\n### PortdriftStaleEndpoint\n```sh\n# not a heading\n```\n\
+                ## What `scan` says: exit status 3\n#nospace\n";
+    let anchors = heading_anchors(text);
+    let want = [
+        "troubleshooting",
+        "portdriftstaleendpoint",
+        "what-scan-says-exit-status-3",
+    ];
+    assert_eq!(anchors, want.iter().map(|a| a.to_string()).collect());
+}
+
+/// Every alert links to its own section of the troubleshooting guide: `runbook_url` is
+/// the guide's address with the alert's name, lower-cased, as the anchor, and the guide
+/// has a heading of that name. Until docs/troubleshooting.md exists the headings are not
+/// checked (and the test says so); once it exists a missing heading fails.
+#[test]
+fn every_alert_links_to_its_section_of_the_troubleshooting_guide() {
+    let rules = std::fs::read_to_string(deploy_dir().join("prometheus/portdrift-alerts.yaml")).unwrap();
+    let rules = &documents(&rules)[0];
+    let guide = support::root().join("docs/troubleshooting.md");
+    let anchors = match std::fs::read_to_string(&guide) {
+        Ok(text) => Some(heading_anchors(&text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("not checking the runbooks' headings: docs/troubleshooting.md does not exist");
+            None
+        }
+        Err(e) => panic!("{}: {e}", guide.display()),
+    };
+    let mut seen = 0;
+    for group in rules["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            let Some(alert) = rule["alert"].as_str() else {
+                continue;
+            };
+            let anchor = alert.to_lowercase();
+            assert_eq!(
+                rule["annotations"]["runbook_url"],
+                format!("{}#{anchor}", runbook_page()),
+                "{alert}"
+            );
+            assert!(
+                rule["annotations"]["runbook"].is_string(),
+                "{alert}: the one-sentence runbook stays"
+            );
+            if let Some(anchors) = &anchors {
+                assert!(
+                    anchors.contains(&anchor),
+                    "{alert}: docs/troubleshooting.md has no heading \"{alert}\" (#{anchor})"
+                );
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 14, "{seen} alerts");
+}
+
 #[test]
 fn the_dockerfile_passes_hadolint_and_labels_the_crates_version() {
     let dockerfile = support::root().join("Dockerfile");
@@ -553,6 +884,10 @@ fn the_dockerfile_passes_hadolint_and_labels_the_crates_version() {
 /// written when their flags ask for them, /metrics is saved and everything stops.
 const RUN_AS_DEPLOYED: &str = r#"
 log=$1; shift
+# Ask the agent where its --listen says (behind kube-rbac-proxy, a loopback port).
+for arg in "$@"; do
+  case $arg in --listen=*) url=http://${arg#--listen=}; url=${url/0.0.0.0/127.0.0.1} ;; esac
+done
 python3 "$dir/kube-proxy.py" >"$dir/kube-proxy.log" 2>&1 &
 stand_in_up() { curl -s -m 1 -o /dev/null http://127.0.0.1:10299/healthz; }
 wait_for 10 stand_in_up || fail "the kube-proxy stand-in did not start: $(cat "$dir/kube-proxy.log")"
@@ -714,6 +1049,11 @@ fn the_cluster_roles_grant_exactly_what_the_code_uses() {
         if r.host_pid() {
             used.extend(runs.scan.iter().cloned());
         }
+        // kube-rbac-proxy shares the agent's ServiceAccount and asks about every
+        // request it authenticates (its delegating authenticator and authorizer).
+        if r.rbac_proxy().is_some() {
+            used.extend(RBAC_PROXY_REVIEWS.map(|(g, res, v)| Triple::new(g, res, v)));
+        }
         let granted = r.granted();
         let missing: Vec<_> = used.difference(&granted).collect();
         let unused: Vec<_> = granted.difference(&used).collect();
@@ -838,6 +1178,219 @@ fn the_dashboard_queries_only_what_the_agent_exports() {
         "the dashboard queries metrics the agent does not export: {unknown:?}\n/metrics:\n{}",
         runs.metrics
     );
+}
+
+/// How every dashboard query picks nodes: by the `node` label where the target has one
+/// (the ServiceMonitor's relabelling, or a scrape config's, adds it), else by the
+/// instance, which is then named as the node: each selector comes as this pair.
+const BY_NODE_LABEL: &str = r#"node!="", node=~"$node""#;
+const BY_INSTANCE: &str = r#"node="", instance=~"$node""#;
+const INSTANCE_AS_NODE: &str = r#""node", "$1", "instance", "(.*)")"#;
+
+/// The dashboard's query targets: (panel title, expression, legend).
+fn dashboard_targets(dash: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for panel in dash["panels"].as_array().expect("panels") {
+        for t in panel["targets"].as_array().expect("targets") {
+            out.push((
+                panel["title"].as_str().unwrap().to_string(),
+                t["expr"].as_str().expect("an expr").to_string(),
+                t["legendFormat"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// The `node` variable's PromQL (inside Grafana's `query_result(...)`).
+fn node_variable_query(dash: &Value) -> String {
+    let variables = dash["templating"]["list"].as_array().expect("variables");
+    let node = variables
+        .iter()
+        .find(|v| v["name"] == "node")
+        .expect("a node variable");
+    assert_eq!(node["type"], "query");
+    assert_eq!(node["includeAll"], true);
+    assert_eq!(node["multi"], true);
+    assert_eq!(node["allValue"], ".*");
+    // query_result prints `{node="NAME"} 1 TIMESTAMP`; the regex keeps NAME.
+    assert_eq!(node["regex"], r#"/node="([^"]+)"/"#);
+    let query = node["query"]["query"].as_str().expect("a query");
+    assert_eq!(node["definition"], query);
+    query
+        .strip_prefix("query_result(")
+        .and_then(|q| q.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not a query_result: {query}"))
+        .to_string()
+}
+
+/// Every query picks nodes by the `node` variable, by label or else by instance, and
+/// names a node the same way in its legend; there is no `instance` variable left.
+#[test]
+fn the_dashboard_picks_and_names_nodes_by_label_else_instance() {
+    let dash = dashboard();
+    let text = serde_json::to_string(&dash).unwrap();
+    assert!(!text.contains("$instance"), "a query still uses $instance");
+    let variable = node_variable_query(&dash);
+    assert!(
+        variable.contains(r#"node!="""#)
+            && variable.contains(r#"node="""#)
+            && variable.contains(INSTANCE_AS_NODE),
+        "{variable}"
+    );
+    for (title, expr, legend) in dashboard_targets(&dash) {
+        // Every selector (a `{...}`) is one of the pair, and each pair's fallback is
+        // renamed to a node.
+        let selectors: Vec<&str> = expr
+            .split('{')
+            .skip(1)
+            .map(|rest| rest.split('}').next().unwrap())
+            .collect();
+        let by_label = selectors.iter().filter(|s| s.contains(BY_NODE_LABEL)).count();
+        let by_instance = selectors.iter().filter(|s| s.contains(BY_INSTANCE)).count();
+        assert!(by_label > 0, "{title}: {expr}");
+        assert_eq!(
+            by_label + by_instance,
+            selectors.len(),
+            "{title}: a selector without the node: {expr}"
+        );
+        assert_eq!(
+            by_label, by_instance,
+            "{title}: a selector without its fallback: {expr}"
+        );
+        assert_eq!(
+            expr.matches(INSTANCE_AS_NODE).count(),
+            by_instance,
+            "{title}: a fallback not named as a node: {expr}"
+        );
+        assert!(!legend.contains("instance"), "{title}: {legend}");
+    }
+}
+
+/// The node variable and the queries, evaluated by promtool on targets with a `node`
+/// label and without one (and another job's): every query parses, the variable lists
+/// each node once (the label, else the instance), and a panel shows and filters nodes
+/// by those names, as Grafana fills in one node, several, or All.
+#[test]
+fn the_dashboards_node_filter_works_with_and_without_a_node_label() {
+    if !support::require_tool("promtool", "evaluating the dashboard's queries") {
+        return;
+    }
+    let dash = dashboard();
+    // What Grafana puts in place of $node: All (the allValue), one node, several (its
+    // values joined by |), each value's regex metacharacters escaped with two
+    // backslashes (one for the PromQL string, one for the regex).
+    let all = ".*";
+    let labelled = "node-a";
+    let unlabelled = r"10\\.0\\.0\\.9:9741";
+    let both = r"(node-a|10\\.0\\.0\\.9:9741)";
+    let fill = |expr: &str, node: &str| expr.replace("$node", node).replace("$__rate_interval", "5m");
+    let targets = dashboard_targets(&dash);
+    let target = |title: &str| {
+        targets
+            .iter()
+            .find(|(t, _, _)| t == title)
+            .map(|(_, e, _)| e.clone())
+            .unwrap_or_else(|| panic!("no panel {title:?}"))
+    };
+    // Every query as a recording rule, so that promtool parses them all.
+    let records: Vec<Value> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, (_, expr, _))| serde_json::json!({"record": format!("dashboard:query_{i}:test"), "expr": fill(expr, all)}))
+        .chain([serde_json::json!({"record": "dashboard:node_variable:test", "expr": node_variable_query(&dash)})])
+        .collect();
+    let rules = serde_json::json!({"groups": [{"name": "dashboard", "rules": records}]});
+    let series = |s: &str, v: &str| serde_json::json!({"series": s, "values": v});
+    let input = [
+        series(
+            r#"portdrift_build_info{job="portdrift",instance="10.0.0.7:9741",node="node-a",version="0.1.0"}"#,
+            "1x10",
+        ),
+        series(
+            r#"portdrift_build_info{job="portdrift",instance="10.0.0.9:9741",version="0.1.0"}"#,
+            "1x10",
+        ),
+        series(
+            r#"portdrift_build_info{job="elsewhere",instance="10.0.0.5:9741",version="0.1.0"}"#,
+            "1x10",
+        ),
+        series(
+            r#"portdrift_findings_by_severity{job="portdrift",instance="10.0.0.7:9741",node="node-a",kind="stale-endpoint",severity="critical"}"#,
+            "2x10",
+        ),
+        series(
+            r#"portdrift_findings_by_severity{job="portdrift",instance="10.0.0.9:9741",kind="squatter",severity="warning"}"#,
+            "1x10",
+        ),
+        series(
+            r#"portdrift_scans_total{job="portdrift",instance="10.0.0.7:9741",node="node-a"}"#,
+            "0+60x10",
+        ),
+        series(
+            r#"portdrift_scans_total{job="portdrift",instance="10.0.0.9:9741"}"#,
+            "0+120x10",
+        ),
+    ];
+    let case = |expr: String, samples: &[(&str, f64)]| {
+        let samples: Vec<Value> = samples
+            .iter()
+            .map(|(labels, value)| serde_json::json!({"labels": labels, "value": value}))
+            .collect();
+        serde_json::json!({"expr": expr, "eval_time": "8m", "exp_samples": samples})
+    };
+    let by_node = target("Findings by node and severity");
+    let critical = target("Nodes with critical findings");
+    let rates = target("Scans per second");
+    let a = r#"{node="node-a", severity="critical"}"#;
+    let b = r#"{node="10.0.0.9:9741", severity="warning"}"#;
+    let cases = [
+        case(
+            node_variable_query(&dash),
+            &[(r#"{node="node-a"}"#, 1.0), (r#"{node="10.0.0.9:9741"}"#, 1.0)],
+        ),
+        case(fill(&by_node, all), &[(a, 2.0), (b, 1.0)]),
+        case(fill(&by_node, labelled), &[(a, 2.0)]),
+        case(fill(&by_node, unlabelled), &[(b, 1.0)]),
+        case(fill(&by_node, both), &[(a, 2.0), (b, 1.0)]),
+        case(fill(&critical, all), &[("{}", 1.0)]),
+        case(fill(&critical, unlabelled), &[("{}", 0.0)]),
+        case(
+            fill(&rates, all),
+            &[(r#"{node="node-a"}"#, 1.0), (r#"{node="10.0.0.9:9741"}"#, 2.0)],
+        ),
+        case(fill(&rates, unlabelled), &[(r#"{node="10.0.0.9:9741"}"#, 2.0)]),
+    ];
+    let tests = serde_json::json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": input, "promql_expr_test": cases}],
+    });
+    let scratch = TempDir::new().unwrap();
+    std::fs::write(
+        scratch.path().join("rules.yaml"),
+        serde_yaml_ng::to_string(&rules).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        scratch.path().join("tests.yaml"),
+        serde_yaml_ng::to_string(&tests).unwrap(),
+    )
+    .unwrap();
+    for args in [["check", "rules", "rules.yaml"], ["test", "rules", "tests.yaml"]] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(scratch.path())
+            .output()
+            .expect("promtool runs");
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]
