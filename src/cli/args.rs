@@ -89,6 +89,8 @@ pub enum DevCommand {
     },
     /// Prints docs/cli.md: every command's --help.
     CliReference,
+    /// Prints docs/metrics.md: every metric the agent serves.
+    MetricsReference,
 }
 
 #[derive(Debug, Args)]

@@ -41,6 +41,13 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             )?;
             Ok(0)
         }
+        Command::Dev(DevCommand::MetricsReference) => {
+            std::io::Write::write_all(
+                &mut std::io::stdout().lock(),
+                super::docs::metrics_reference().as_bytes(),
+            )?;
+            Ok(0)
+        }
         Command::Run(args) => {
             crate::agent::daemon::run(args.agent_config()?)?;
             Ok(0)

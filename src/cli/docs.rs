@@ -78,3 +78,35 @@ fn documented(command: &clap::Command) -> impl Iterator<Item = &clap::Command> {
         .get_subcommands()
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")
 }
+
+/// `docs/metrics.md`: every metric `portdrift run` serves on `/metrics`, from what its
+/// registry records as each is registered.
+pub fn metrics_reference() -> String {
+    let metrics = crate::agent::metrics::Metrics::new();
+    let mut out = String::from(
+        "# Metrics reference\n\n\
+         Every metric `portdrift run` serves on `/metrics`, generated from the agent's\n\
+         registry (`portdrift dev metrics-reference`); a test fails when this file is out of\n\
+         date. Names are as the text format shows them (a counter's `_total`, a histogram's\n\
+         `_bucket`, `_sum` and `_count` series). Families described as the last scan's have\n\
+         no series until a scan gives them one. [operate.md](operate.md) says how to use them.\n\n\
+         | metric | type | labels | what it counts |\n\
+         |---|---|---|---|\n",
+    );
+    for doc in metrics.docs() {
+        let labels = doc
+            .labels
+            .iter()
+            .map(|l| format!("`{l}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            doc.name,
+            doc.kind,
+            labels,
+            doc.help.replace('|', "\\|")
+        ));
+    }
+    out
+}

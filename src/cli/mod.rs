@@ -11,7 +11,7 @@ mod parse;
 
 pub use args::*;
 pub use dispatch::run;
-pub use docs::cli_reference;
+pub use docs::{cli_reference, metrics_reference};
 pub use failure::{error_chain, is_closed_pipe};
 pub use parse::{
     HealthzAddr, parse_duration, parse_healthz_addr, parse_log_level, parse_port_range, parse_size,

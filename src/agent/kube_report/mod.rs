@@ -18,10 +18,10 @@ use kube::Client;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::agent::metrics::described::Described;
 use crate::agent::metrics::labels::ResultLabel;
 use crate::heart::finding::Finding;
 use budget::{EventGate, EventOp, TokenBucket};
@@ -122,7 +122,7 @@ pub const PATCH_RESULTS: [&str; 2] = ["ok", "failed"];
 
 impl ReportMetrics {
     /// Registers the counters (every result at 0, so that dashboards see them).
-    pub fn register(registry: &mut Registry) -> ReportMetrics {
+    pub fn register(registry: &mut Described<'_>) -> ReportMetrics {
         let metrics = ReportMetrics::default();
         for result in EVENT_RESULTS {
             metrics.events.get_or_create_owned(&ResultLabel { result });
@@ -135,29 +135,39 @@ impl ReportMetrics {
                 .series_updates
                 .get_or_create_owned(&ResultLabel { result });
         }
-        registry.register(
+        registry.add(
             "events",
             "Kubernetes Events for new findings, by result",
+            None,
+            &["result"],
             metrics.events.clone(),
         );
-        registry.register(
+        registry.add(
             "event_series_updates",
             "Updates of a persisting finding's Event series (count, last observed), by result",
+            None,
+            &["result"],
             metrics.series_updates.clone(),
         );
-        registry.register(
+        registry.add(
             "events_over_budget",
             "Findings whose Event the Event budget (or a writer behind the API server) deferred, each once; written later if the finding persists",
+            None,
+            &[],
             metrics.over_budget.clone(),
         );
-        registry.register(
+        registry.add(
             "events_pending",
             "Findings waiting for their Event, deferred by the Event budget",
+            None,
+            &[],
             metrics.pending.clone(),
         );
-        registry.register(
+        registry.add(
             "node_condition_patches",
             "Patches of the NodePortDrift Node condition, by result",
+            None,
+            &["result"],
             metrics.condition_patches.clone(),
         );
         metrics

@@ -7,8 +7,9 @@ use std::sync::Mutex;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Unit;
 
+use super::described::Described;
 /// A gauge family whose series describe the last scan only: each update sets the new
 /// series and then removes those the update did not set (in that order, so a scrape in
 /// between sees one scan's series or both, never a gap).
@@ -31,11 +32,15 @@ where
         }
     }
 
-    pub(super) fn register(&self, registry: &mut Registry, name: &str, help: &str, unit: Option<Unit>) {
-        match unit {
-            Some(unit) => registry.register_with_unit(name, help, unit, self.family.clone()),
-            None => registry.register(name, help, self.family.clone()),
-        }
+    pub(super) fn register(
+        &self,
+        registry: &mut Described<'_>,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        labels: &'static [&'static str],
+    ) {
+        registry.add(name, help, unit, labels, self.family.clone());
     }
 
     pub(super) fn replace(&self, values: impl IntoIterator<Item = (L, N)>) {

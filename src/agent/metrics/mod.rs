@@ -31,6 +31,7 @@ use crate::heart::observed::KubeProxyHealth;
 use crate::heart::observed::SOCKET_FILES;
 use crate::heart::outcome::{API_SOURCE, ScanReport, SourceStatus};
 
+pub mod described;
 pub mod labels;
 mod last_scan;
 mod process;
@@ -117,6 +118,8 @@ impl ScanTimes {
 /// Every metric the daemon exports, and the registry they live in.
 pub struct Metrics {
     registry: Registry,
+    /// What is registered, for the reference.
+    docs: Vec<described::MetricDoc>,
     findings: Family<KindLabel, Gauge>,
     findings_by_backend: LastScan<KindBackendLabel>,
     findings_by_severity: LastScan<KindSeverityLabel>,
@@ -350,6 +353,11 @@ impl Metrics {
     }
 
     /// Prometheus text format 0.0.4 (what `promtool check metrics` reads).
+    /// Every metric registered, by name, as the reference lists them.
+    pub fn docs(&self) -> &[described::MetricDoc] {
+        &self.docs
+    }
+
     pub fn encode_text(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)?;

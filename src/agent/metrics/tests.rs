@@ -422,3 +422,97 @@ fn the_process_is_described_as_go_exporters_describe_theirs() {
     assert!(text.contains("portdrift_scans_total "));
     assert_promtool(&text);
 }
+
+/// Every family in an exposition where each has series, and every series, is as the
+/// reference says: its name, type and help, and exactly its label names.
+#[test]
+fn the_reference_lists_every_metric_as_it_is_exposed() {
+    let m = Metrics::new();
+    let mut split = finding(Kind::StaleEndpoint, Severity::Warning, Some(30080));
+    split.backend = Some(Backend::Nftables);
+    let mut r = report(vec![split]);
+    r.sources = vec![status("nft.json", SourceState::Ok, Some(3))];
+    r.kube_proxy = Some(KubeProxyHealth {
+        healthy: true,
+        since_last_update: Some(Duration::from_secs(5)),
+        node_eligible: Some(true),
+        ..Default::default()
+    });
+    m.scan_done(&r, &times(4), 1.7e9);
+    let watch = WatchStatus {
+        synced: true,
+        fresh: true,
+        failing: false,
+        relisting: false,
+        objects: 1,
+        since_last_event: None,
+        since_last_activity: Some(Duration::from_secs(1)),
+        relists: 0,
+        errors: 1,
+        errors_by_kind: Default::default(),
+        last_error: None,
+    };
+    m.set_api_watches(
+        &ViewStatus {
+            synced: true,
+            fresh: true,
+            staleness: Duration::from_secs(60),
+            services: watch.clone(),
+            endpoint_slices: watch,
+            node: None,
+        },
+        1000.0,
+    );
+    m.kube_report().over_budget.inc();
+    let text = m.encode_text().unwrap();
+    let docs = m.docs();
+    // The text format's family name: a counter's is without `_total`, except a
+    // collector's (as Go exporters name process_cpu_seconds_total).
+    let is =
+        |doc: &MetricDocRef, name: &str| doc.name == name || doc.name.strip_suffix("_total") == Some(name);
+    let mut seen = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap();
+            let doc = docs
+                .iter()
+                .find(|d| is(d, name))
+                .unwrap_or_else(|| panic!("{name} is not in the reference"));
+            assert_eq!(
+                help.trim_end_matches('.'),
+                doc.help.trim_end_matches('.'),
+                "{name}"
+            );
+            seen.insert(doc.name.clone());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            let doc = docs.iter().find(|d| is(d, name)).unwrap();
+            assert_eq!(kind, doc.kind, "{name}");
+        } else if !line.starts_with('#') {
+            let (series, _) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+            let doc = docs
+                .iter()
+                .find(|d| {
+                    name == d.name
+                        || (d.kind == "histogram"
+                            && ["_bucket", "_sum", "_count"]
+                                .iter()
+                                .any(|s| name.strip_suffix(s) == Some(d.name.as_str())))
+                })
+                .unwrap_or_else(|| panic!("series {series} is not in the reference"));
+            let names: Vec<&str> = labels
+                .trim_end_matches('}')
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .map(|l| l.split_once('=').unwrap().0)
+                .filter(|&l| l != "le")
+                .collect();
+            assert_eq!(names, doc.labels, "{series}");
+        }
+    }
+    let listed: std::collections::BTreeSet<String> = docs.iter().map(|d| d.name.clone()).collect();
+    assert_eq!(seen, listed, "every metric in the reference has series here");
+}
+
+type MetricDocRef = described::MetricDoc;

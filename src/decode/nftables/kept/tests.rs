@@ -195,7 +195,13 @@ fn names_come_back_as_interned_across_pages() {
     let mut names = Names::default();
     let long = "x".repeat(3 * PAGE);
     let all: Vec<String> = (0..5000)
-        .map(|i| format!("endpoint-{i:08}-ns/svc/tcp/http__10.0.{}.{}/8080", i / 256, i % 256))
+        .map(|i| {
+            format!(
+                "endpoint-{i:08}-ns/svc/tcp/http__10.0.{}.{}/8080",
+                i / 256,
+                i % 256
+            )
+        })
         .chain([long, String::new(), "é/ü".to_string()])
         .collect();
     let ids: Vec<NameId> = all.iter().map(|n| names.intern(n)).collect();
