@@ -405,10 +405,10 @@ fn commands(block: &Block, console: bool) -> Result<Vec<Cmd>, String> {
     Ok(out)
 }
 
-/// The first word of every command in a pipeline or list (quotes respected).
-fn programs(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut start = true;
+/// The commands of a pipeline or list, each as its words (quotes kept, respected);
+/// redirections (`>file`, `2>&1`) stay words, a `#` comment ends the line.
+fn segments(line: &str) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = vec![Vec::new()];
     let mut quote: Option<char> = None;
     let mut word = String::new();
     let mut chars = line.chars().peekable();
@@ -422,32 +422,35 @@ fn programs(line: &str) -> Vec<String> {
             None if c == '\'' || c == '"' => quote = Some(c),
             None if c == '#' && word.is_empty() => break,
             None if matches!(c, '|' | ';' | '&') && !after_redirect => {
-                if !word.is_empty() && start {
-                    out.push(std::mem::take(&mut word));
+                if !word.is_empty() {
+                    out.last_mut().unwrap().push(std::mem::take(&mut word));
                 }
-                word.clear();
-                start = true;
                 while chars.peek().is_some_and(|n| matches!(n, '|' | '&')) {
                     chars.next();
                 }
+                out.push(Vec::new());
                 continue;
             }
             None if c.is_whitespace() => {
-                if !word.is_empty() && start {
-                    out.push(std::mem::take(&mut word));
-                    start = false;
+                if !word.is_empty() {
+                    out.last_mut().unwrap().push(std::mem::take(&mut word));
                 }
-                word.clear();
                 continue;
             }
             None => {}
         }
         word.push(c);
     }
-    if !word.is_empty() && start {
-        out.push(word);
+    if !word.is_empty() {
+        out.last_mut().unwrap().push(word);
     }
+    out.retain(|s| !s.is_empty());
     out
+}
+
+/// The program of every command in a pipeline or list.
+fn programs(line: &str) -> Vec<String> {
+    segments(line).into_iter().map(|s| s[0].clone()).collect()
 }
 
 /// Why a `portdrift` command in `line` is not one that runs offline, if it is not: the
@@ -455,20 +458,13 @@ fn programs(line: &str) -> Vec<String> {
 /// `lint` without the API, and the commands about portdrift itself). A live scan, the
 /// daemon or repair must never run here, where the tests may run as root on a real node.
 fn not_offline(line: &str) -> Option<String> {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let mut problem = None;
-    for (i, _) in words.iter().enumerate().filter(|(_, w)| **w == "portdrift") {
-        let args = &words[i + 1..];
-        let end = args
-            .iter()
-            .position(|w| matches!(*w, "|" | "&&" | "||" | ";" | ">" | "2>&1"))
-            .unwrap_or(args.len());
-        let args = &args[..end];
+    for words in segments(line).iter().filter(|s| s[0] == "portdrift") {
+        let args = &words[1..];
         let has = |flag: &str| {
             args.iter()
-                .any(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+                .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
         };
-        let offline = match args.first().copied() {
+        let offline = match args.first().map(String::as_str) {
             Some("scan") => has("--from") && !has("--repair"),
             Some("ports") => has("--cluster-state"),
             Some("lint") => !has("--kubeconfig") && !has("--context"),
@@ -476,13 +472,10 @@ fn not_offline(line: &str) -> Option<String> {
             _ => false,
         };
         if !offline {
-            problem = Some(format!(
-                "`portdrift {}` needs a live node or a cluster",
-                args.join(" ")
-            ));
+            return Some(format!("`{}` needs a live node or a cluster", words.join(" ")));
         }
     }
-    problem
+    None
 }
 
 /// Whether `shown` is `actual`, lines of `...` standing for any lines left out.
@@ -590,7 +583,8 @@ fn check_block(block: &Block) -> Vec<String> {
                 Ok(n) => exit = n,
                 Err(_) => return vec![format!("`exit: {value}` is not a status")],
             },
-            "not run" if !value.is_empty() => reason = Some(value),
+            "not run" if value.is_empty() => return vec!["`not run:` without a reason".into()],
+            "not run" => reason = Some(value),
             "run" => match value.split(',').map(|n| n.trim().parse::<usize>()).collect() {
                 Ok(set) => only = Some(set),
                 Err(_) => return vec![format!("`run: {value}` is not a list of command numbers")],
@@ -630,6 +624,13 @@ fn check_block(block: &Block) -> Vec<String> {
         if let Some(why) = not_offline(&cmd.line) {
             problems.push(format!(
                 "`{}`: {why}; mark the block <!-- not run: REASON -->",
+                cmd.line
+            ));
+            continue;
+        }
+        if cmd.line.contains("$(") || cmd.line.contains('`') {
+            problems.push(format!(
+                "`{}`: a command substitution is not run; mark the block",
                 cmd.line
             ));
             continue;
@@ -733,6 +734,12 @@ fn the_readers_of_the_documents_read_them_right() {
     assert!(not_offline("portdrift run --node a").is_some());
     assert!(not_offline("portdrift ports").is_some());
     assert!(not_offline("portdrift lint x --kubeconfig k").is_some());
+    assert!(not_offline("cp a b && portdrift ports > x").is_some());
+    assert_eq!(
+        not_offline("grep portdrift x | head"),
+        None,
+        "portdrift as an argument"
+    );
     let lines = |s: &str| s.lines().map(String::from).collect::<Vec<_>>();
     assert!(shows(&lines("a\n...\nd"), "a\nb\nc\nd\n"));
     assert!(shows(&lines("...\nc\n..."), "a\nb\nc\nd\n"));
