@@ -15,7 +15,7 @@
 #   - kept:   the watch, then 5 s for jemalloc to return what the sync freed (it does
 #             so at once with .cargo/config.toml's decay, and its background thread runs
 #             as in the daemon): the resident set the synced view keeps over the one
-#             before the watches started, per Service (once; README, Sizing).
+#             before the watches started, per Service (once; docs/performance.md, Sizing).
 # Targets for watch and once: under 3 s and 96 MiB peak RSS. Measured on the 2-core
 # development VM (server and client on one machine), shared (load average 3-7): watch
 # 0.8-1.0 s wall at 76 MiB; lists 0.9-1.0 s at 171-190 MiB (a whole list is decoded

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 /// jemalloc: a scan allocates and frees a great many small objects (rule text, API
 /// objects); on a large node glibc malloc made parse and diff slower, and mimalloc
-/// held more memory (README, Performance).
+/// held more memory (docs/performance.md).
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

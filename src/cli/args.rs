@@ -216,7 +216,7 @@ pub struct PortsArgs {
     pub nodeport_range: RangeInclusive<u16>,
 
     /// How many free ports to suggest: the lowest free ones of the API server's static
-    /// band first (see the README).
+    /// band first (see docs/cluster-views.md).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub next: usize,
 }
@@ -231,8 +231,8 @@ pub enum LogFormat {
 /// `run --startup-jitter`'s default. At 5,000 nodes a DaemonSet created at once starts
 /// about 170 agents a second over it instead of all in the same second, each listing
 /// every Service and EndpointSlice; a rolling update (10 % of the nodes at a time) waits
-/// for its slowest pod's delay, at most 30 s a step. See the README, Running as a node
-/// agent.
+/// for its slowest pod's delay, at most 30 s a step. See docs/operate.md, How it reads
+/// the API.
 const STARTUP_JITTER: &str = "30s";
 
 /// `--repair-nudge-wait`'s default, for `scan` and `run` alike: kube-proxy checks its
@@ -314,7 +314,7 @@ pub struct RunArgs {
 pub struct RunRepairArgs {
     /// Remove stale rules every cycle: only what a finding seen in two scans, and
     /// older than --grace and two intervals, proves stale, while the API watch is fresh
-    /// (see the README, Repair).
+    /// (see docs/repair.md).
     #[arg(long = "repair")]
     pub enabled: bool,
 
@@ -400,7 +400,7 @@ pub struct ScanArgs {
 #[derive(Debug, Args)]
 pub struct RepairArgs {
     /// Remove the stale rules the scan proves stale: scan, wait --repair-confirm, scan
-    /// again, and act only on findings present both times (see the README, Repair).
+    /// again, and act only on findings present both times (see docs/repair.md).
     #[arg(long = "repair", conflicts_with = "from")]
     pub enabled: bool,
 

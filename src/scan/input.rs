@@ -1,7 +1,7 @@
 //! Snapshot bundles: a directory of files captured from a node and from `kubectl`; and
 //! the one reading path that serves a bundle and the live node alike.
 //!
-//! The bundle layout (every file optional) is in the README. [`read_input`] reads any
+//! The bundle layout (every file optional) is in docs/scan.md. [`read_input`] reads any
 //! [`Source`]: a [`BundleDir`] or the live node ([`crate::sources::live::LiveNode`]);
 //! [`crate::scan::capture::write_snapshot`] captures a source into a bundle.
 

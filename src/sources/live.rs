@@ -53,7 +53,7 @@ pub struct LiveConfig {
 pub enum IptablesVia {
     /// From the kernel over netlink, rendered as `iptables-nft-save` prints them, with
     /// the tool as the fallback for a family holding a rule the reader cannot print
-    /// exactly: on a large node the tool costs far more CPU (README, Performance).
+    /// exactly: on a large node the tool costs far more CPU (docs/performance.md).
     #[default]
     Netlink,
     /// With `iptables-nft-save` / `ip6tables-nft-save` only.
@@ -72,7 +72,7 @@ pub fn iptables_netlink_label(family: Family) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NftablesVia {
     /// From the kernel over netlink, with `nft -j` as the fallback when that fails: on
-    /// a large node `nft -j` costs far more time and memory (README, Performance).
+    /// a large node `nft -j` costs far more time and memory (docs/performance.md).
     #[default]
     Netlink,
     /// With `nft -j list table` only.

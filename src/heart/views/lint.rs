@@ -77,7 +77,7 @@ struct Wanted<'a> {
 }
 
 /// Checks `services` against the range and `live` claims, and reports `problems`
-/// (the files' unreadable parts) as errors. The checks are listed in the README.
+/// (the files' unreadable parts) as errors. The checks are listed in docs/cluster-views.md.
 pub fn lint(
     services: &[ManifestService],
     problems: &[ManifestProblem],

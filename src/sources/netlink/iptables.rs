@@ -4,7 +4,7 @@
 //! finding, a repair's rule spec and a snapshot read the same either way.
 //!
 //! Why: on a large node `iptables-nft-save` spends most of its CPU on its own
-//! bookkeeping of tens of thousands of chains (README, Performance); the kernel answers
+//! bookkeeping of tens of thousands of chains (docs/performance.md); the kernel answers
 //! the same questions far faster when each chain's rules are asked for by name.
 //!
 //! This is the transport (which dumps, on which sockets, in which order); the messages
