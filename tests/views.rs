@@ -516,3 +516,29 @@ fn the_cli_reference_is_up_to_date() {
     let out = support::portdrift(&["dev", "cli-reference"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), now);
 }
+
+#[test]
+fn the_metrics_reference_is_up_to_date_and_operate_explains_every_metric() {
+    let path = support::root().join("docs/metrics.md");
+    let written = std::fs::read_to_string(&path).unwrap_or_default();
+    let now = portdrift::cli::metrics_reference();
+    assert!(
+        written == now,
+        "docs/metrics.md is out of date: regenerate it with `cargo run -- dev metrics-reference > docs/metrics.md`"
+    );
+    let out = support::portdrift(&["dev", "metrics-reference"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), now);
+    // operate.md's table says how to read each one.
+    let operate = std::fs::read_to_string(support::root().join("docs/operate.md")).unwrap();
+    let names: Vec<&str> = now
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split_once('`').map(|(n, _)| n))
+        .collect();
+    assert!(names.len() > 30, "{names:?}");
+    for name in names {
+        assert!(
+            operate.contains(&format!("`{name}`")),
+            "docs/operate.md does not explain {name}"
+        );
+    }
+}
