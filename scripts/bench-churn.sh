@@ -19,7 +19,9 @@
 # Over the window it reports the syncs a second reached and how long one took, the
 # agent's CPU (utime + stime + children's, from /proc/PID/stat, as ps and time read it;
 # in CPU-seconds, so a shared machine does not skew it), its resident size just before
-# the churn starts and its largest during it (VmRSS each second), and the scans it ran.
+# the churn starts and its largest during it (the kernel's VmHWM, reset as the churn
+# starts, so a read's brief peak counts; VmRSS sampled each second is printed too), and
+# the scans it ran.
 # Halfway through, a stale NodePort (a Service that does not exist, port 32700, jumping
 # to an existing Service's chain) joins the syncs: the time until `/findings` shows it is
 # printed; then the syncs drop it again, and the time until it is gone. In iptables mode
@@ -182,6 +184,9 @@ if [[ ${1:-} == --inside ]]; then
   # Let what the start-up freed be returned, then take the idle size.
   sleep 10
   rss_idle=$(awk '/^VmRSS/ {print $2}' "/proc/$agent/status")
+  # The peak from here on: the kernel's high-water mark, reset (Linux 4.0+), catches a
+  # read's brief peak that a sample each second can miss.
+  echo 5 >"/proc/$agent/clear_refs"
   # kube-proxy's syncs: the selected one, once a second.
   python3 "$replay" loop --select "$work/select" >"$work/churn.out" 2>&1 &
   churn=$!
@@ -227,14 +232,14 @@ if [[ ${1:-} == --inside ]]; then
   sync_ms=$(sed -n 's/.*took \([0-9]*\) ms mean.*/\1/p' <<<"$syncs")
   echo "syncs: $syncs"
   echo "over ${took} s of syncs: agent CPU $cpu_s s = $cpu_pct% of one core;" \
-    "RSS $(mib "$rss_idle") MiB idle before the churn, at most $(mib "$rss_max") MiB during it (VmHWM $(mib "$rss_hwm") MiB); $((s1 - s0)) scans;" \
+    "RSS $(mib "$rss_idle") MiB idle before the churn, at most $(mib "$rss_hwm") MiB during it (VmHWM; sampled each second: at most $(mib "$rss_max") MiB); $((s1 - s0)) scans;" \
     "stale rule in /findings after ${appeared} s, gone after ${gone} s"
   # What the agent said about the churn (netlink reads and notifications, overruns,
   # rules it could not read), counted.
   grep -iE 'netlink|notif|enobufs|overrun|resync|lost|timed.out|not checked' "$work/agent.log" |
     sed -E 's/^[^ ]* *//' | cut -c1-240 | sort | uniq -c | sort -rn | head -8 | sed 's/^/    agent log: /' || true
   if [[ -n ${AGENT_LOG:-} ]]; then cp "$work/agent.log" "$AGENT_LOG.$services.$mode"; fi
-  echo "| $services | $mode | $order | $rate | $sync_ms | $cpu_pct | $(mib "$rss_idle") | $(mib "$rss_max") | $((s1 - s0)) | $appeared | $gone |" >"$work/row"
+  echo "| $services | $mode | $order | $rate | $sync_ms | $cpu_pct | $(mib "$rss_idle") | $(mib "$rss_hwm") | $((s1 - s0)) | $appeared | $gone |" >"$work/row"
   exit 0
 fi
 

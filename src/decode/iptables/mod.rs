@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 // FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
 // nothing for a dump read from the local kernel and costs measurably at 240k lines.
-use rustc_hash::FxHashMap;
 
 use crate::decode::lines::BoundedLines;
 use crate::heart::model::{
@@ -112,7 +111,9 @@ struct Chain {
 #[derive(Debug, Default)]
 struct Table {
     chains: Vec<Chain>,
-    index: FxHashMap<Arc<str>, u32>,
+    /// Positions in `chains`, found by the chain's own name: a map keyed by the names
+    /// too would hold tens of thousands of keys more while the dump is read.
+    index: hashbrown::HashTable<u32>,
     /// Every jump (from chain, to chain) in dump order. Kept flat rather than a Vec
     /// per chain: a 10,000-Service node has ~60,000 chains, and a small allocation
     /// each cost more than the whole parse of their rules.
@@ -122,13 +123,24 @@ struct Table {
 impl Table {
     /// Whether the dump declares `name` in this table (a jump alone does not).
     fn declares(&self, name: &str) -> bool {
+        self.find(name)
+            .is_some_and(|id| self.chains[id as usize].declared != 0)
+    }
+
+    fn hash(name: &str) -> u64 {
+        use std::hash::BuildHasher as _;
+        rustc_hash::FxBuildHasher.hash_one(name)
+    }
+
+    /// The chain called `name`, if the dump named it.
+    fn find(&self, name: &str) -> Option<u32> {
         self.index
-            .get(name)
-            .is_some_and(|&id| self.chains[id as usize].declared != 0)
+            .find(Self::hash(name), |&id| *self.chains[id as usize].name == *name)
+            .copied()
     }
 
     fn chain_id(&mut self, name: &str, declared: u32) -> u32 {
-        if let Some(&id) = self.index.get(name) {
+        if let Some(id) = self.find(name) {
             if declared != 0 && self.chains[id as usize].declared == 0 {
                 self.chains[id as usize].declared = declared;
             }
@@ -140,7 +152,10 @@ impl Table {
             declared,
             referenced: false,
         });
-        self.index.insert(name.into(), id);
+        let chains = &self.chains;
+        self.index.insert_unique(Self::hash(name), id, |&other| {
+            Self::hash(&chains[other as usize].name)
+        });
         id
     }
 }

@@ -72,7 +72,7 @@ impl Parser {
                     return;
                 }
             }
-        } else if let Some(&target_id) = self.nat.index.get(target) {
+        } else if let Some(target_id) = self.nat.find(target) {
             if self.nat.chains[target_id as usize].declared == 0 {
                 self.check_jump(TableKind::Nat, target, number, text);
             }

@@ -40,11 +40,11 @@ impl Parser {
             } else {
                 Family::Ipv4
             });
-        let has_kube_proxy = self.nat.index.contains_key("KUBE-SERVICES")
-            || self.nat.index.contains_key("KUBE-NODEPORTS")
-            || self.filter.index.contains_key("KUBE-EXTERNAL-SERVICES");
-        let has_canary = self.nat.index.contains_key("KUBE-PROXY-CANARY")
-            || self.filter.index.contains_key("KUBE-PROXY-CANARY")
+        let has_kube_proxy = self.nat.find("KUBE-SERVICES").is_some()
+            || self.nat.find("KUBE-NODEPORTS").is_some()
+            || self.filter.find("KUBE-EXTERNAL-SERVICES").is_some();
+        let has_canary = self.nat.find("KUBE-PROXY-CANARY").is_some()
+            || self.filter.find("KUBE-PROXY-CANARY").is_some()
             || self.other_chains.iter().any(|c| &**c == "KUBE-PROXY-CANARY");
         // Growth by doubling leaves up to half of each list unused, and the resolution
         // below builds its output next to them, at the read's peak.
@@ -145,7 +145,7 @@ impl Parser {
     pub(super) fn signals(&self) -> ProxySignals {
         // The iptables proxier's NodePort chains, or its filter verdicts for NodePorts
         // (which a dump of the filter table alone still shows).
-        let iptables_mode = self.nat.index.keys().any(|c| {
+        let iptables_mode = self.nat.chains.iter().map(|c| &c.name).any(|c| {
             &**c == "KUBE-NODEPORTS" || c.starts_with("KUBE-XLB-") || kube_proxy::chain_hash(c).is_some()
         }) || self.filter_verdicts > 0;
         let (iptables, ipvs) = self.services_dispatch;

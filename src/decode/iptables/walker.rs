@@ -76,56 +76,90 @@ impl ByChain {
 
 /// Follows every dispatch rule to the DNATs it reaches.
 pub(super) fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<NodePortRule> {
-    let nat: Arc<str> = Arc::from("nat");
-    let filter: Arc<str> = Arc::from("filter");
-    let dispatch_chains: [Arc<str>; 3] = [
-        Arc::from("KUBE-NODEPORTS"),
-        Arc::from("KUBE-EXTERNAL-SERVICES"),
-        Arc::from("KUBE-SERVICES"),
-    ];
-    let dispatch = std::mem::take(&mut p.dispatch);
+    let mut dispatch = std::mem::take(&mut p.dispatch);
     let p = &*p;
     let chains = p.nat.chains.len();
-    // Keyed by the chains dispatch rules start at (one per Service port), not a slot for
-    // each of a large node's 66,000 chains.
-    let mut memo: FxHashMap<u32, Reach> = FxHashMap::default();
-    let mut walker = Walker {
-        path: Vec::new(),
-        targets: Vec::new(),
-        seen: vec![0; chains],
-        generation: 0,
-        stack: Vec::new(),
-        jumps: ByChain::build(chains, p.nat.jumps.iter().copied()),
-        dnats: ByChain::build(
-            chains,
-            p.dnats.iter().enumerate().map(|(i, d)| (d.chain, i as u32)),
-        ),
+    let mut resolver = Resolver {
+        p,
+        backend,
+        family,
+        nat: Arc::from("nat"),
+        filter: Arc::from("filter"),
+        dispatch_chains: [
+            Arc::from("KUBE-NODEPORTS"),
+            Arc::from("KUBE-EXTERNAL-SERVICES"),
+            Arc::from("KUBE-SERVICES"),
+        ],
+        // Most rules reach no target bypassing the cluster chain (externalTrafficPolicy
+        // Cluster): they share one empty list.
+        no_targets: Arc::new([]),
+        // Keyed by the chains dispatch rules start at (one per Service port), not a slot
+        // for each of a large node's 66,000 chains.
+        memo: FxHashMap::default(),
+        walker: Walker {
+            path: Vec::new(),
+            targets: Vec::new(),
+            seen: vec![0; chains],
+            generation: 0,
+            stack: Vec::new(),
+            jumps: ByChain::build(chains, p.nat.jumps.iter().copied()),
+            dnats: ByChain::build(
+                chains,
+                p.dnats.iter().enumerate().map(|(i, d)| (d.chain, i as u32)),
+            ),
+        },
     };
-    // Most rules reach no target bypassing the cluster chain (externalTrafficPolicy
-    // Cluster): they share one empty list.
-    let no_targets: Arc<[SocketAddr]> = Arc::new([]);
     let mut out = Vec::with_capacity(dispatch.len());
-    for d in dispatch {
+    // Taken a chunk at a time, the list shrinking as the output grows: whole, it would
+    // stay allocated next to the whole output, at the read's peak.
+    while !dispatch.is_empty() {
+        let chunk = dispatch.len().min(DISPATCH_CHUNK);
+        out.extend(dispatch.drain(..chunk).map(|d| resolver.resolve(d)));
+        dispatch.shrink_to_fit();
+    }
+    out
+}
+
+/// Dispatch rules resolved between two shrinks of their list.
+const DISPATCH_CHUNK: usize = 2048;
+
+/// What resolving dispatch rules shares: the dump, names, and the walks made so far.
+struct Resolver<'p> {
+    p: &'p Parser,
+    backend: Backend,
+    family: Family,
+    nat: Arc<str>,
+    filter: Arc<str>,
+    dispatch_chains: [Arc<str>; 3],
+    no_targets: Arc<[SocketAddr]>,
+    memo: FxHashMap<u32, Reach>,
+    walker: Walker,
+}
+
+impl Resolver<'_> {
+    /// One dispatch rule as the NodePort rule it is, with where it leads.
+    fn resolve(&mut self, d: Dispatch) -> NodePortRule {
         let table = if d.table == TableKind::Nat {
-            nat.clone()
+            self.nat.clone()
         } else {
-            filter.clone()
+            self.filter.clone()
         };
-        let chain = dispatch_chains
+        let chain = self
+            .dispatch_chains
             .iter()
             .find(|c| ***c == *d.chain)
             .cloned()
             .unwrap_or_else(|| Arc::from(d.chain));
         let mut rule = NodePortRule {
-            backend,
-            family,
+            backend: self.backend,
+            family: self.family,
             protocol: d.protocol,
             port: d.port,
             dest: d.dest,
             verdict: Verdict::Forward,
             path: Arc::new([]),
             targets: Arc::new([]),
-            external_targets: no_targets.clone(),
+            external_targets: self.no_targets.clone(),
             comment_service: d.comment,
             undecoded_comment: d.undecoded_comment,
             chain_hash: None,
@@ -140,14 +174,16 @@ pub(super) fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family)
         match d.target {
             DispatchTarget::Verdict(v) => rule.verdict = v,
             DispatchTarget::Dnat(id) => {
-                let target = dnat_target(p, &nat, &p.dnats[id as usize], d.port);
+                let target = dnat_target(self.p, &self.nat, &self.p.dnats[id as usize], d.port);
                 rule.external_targets = Arc::new([target.addr]);
                 rule.targets = Arc::new([target]);
             }
             DispatchTarget::Chain(start) => {
-                let reach = memo
+                let (p, nat, no_targets, walker) = (self.p, &self.nat, &self.no_targets, &mut self.walker);
+                let reach = self
+                    .memo
                     .entry(start)
-                    .or_insert_with(|| walker.reach(p, &nat, start, d.port, &no_targets))
+                    .or_insert_with(|| walker.reach(p, nat, start, d.port, no_targets))
                     .clone();
                 rule.path = reach.path;
                 rule.targets = reach.targets;
@@ -156,9 +192,8 @@ pub(super) fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family)
                 rule.chain_hash = reach.hash;
             }
         }
-        out.push(rule);
+        rule
     }
-    out
 }
 
 /// Depth-first walk over nat chains with a generation-stamped visited set, so no set
