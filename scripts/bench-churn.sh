@@ -186,6 +186,7 @@ if [[ ${1:-} == --inside ]]; then
   rss_idle=$(awk '/^VmRSS/ {print $2}' "/proc/$agent/status")
   # The peak from here on: the kernel's high-water mark, reset (Linux 4.0+), catches a
   # read's brief peak that a sample each second can miss.
+  rss_startup=$(awk '/^VmHWM/ {print $2}' "/proc/$agent/status")
   echo 5 >"/proc/$agent/clear_refs"
   # kube-proxy's syncs: the selected one, once a second.
   python3 "$replay" loop --select "$work/select" >"$work/churn.out" 2>&1 &
@@ -232,7 +233,7 @@ if [[ ${1:-} == --inside ]]; then
   sync_ms=$(sed -n 's/.*took \([0-9]*\) ms mean.*/\1/p' <<<"$syncs")
   echo "syncs: $syncs"
   echo "over ${took} s of syncs: agent CPU $cpu_s s = $cpu_pct% of one core;" \
-    "RSS $(mib "$rss_idle") MiB idle before the churn, at most $(mib "$rss_hwm") MiB during it (VmHWM; sampled each second: at most $(mib "$rss_max") MiB); $((s1 - s0)) scans;" \
+    "RSS $(mib "$rss_startup") MiB at most in start-up, $(mib "$rss_idle") MiB idle before the churn, at most $(mib "$rss_hwm") MiB during it (VmHWM; sampled each second: at most $(mib "$rss_max") MiB); $((s1 - s0)) scans;" \
     "stale rule in /findings after ${appeared} s, gone after ${gone} s"
   # What the agent said about the churn (netlink reads and notifications, overruns,
   # rules it could not read), counted.
