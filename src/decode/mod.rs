@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod iptables;
 pub mod lines;
 pub mod manifests;
+pub(crate) mod name_index;
 pub mod netlink;
 pub mod nftables;
 pub mod node;

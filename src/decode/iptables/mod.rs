@@ -20,6 +20,7 @@ use std::sync::Arc;
 // nothing for a dump read from the local kernel and costs measurably at 240k lines.
 
 use crate::decode::lines::BoundedLines;
+use crate::decode::name_index::NameIndex;
 use crate::heart::model::{
     Backend, DestMatch, Family, MalformedRule, Protocol, RuleSource, RuleText, ServicePortRef, Unparsed,
     Verdict,
@@ -111,9 +112,8 @@ struct Chain {
 #[derive(Debug, Default)]
 struct Table {
     chains: Vec<Chain>,
-    /// Positions in `chains`, found by the chain's own name: a map keyed by the names
-    /// too would hold tens of thousands of keys more while the dump is read.
-    index: hashbrown::HashTable<u32>,
+    /// Positions in `chains`, found by the chain's own name.
+    index: NameIndex,
     /// Every jump (from chain, to chain) in dump order. Kept flat rather than a Vec
     /// per chain: a 10,000-Service node has ~60,000 chains, and a small allocation
     /// each cost more than the whole parse of their rules.
@@ -127,16 +127,9 @@ impl Table {
             .is_some_and(|id| self.chains[id as usize].declared != 0)
     }
 
-    fn hash(name: &str) -> u64 {
-        use std::hash::BuildHasher as _;
-        rustc_hash::FxBuildHasher.hash_one(name)
-    }
-
     /// The chain called `name`, if the dump named it.
     fn find(&self, name: &str) -> Option<u32> {
-        self.index
-            .find(Self::hash(name), |&id| *self.chains[id as usize].name == *name)
-            .copied()
+        self.index.find(name, |id| &self.chains[id as usize].name)
     }
 
     fn chain_id(&mut self, name: &str, declared: u32) -> u32 {
@@ -153,9 +146,7 @@ impl Table {
             referenced: false,
         });
         let chains = &self.chains;
-        self.index.insert_unique(Self::hash(name), id, |&other| {
-            Self::hash(&chains[other as usize].name)
-        });
+        self.index.insert(name, id, |other| &chains[other as usize].name);
         id
     }
 }

@@ -71,7 +71,7 @@ impl RuleGraph for TableIr<'_> {
     }
 
     fn find_chain(&self, name: &str) -> Option<usize> {
-        self.chain_index.find(&self.chains, name)
+        self.chain_position_of(name)
     }
 
     fn dnats(&self, chain: usize) -> impl Iterator<Item = DnatRule<'_>> {
@@ -89,7 +89,7 @@ impl RuleGraph for TableIr<'_> {
             .rules
             .iter()
             .flat_map(|r| r.jumps.iter())
-            .map(|j| self.find_chain(j).ok_or(&**j))
+            .map(|j| jump_to(self, j))
     }
 
     fn rule_count(&self) -> usize {
@@ -109,7 +109,7 @@ impl RuleGraph for TableIr<'_> {
             .iter()
             .flat_map(|m| m.elements.iter())
             .filter_map(|e| e.verdict.chain())
-            .map(|c| self.find_chain(c).ok_or(c))
+            .map(|c| jump_to(self, c))
     }
 
     fn unparsed(&self) -> &[Unparsed] {

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::decode::name_index::NameIndex;
 use crate::heart::model::{Family, Unparsed};
 
 /// What a front end found in one dump: kube-proxy's tables, plus the things it could
@@ -36,7 +37,7 @@ pub(crate) struct TableIr<'a> {
     pub(crate) chains: Vec<ChainIr<'a>>,
     /// Positions in `chains`, found by the chain's own name, so a table's many chain
     /// names are not stored twice.
-    pub(crate) chain_index: ChainIndex,
+    pub(crate) chain_index: NameIndex,
     /// The chain `chain_mut` returned last: dumps list a chain's rules together, so this
     /// saves hashing a long chain name per rule.
     pub(crate) last_chain: Option<usize>,
@@ -53,7 +54,7 @@ impl<'a> TableIr<'a> {
         TableIr {
             family,
             chains: Vec::new(),
-            chain_index: ChainIndex::default(),
+            chain_index: NameIndex::default(),
             last_chain: None,
             maps: Vec::new(),
             unparsed: Vec::new(),
@@ -74,7 +75,9 @@ impl<'a> TableIr<'a> {
         if let Some(index) = self.find_chain(&name) {
             return index;
         }
-        self.chain_index.insert(&self.chains, &name, self.chains.len());
+        let chains = &self.chains;
+        self.chain_index
+            .insert(&name, chains.len() as u32, |at| &chains[at as usize].name);
         self.chains.push(ChainIr {
             name,
             line,
@@ -92,7 +95,7 @@ impl<'a> TableIr<'a> {
             // the chain left behind gives back its spare capacity.
             self.chains[previous].rules.shrink_to_fit();
         }
-        let index = last.or_else(|| self.chain_index.find(&self.chains, name))?;
+        let index = last.or_else(|| self.chain_position_of(name))?;
         self.last_chain = Some(index);
         Some(index)
     }
@@ -100,34 +103,15 @@ impl<'a> TableIr<'a> {
     /// Room for `more` chains, made once rather than by doubling.
     pub(crate) fn reserve_chains(&mut self, more: usize) {
         self.chains.reserve_exact(more);
-        self.chain_index.reserve(&self.chains, more);
-    }
-}
-
-/// A hash index of chains by name that holds only their positions.
-#[derive(Debug, Default)]
-pub(crate) struct ChainIndex(hashbrown::HashTable<usize>);
-
-impl ChainIndex {
-    pub(crate) fn hash(name: &str) -> u64 {
-        use std::hash::BuildHasher as _;
-        rustc_hash::FxBuildHasher.hash_one(name)
+        let chains = &self.chains;
+        self.chain_index.reserve(more, |at| &chains[at as usize].name);
     }
 
-    pub(crate) fn find(&self, chains: &[ChainIr<'_>], name: &str) -> Option<usize> {
-        self.0
-            .find(Self::hash(name), |&i| chains[i].name == name)
-            .copied()
-    }
-
-    /// Records that `chains[index]` (about to be pushed) is called `name`.
-    pub(crate) fn insert(&mut self, chains: &[ChainIr<'_>], name: &str, index: usize) {
-        self.0
-            .insert_unique(Self::hash(name), index, |&i| Self::hash(&chains[i].name));
-    }
-
-    pub(crate) fn reserve(&mut self, chains: &[ChainIr<'_>], more: usize) {
-        self.0.reserve(more, |&i| Self::hash(&chains[i].name));
+    /// The position of the chain called `name`.
+    pub(crate) fn chain_position_of(&self, name: &str) -> Option<usize> {
+        self.chain_index
+            .find(name, |at| &self.chains[at as usize].name)
+            .map(|at| at as usize)
     }
 }
 
@@ -161,6 +145,32 @@ pub(crate) struct DnatIr {
 pub(crate) struct MapIr<'a> {
     pub(crate) name: Cow<'a, str>,
     pub(crate) elements: Vec<ElementIr<'a>>,
+}
+
+impl MapIr<'_> {
+    /// The map, owning what it borrowed from the dump, to be kept past it.
+    pub(crate) fn into_owned(self) -> MapIr<'static> {
+        let owned = |c: Cow<'_, str>| Cow::Owned(c.into_owned());
+        MapIr {
+            name: owned(self.name),
+            elements: self
+                .elements
+                .into_iter()
+                .map(|e| ElementIr {
+                    key: e.key,
+                    comment: e.comment.map(owned),
+                    verdict: match e.verdict {
+                        ElementVerdict::Goto(c) => ElementVerdict::Goto(owned(c)),
+                        ElementVerdict::Jump(c) => ElementVerdict::Jump(owned(c)),
+                        ElementVerdict::Drop => ElementVerdict::Drop,
+                        ElementVerdict::Accept => ElementVerdict::Accept,
+                        ElementVerdict::Other(s) => ElementVerdict::Other(s),
+                    },
+                    line: e.line,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One element of a verdict map.

@@ -12,10 +12,9 @@
 //! allocations, mostly repeated chain names. Why not that form packed (as before): every
 //! read after a change unpacked all of it, so each one's peak held it twice.
 
-use std::borrow::Cow;
-
-use super::graph::{DnatRule, Jump, RuleGraph, is_nodeport_map};
-use super::ir::{DnatIr, ElementVerdict, MapIr, RuleIr, TableIr};
+use super::graph::{DnatRule, Jump, RuleGraph, is_nodeport_map, jump_to};
+use super::ir::{DnatIr, MapIr, RuleIr, TableIr};
+use crate::decode::name_index::NameIndex;
 use crate::heart::model::{Family, Unparsed};
 
 /// A name's number in [`Names`].
@@ -29,7 +28,7 @@ const NO_CHAIN: u32 = u32::MAX;
 struct Names {
     pages: Vec<String>,
     spans: Vec<Span>,
-    index: hashbrown::HashTable<NameId>,
+    index: NameIndex,
 }
 
 /// Where a name is: its page, and its bytes in it.
@@ -44,11 +43,6 @@ struct Span {
 const PAGE: usize = 64 << 10;
 
 impl Names {
-    fn hash(name: &str) -> u64 {
-        use std::hash::BuildHasher as _;
-        rustc_hash::FxBuildHasher.hash_one(name)
-    }
-
     fn len(&self) -> usize {
         self.spans.len()
     }
@@ -63,9 +57,7 @@ impl Names {
     }
 
     fn find(&self, name: &str) -> Option<NameId> {
-        self.index
-            .find(Self::hash(name), |&id| self.get(id) == name)
-            .copied()
+        self.index.find(name, |id| self.get(id))
     }
 
     fn intern(&mut self, name: &str) -> NameId {
@@ -91,16 +83,15 @@ impl Names {
         let id = self.spans.len() as NameId;
         self.spans.push(span);
         let (pages, spans) = (&self.pages, &self.spans);
-        self.index.insert_unique(Self::hash(name), id, |&other| {
-            Self::hash(Self::text(pages, spans[other as usize]))
-        });
+        self.index
+            .insert(name, id, |other| Self::text(pages, spans[other as usize]));
         id
     }
 
     fn heap_bytes(&self) -> usize {
         self.pages.iter().map(String::capacity).sum::<usize>()
             + self.spans.capacity() * std::mem::size_of::<Span>()
-            + self.index.capacity() * (4 + 1)
+            + self.index.heap_bytes()
     }
 }
 
@@ -269,25 +260,7 @@ impl KeptTable {
     /// Appends a map read from the kernel.
     pub(crate) fn push_map_ir(&mut self, map: MapIr<'_>) {
         if is_nodeport_map(&map.name) {
-            self.maps.push(KeptMap::NodePorts(MapIr {
-                name: Cow::Owned(map.name.into_owned()),
-                elements: map
-                    .elements
-                    .into_iter()
-                    .map(|e| super::ir::ElementIr {
-                        key: e.key,
-                        comment: e.comment.map(|c| Cow::Owned(c.into_owned())),
-                        verdict: match e.verdict {
-                            ElementVerdict::Goto(c) => ElementVerdict::Goto(Cow::Owned(c.into_owned())),
-                            ElementVerdict::Jump(c) => ElementVerdict::Jump(Cow::Owned(c.into_owned())),
-                            ElementVerdict::Drop => ElementVerdict::Drop,
-                            ElementVerdict::Accept => ElementVerdict::Accept,
-                            ElementVerdict::Other(s) => ElementVerdict::Other(s),
-                        },
-                        line: e.line,
-                    })
-                    .collect(),
-            }));
+            self.maps.push(KeptMap::NodePorts(map.into_owned()));
             return;
         }
         let jumps = map
@@ -494,7 +467,7 @@ impl RuleGraph for KeptTable {
                 .into_iter()
                 .flat_map(|m| &m.elements)
                 .filter_map(|e| e.verdict.chain())
-                .map(|c| self.find_chain(c).ok_or(c));
+                .map(|c| jump_to(self, c));
             nodeports.chain(others.iter().map(|&id| self.jump(id)))
         })
     }

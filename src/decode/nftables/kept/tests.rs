@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use super::*;
 use crate::decode::nftables::ir::ParsedRuleset;
 use crate::decode::nftables::{build_rule_sources, build_sources, text};
