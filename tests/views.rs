@@ -503,31 +503,27 @@ fn man_pages_cover_every_command_and_its_flags() {
     );
 }
 
-#[test]
-fn the_cli_reference_is_up_to_date() {
-    let path = support::root().join("docs/cli.md");
-    let written = std::fs::read_to_string(&path).unwrap_or_default();
-    let now = portdrift::cli::cli_reference();
+/// `docs/PAGE` is `now`, which `portdrift dev COMMAND` prints.
+fn assert_generated_page(page: &str, command: &str, now: &str) {
+    let written = std::fs::read_to_string(support::root().join("docs").join(page)).unwrap_or_default();
     assert!(
         written == now,
-        "docs/cli.md is out of date: regenerate it with `cargo run -- dev cli-reference > docs/cli.md`"
+        "docs/{page} is out of date: regenerate it with `cargo run -- dev {command} > docs/{page}`"
     );
     // And it is what the binary prints.
-    let out = support::portdrift(&["dev", "cli-reference"]);
+    let out = support::portdrift(&["dev", command]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), now);
 }
 
 #[test]
+fn the_cli_reference_is_up_to_date() {
+    assert_generated_page("cli.md", "cli-reference", &portdrift::cli::cli_reference());
+}
+
+#[test]
 fn the_metrics_reference_is_up_to_date_and_operate_explains_every_metric() {
-    let path = support::root().join("docs/metrics.md");
-    let written = std::fs::read_to_string(&path).unwrap_or_default();
     let now = portdrift::cli::metrics_reference();
-    assert!(
-        written == now,
-        "docs/metrics.md is out of date: regenerate it with `cargo run -- dev metrics-reference > docs/metrics.md`"
-    );
-    let out = support::portdrift(&["dev", "metrics-reference"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), now);
+    assert_generated_page("metrics.md", "metrics-reference", &now);
     // operate.md's table says how to read each one.
     let operate = std::fs::read_to_string(support::root().join("docs/operate.md")).unwrap();
     let names: Vec<&str> = now

@@ -34,20 +34,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             dev::print_nft_sources(via, reread_after.as_deref())
         }
         Command::Dev(DevCommand::IptablesSave { family }) => dev::print_iptables_save(&family),
-        Command::Dev(DevCommand::CliReference) => {
-            std::io::Write::write_all(
-                &mut std::io::stdout().lock(),
-                super::docs::cli_reference().as_bytes(),
-            )?;
-            Ok(0)
-        }
-        Command::Dev(DevCommand::MetricsReference) => {
-            std::io::Write::write_all(
-                &mut std::io::stdout().lock(),
-                super::docs::metrics_reference().as_bytes(),
-            )?;
-            Ok(0)
-        }
+        Command::Dev(DevCommand::CliReference) => print_page(&super::docs::cli_reference()),
+        Command::Dev(DevCommand::MetricsReference) => print_page(&super::docs::metrics_reference()),
         Command::Run(args) => {
             crate::agent::daemon::run(args.agent_config()?)?;
             Ok(0)
@@ -197,5 +185,11 @@ fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
         }
     }
     stdout.flush()?;
+    Ok(0)
+}
+
+/// Prints a generated page (docs/cli.md, docs/metrics.md) to standard output.
+fn print_page(page: &str) -> anyhow::Result<u8> {
+    std::io::Write::write_all(&mut std::io::stdout().lock(), page.as_bytes())?;
     Ok(0)
 }

@@ -329,9 +329,9 @@ fn sources_rules_and_listeners_are_exported_with_bounded_labels() {
     assert_promtool(&text);
 }
 
-#[test]
-fn api_watches_export_their_state_and_last_activity() {
-    let watch = |synced, ago: Option<u64>, errors| WatchStatus {
+/// A watch of 4 objects, fresh when heard from `ago` seconds back (under a minute).
+fn watch(synced: bool, ago: Option<u64>, errors: u64) -> WatchStatus {
+    WatchStatus {
         synced,
         fresh: synced && ago.is_some_and(|a| a < 60),
         failing: false,
@@ -343,7 +343,11 @@ fn api_watches_export_their_state_and_last_activity() {
         errors,
         errors_by_kind: Default::default(),
         last_error: None,
-    };
+    }
+}
+
+#[test]
+fn api_watches_export_their_state_and_last_activity() {
     let m = Metrics::new();
     let view = ViewStatus {
         synced: true,
@@ -439,26 +443,13 @@ fn the_reference_lists_every_metric_as_it_is_exposed() {
         ..Default::default()
     });
     m.scan_done(&r, &times(4), 1.7e9);
-    let watch = WatchStatus {
-        synced: true,
-        fresh: true,
-        failing: false,
-        relisting: false,
-        objects: 1,
-        since_last_event: None,
-        since_last_activity: Some(Duration::from_secs(1)),
-        relists: 0,
-        errors: 1,
-        errors_by_kind: Default::default(),
-        last_error: None,
-    };
     m.set_api_watches(
         &ViewStatus {
             synced: true,
             fresh: true,
             staleness: Duration::from_secs(60),
-            services: watch.clone(),
-            endpoint_slices: watch,
+            services: watch(true, Some(1), 1),
+            endpoint_slices: watch(true, Some(1), 1),
             node: None,
         },
         1000.0,
@@ -468,8 +459,9 @@ fn the_reference_lists_every_metric_as_it_is_exposed() {
     let docs = m.docs();
     // The text format's family name: a counter's is without `_total`, except a
     // collector's (as Go exporters name process_cpu_seconds_total).
-    let is =
-        |doc: &MetricDocRef, name: &str| doc.name == name || doc.name.strip_suffix("_total") == Some(name);
+    let is = |doc: &described::MetricDoc, name: &str| {
+        doc.name == name || doc.name.strip_suffix("_total") == Some(name)
+    };
     let mut seen = std::collections::BTreeSet::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
@@ -514,5 +506,3 @@ fn the_reference_lists_every_metric_as_it_is_exposed() {
     let listed: std::collections::BTreeSet<String> = docs.iter().map(|d| d.name.clone()).collect();
     assert_eq!(seen, listed, "every metric in the reference has series here");
 }
-
-type MetricDocRef = described::MetricDoc;
