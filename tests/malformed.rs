@@ -140,3 +140,35 @@ fn odd_proc_net_lines_are_reported_not_fatal() {
         "{report}"
     );
 }
+
+#[test]
+fn a_listing_of_another_kind_is_refused_in_one_sentence() {
+    // What people paste where the iptables-save dump belongs: the nft ruleset, its JSON,
+    // an `iptables -L` listing. Each is one clear error, not a line-by-line flood, and
+    // the check says it is incomplete (exit 3), never all-clear.
+    let nft = fs::read(support::root().join("testdata/clean-nftables/nft.txt")).unwrap();
+    let json = fs::read(support::root().join("testdata/clean-nftables/nft.json")).unwrap();
+    let list = b"Chain KUBE-NODEPORTS (1 references)\ntarget     prot opt source               destination\nKUBE-EXT-X  tcp  --  0.0.0.0/0            0.0.0.0/0            tcp dpt:30080\n";
+    for (dump, says) in [
+        (&nft[..], "`nft list ruleset` listing"),
+        (&json[..], "JSON document"),
+        (&list[..], "`iptables -L` listing"),
+    ] {
+        let dir = bundle(&[("iptables-nft-save.txt", dump)]);
+        let (code, stdout, stderr) = run(&dir);
+        assert_eq!(code, 3, "{stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let src = &report["sources"][0];
+        assert_eq!(
+            (&src["source"], &src["status"]),
+            (&"iptables-nft-save.txt".into(), &"error".into())
+        );
+        let notes = src["notes"].to_string();
+        assert!(
+            notes.contains("not an iptables-save dump: line 1") && notes.contains(says),
+            "{notes}"
+        );
+        assert_eq!(report["findings"].as_array().unwrap().len(), 0, "{stdout}");
+        assert_eq!(report["coverage"]["complete"], false, "{}", report["coverage"]);
+    }
+}

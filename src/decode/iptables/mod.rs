@@ -27,6 +27,7 @@ use crate::heart::model::{
 };
 
 mod args;
+mod foreign;
 mod line_parser;
 mod listing;
 mod rules;
@@ -34,6 +35,7 @@ mod signals;
 mod values;
 mod walker;
 
+pub use foreign::{ForeignDump, ForeignKind, sniff_foreign};
 use listing::Listing;
 
 /// What the caller knows about a dump before reading it (from its file name or the

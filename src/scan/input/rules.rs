@@ -1,6 +1,8 @@
 //! Reading the netfilter rules: the iptables dumps and kube-proxy's nftables tables,
 //! the source's own way (netlink) when it has one, else from the dump's text.
 
+use std::io;
+
 use crate::decode::iptables::{self, SourceHint};
 use crate::decode::nftables;
 use crate::heart::model::{Backend, Family, RuleSource};
@@ -83,6 +85,11 @@ fn read_iptables_dump<S: Source>(
         family: Some(family),
     };
     let fetched = src.fetch(name, move |r| {
+        // Another kind of listing (nft text or JSON, `iptables -L`) is refused whole, in
+        // one sentence, rather than read as thousands of lines not understood.
+        if let Some(foreign) = iptables::sniff_foreign(r.fill_buf()?) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, foreign));
+        }
         let mut counting = crate::sources::bundle::Counting { inner: r, count: 0 };
         let parsed = iptables::parse_save(&mut counting, &origin, hint)?;
         Ok((parsed, counting.count))
