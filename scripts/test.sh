@@ -72,6 +72,7 @@ python3 scripts/check-workflows.py
 # actionlint (shellchecking run: scripts too, with the shellcheck installed above).
 if command -v actionlint >/dev/null; then
   actionlint .github/workflows/*.yml
+  echo "actionlint: $(actionlint -version | head -1), no problems"
 elif [ -n "${CI:-}" ]; then
   echo "actionlint is not installed (see the virtualenv above)" >&2
   exit 1
