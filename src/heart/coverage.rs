@@ -15,6 +15,7 @@ use crate::heart::model::{Backend, Family, ProxyMode};
 use crate::heart::observed::Observed;
 use crate::heart::observed::SOCKET_FILES;
 use crate::heart::proxy_mode::ProxyDecision;
+use crate::heart::render::count_of;
 use crate::heart::source_status::{SourceState, SourceStatus};
 
 /// The `coverage` object of the JSON report (a contract: fields may be added, never
@@ -79,10 +80,27 @@ pub fn assess(input: &CoverageInput<'_>) -> Coverage {
             "Services on this node are handled by a kube-proxy replacement ({}), not kube-proxy: portdrift does not read its maps, so NodePort forwarding was not checked; squatters, the port-range overlap and nodePort collisions in the API were.",
             proxy.evidence
         )),
-        ProxyMode::None => not_checked.push(format!(
-            "No Service proxy's NodePort rules were found ({}), so NodePort forwarding was not checked: if kube-proxy should run on this node, it has programmed nothing the dumps show.",
-            proxy.evidence
-        )),
+        ProxyMode::None => {
+            // A dump that could not be read may be where the proxy's rules are: then the
+            // node is not said to hold none.
+            let unread = input
+                .sources
+                .iter()
+                .filter(|s| s.backend.is_some() && s.status.is_failure())
+                .count();
+            not_checked.push(if unread == 0 {
+                format!(
+                    "No Service proxy's NodePort rules were found ({}), so NodePort forwarding was not checked: if kube-proxy should run on this node, it has programmed nothing the dumps show.",
+                    proxy.evidence
+                )
+            } else {
+                format!(
+                    "No Service proxy's NodePort rules were found in the rule dumps that could be read ({}), so NodePort forwarding was not checked: the {} that could not be read (below) may hold them.",
+                    proxy.evidence,
+                    count_of(unread, "dump")
+                )
+            });
+        }
     }
     not_checked.extend(proxy.unjudged.iter().cloned());
 

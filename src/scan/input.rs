@@ -121,7 +121,12 @@ fn settle<T, S: Source>(src: &S, name: &str, fetched: Fetched<T>) -> Option<Sett
         Some(Err(_)) if state == SourceState::TooLarge => {}
         Some(Err(e)) => {
             status.status = SourceState::Error;
-            status.notes.push(format!("reading it failed: {e}"));
+            // A file of the wrong kind says what it is itself; a failed read is said as one.
+            status.notes.push(if e.kind() == std::io::ErrorKind::InvalidData {
+                e.to_string()
+            } else {
+                format!("reading it failed: {e}")
+            });
         }
         None => {}
     }

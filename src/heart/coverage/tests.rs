@@ -99,6 +99,47 @@ fn a_cut_dump_is_partial_and_concludes_nothing_from_absence() {
 }
 
 #[test]
+fn a_dump_that_could_not_be_read_is_not_taken_for_a_node_without_a_proxy() {
+    // kube-proxy's rules given as `iptables -L`: refused, so no proxy is found, and the
+    // report must not say the node has none.
+    let r = scan_changed("clean-iptables", |d| {
+        std::fs::write(
+            d.join("iptables-nft-save.txt"),
+            "Chain KUBE-NODEPORTS (1 references)\ntarget     prot opt source               destination\n",
+        )
+        .unwrap();
+    });
+    assert_eq!(r.coverage.proxy_mode, ProxyMode::None);
+    assert_eq!(r.exit_code(), 3);
+    let first = &r.coverage.not_checked[0];
+    assert!(
+        first.contains("in the rule dumps that could be read")
+            && first.contains("the 1 dump that could not be read"),
+        "{first}"
+    );
+    assert!(!says(&r, "it has programmed nothing"), "{:?}", r.coverage);
+    assert!(
+        says(
+            &r,
+            "iptables-nft-save.txt could not be read (error: not an iptables-save dump"
+        ),
+        "{:?}",
+        r.coverage
+    );
+    // With every dump read, a node without rules is said to have none.
+    let r = scan_changed("clean-iptables", |d| {
+        for name in ["iptables-nft-save.txt", "iptables-legacy-save.txt"] {
+            std::fs::write(d.join(name), "").unwrap();
+        }
+    });
+    assert!(
+        says(&r, "it has programmed nothing the dumps show"),
+        "{:?}",
+        r.coverage
+    );
+}
+
+#[test]
 fn sockets_not_read_leave_squatters_unchecked() {
     let r = scan_changed("clean-iptables", |d| remove(d, "proc/net/udp6"));
     assert!(says(&r, "proc/net/udp6"), "{:?}", r.coverage);
