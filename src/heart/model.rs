@@ -359,6 +359,9 @@ pub struct RuleSource {
     pub gaps: Vec<String>,
     /// Rules in kube-proxy's chains that kube-proxy never writes.
     pub malformed: Vec<MalformedRule>,
+    /// The source shows the table where NodePort forwarding lives (iptables' nat, or
+    /// the node has none): only then can a forwarding rule be concluded missing.
+    pub forwarding_shown: bool,
 }
 
 /// The Service proxy that programs a node's NodePorts.
@@ -456,6 +459,7 @@ impl RuleSource {
             signals: ProxySignals::default(),
             gaps: Vec::new(),
             malformed: Vec::new(),
+            forwarding_shown: true,
         }
     }
 }

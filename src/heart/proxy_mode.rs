@@ -90,7 +90,7 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
             // whole dump can show.
             sources
                 .iter()
-                .filter(|s| s.complete)
+                .filter(|s| s.complete && s.forwarding_shown)
                 .find_map(|s| s.signals.replacement.as_ref())
                 .map(|(who, chain)| (ProxyMode::Replaced, format!("{who}: chain {chain}")))
         }

@@ -67,6 +67,12 @@ pub trait Source {
         name.to_string()
     }
 
+    /// Whether its iptables dumps show every table the kernel has (the live node runs
+    /// the tools without `-t`). A bundle's file may have been captured a table at a time.
+    fn dumps_whole(&self) -> bool {
+        false
+    }
+
     /// Statuses about the source itself (an unreadable manifest), for the report.
     fn own_statuses(&self) -> Vec<crate::heart::outcome::SourceStatus> {
         Vec::new()

@@ -463,6 +463,11 @@ impl Source for LiveNode {
         }
     }
 
+    /// The tools run without `-t`, and netlink reads every table.
+    fn dumps_whole(&self) -> bool {
+        true
+    }
+
     fn label(&self, name: &str) -> String {
         if let Some((program, args)) = tool_for(name) {
             return std::iter::once(program)

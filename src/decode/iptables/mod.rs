@@ -44,6 +44,11 @@ use listing::Listing;
 pub struct SourceHint {
     pub backend: Option<Backend>,
     pub family: Option<Family>,
+    /// The dump shows every table the kernel has (a live read, or the tool run without
+    /// `-t`): a table it lacks is absent from the node. Otherwise (a file, which may
+    /// have been captured one table at a time, or `iptables -S`, the filter table alone)
+    /// a missing table is not seen, and nothing is concluded missing from it.
+    pub whole: bool,
 }
 
 /// How much of an unparsed line is kept for the report.

@@ -115,6 +115,7 @@ impl Parser {
             signals,
             gaps,
             malformed,
+            forwarding_shown: self.saw_nat || self.hint.whole,
         }
     }
 
@@ -165,15 +166,15 @@ impl Parser {
 
     /// kube-proxy writes to both nat and filter: a dump that holds its chains in one and
     /// leaves the other table out (`iptables-save -t nat`, `iptables -t nat -S`) cannot
-    /// show what the other holds.
+    /// show what the other holds. A whole dump lacks only what the node lacks.
     pub(super) fn gaps(&self, has_kube_proxy: bool) -> Vec<String> {
         let mut gaps = Vec::new();
-        if !has_kube_proxy {
+        if !has_kube_proxy || self.hint.whole {
             return gaps;
         }
         if !self.saw_nat {
             gaps.push(format!(
-                "{} holds no nat table, where kube-proxy's NodePort forwarding lives: stale, duplicate and missing forwarding rules were not checked in it",
+                "{} holds no nat table, where kube-proxy's NodePort forwarding lives: stale, duplicate and missing forwarding rules were not checked in it (`iptables -S` lists the filter table alone: capture the node with iptables-save, or add `iptables -t nat -S`)",
                 self.origin
             ));
         }

@@ -67,6 +67,8 @@ fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unpar
         signals: Default::default(),
         gaps: Vec::new(),
         malformed: Vec::new(),
+        // kube-proxy's own table holds its maps and chains together.
+        forwarding_shown: true,
     }
 }
 

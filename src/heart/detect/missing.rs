@@ -20,8 +20,9 @@ pub(super) fn missing_rules(
     index: &DesiredIndex<'_>,
     out: &mut Vec<Finding>,
 ) {
-    if !primary.complete {
-        // A truncated or partly unreadable dump cannot prove a rule is absent.
+    if !primary.complete || !primary.forwarding_shown {
+        // A truncated or partly unreadable dump cannot prove a rule is absent, nor can
+        // one that leaves out the nat table (`iptables -S` is the filter table alone).
         return;
     }
     let by_port = PortIndex::new(

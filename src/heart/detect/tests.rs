@@ -86,7 +86,7 @@ fn observed(dumps: &[(&str, Backend)]) -> Observed {
                     b.as_str(),
                     SourceHint {
                         backend: Some(*b),
-                        family: None,
+                        ..Default::default()
                     },
                 )
             })
@@ -249,6 +249,44 @@ fn no_missing_findings_without_kube_proxy_or_from_a_truncated_dump() {
     let nat = kube_proxy_nat(&[], "");
     let cut = nat.trim_end_matches("COMMIT\n");
     assert_eq!(kinds(&run(&d, &observed(&[(cut, Backend::IptablesNft)]))), []);
+}
+
+#[test]
+fn a_listing_of_the_filter_table_alone_proves_no_forwarding_rule_missing() {
+    // `iptables -S`: the filter table alone, kube-proxy's chains in it. Read from a file
+    // it may leave the nat table out, so no rule is missing; read whole (the live node),
+    // the node has no nat table, and every Service with endpoints lacks its rule.
+    let d = state(vec![
+        port(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"]),
+        port("shop/empty:http", Protocol::Tcp, 30090, &[]),
+    ]);
+    let listing = "-P INPUT ACCEPT\n-P FORWARD ACCEPT\n-P OUTPUT ACCEPT\n-N KUBE-EXTERNAL-SERVICES\n-N KUBE-NODEPORTS\n-A INPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes externally-visible service portals\" -j KUBE-EXTERNAL-SERVICES\n-A KUBE-EXTERNAL-SERVICES -p tcp -m comment --comment \"shop/empty:http has no endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport 30090 -j REJECT --reject-with icmp-port-unreachable\n";
+    let read = |whole: bool| {
+        let source = parse_save_str(
+            listing,
+            "iptables-nft-save.txt",
+            SourceHint {
+                backend: Some(Backend::IptablesNft),
+                family: Some(Family::Ipv4),
+                whole,
+            },
+        );
+        assert!(source.has_kube_proxy && source.complete);
+        let obs = Observed {
+            sources: vec![source],
+            ..Default::default()
+        };
+        (run(&d, &obs), obs.sources[0].gaps.clone())
+    };
+    let (findings, gaps) = read(false);
+    assert_eq!(kinds(&findings), []);
+    assert!(gaps[0].contains("holds no nat table"), "{gaps:?}");
+    let (findings, gaps) = read(true);
+    assert_eq!(
+        kinds(&findings),
+        [(Kind::MissingRule, Severity::Critical, Some(30080), None)]
+    );
+    assert_eq!(gaps, Vec::<String>::new());
 }
 
 #[test]

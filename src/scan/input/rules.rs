@@ -83,6 +83,7 @@ fn read_iptables_dump<S: Source>(
     let hint = SourceHint {
         backend,
         family: Some(family),
+        whole: src.dumps_whole(),
     };
     let fetched = src.fetch(name, move |r| {
         // Another kind of listing (nft text or JSON, `iptables -L`) is refused whole, in

@@ -40,6 +40,7 @@ pub fn read_rules_netlink(
     let hint = SourceHint {
         backend: Some(Backend::IptablesNft),
         family: Some(family),
+        whole: true,
     };
     let deadline = Instant::now() + limits.timeout;
     let mut conn = Conn::open(limits, deadline, None)?;
@@ -297,6 +298,7 @@ pub fn read_rules_following(
     let hint = SourceHint {
         backend: Some(Backend::IptablesNft),
         family: Some(family),
+        whole: true,
     };
     let mut parser = LineParser::new(origin, hint);
     followed

@@ -110,6 +110,7 @@ fn case(text: &str) -> Case {
         SourceHint {
             backend: Some(Backend::IptablesNft),
             family: Some(Family::Ipv4),
+            whole: false,
         },
     );
     let observed = Observed {
