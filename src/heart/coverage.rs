@@ -15,8 +15,8 @@ use crate::heart::model::{Backend, Family, ProxyMode};
 use crate::heart::observed::Observed;
 use crate::heart::observed::SOCKET_FILES;
 use crate::heart::proxy_mode::ProxyDecision;
-use crate::heart::render::count_of;
 use crate::heart::source_status::{SourceState, SourceStatus};
+use crate::heart::words::count_of;
 
 /// The `coverage` object of the JSON report (a contract: fields may be added, never
 /// renamed or removed).

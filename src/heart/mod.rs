@@ -15,3 +15,4 @@ pub mod render;
 pub mod repair;
 pub mod source_status;
 pub mod views;
+pub mod words;

@@ -10,6 +10,7 @@ use std::fmt::Write;
 
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::outcome::{ScanReport, SourceState};
+use crate::heart::words::count_of;
 
 /// Above this many info findings, they are summarised by kind.
 const INFO_LISTED: usize = 20;
@@ -183,15 +184,6 @@ fn render_sources(out: &mut String, report: &ScanReport) {
                 let _ = writeln!(out, "      {n}");
             }
         }
-    }
-}
-
-/// `1 listener`, `4 listeners`: a count and its noun, in the plural unless it is one.
-pub fn count_of(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
     }
 }
 

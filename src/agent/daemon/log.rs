@@ -141,7 +141,7 @@ pub(super) fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
         api_fresh = fresh,
         scans,
         "summary: {} ({} critical, {} warning, {} info)",
-        crate::heart::render::count_of(report.findings.len(), "finding"),
+        crate::heart::words::count_of(report.findings.len(), "finding"),
         count(Severity::Critical),
         count(Severity::Warning),
         count(Severity::Info),

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::heart::finding::{Finding, Severity};
-use crate::heart::render::count_of;
+use crate::heart::words::count_of;
 
 /// The condition's `type`.
 pub const CONDITION_TYPE: &str = "NodePortDrift";

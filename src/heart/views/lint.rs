@@ -8,9 +8,9 @@ use std::ops::RangeInclusive;
 
 use serde::Serialize;
 
-use crate::heart::render::count_of;
 use crate::heart::views::claims::Claim;
 use crate::heart::views::manifest::{Located, ManifestProblem, ManifestService};
+use crate::heart::words::count_of;
 
 /// How bad a lint finding is: errors fail the check (exit 1), warnings do not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

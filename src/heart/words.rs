@@ -1,0 +1,10 @@
+//! Words shared by every text portdrift writes (reports, logs, the Node condition).
+
+/// `1 listener`, `4 listeners`: a count and its noun, in the plural unless it is one.
+pub fn count_of(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
