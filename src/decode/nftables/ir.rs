@@ -28,6 +28,28 @@ impl<'a> ParsedRuleset<'a> {
             }
         }
     }
+
+    /// A dump whose kube-proxy table has Service chains but not one map element left
+    /// the elements out (`nft -t list ruleset`, `nft list chains`): kube-proxy reaches
+    /// every Service chain through its maps (`service-ips` at least), so the table
+    /// cannot be that way. Such a table is incomplete, and nothing is concluded missing
+    /// from it. For a dump's text or JSON; a netlink read lists elements always.
+    pub(crate) fn note_elements_left_out(&mut self) {
+        for table in &mut self.tables {
+            let service_chains = table
+                .chains
+                .iter()
+                .filter(|c| super::is_service_chain(&c.name))
+                .count();
+            if service_chains == 0 || table.maps.iter().any(|m| !m.elements.is_empty()) {
+                continue;
+            }
+            table.complete = false;
+            table.notes.push(format!(
+                "the table has {service_chains} Service chains but no map element, though its maps lead to every Service: the dump leaves elements out, as `nft -t list ruleset` and `nft list chains` do; capture it with `nft list ruleset` or `nft -j list ruleset`"
+            ));
+        }
+    }
 }
 
 /// One kube-proxy table, reduced to what NodePort resolution needs.

@@ -6,6 +6,7 @@ use crate::heart::detect::DetectConfig;
 use crate::heart::model::ProxyMode;
 use crate::heart::outcome::{ScanReport, run_scan};
 use crate::scan::input::read_bundle;
+use crate::testing::files::copy_dir;
 
 fn testdata(bundle: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,19 +24,6 @@ fn scan_changed(bundle: &str, change: impl FnOnce(&Path)) -> ScanReport {
 
 fn scan_with(dir: &Path, config: &DetectConfig) -> ScanReport {
     run_scan(read_bundle(dir, None).unwrap(), config)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let dest = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&dest).unwrap();
-            copy_dir(&entry.path(), &dest);
-        } else {
-            std::fs::copy(entry.path(), &dest).unwrap();
-        }
-    }
 }
 
 fn remove(dir: &Path, name: &str) {
