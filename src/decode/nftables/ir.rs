@@ -29,12 +29,18 @@ impl<'a> ParsedRuleset<'a> {
         }
     }
 
-    /// A dump whose kube-proxy table has Service chains but not one map element left
-    /// the elements out (`nft -t list ruleset`, `nft list chains`): kube-proxy reaches
-    /// every Service chain through its maps (`service-ips` at least), so the table
-    /// cannot be that way. Such a table is incomplete, and nothing is concluded missing
-    /// from it. For a dump's text or JSON; a netlink read lists elements always.
-    pub(crate) fn note_elements_left_out(&mut self) {
+    /// Marks incomplete each kube-proxy table that a dump's text or JSON shows only in
+    /// part, as listings of part of it do, so that nothing is concluded missing from it.
+    /// A netlink read lists every chain and element.
+    pub(crate) fn note_what_is_left_out(&mut self) {
+        self.note_elements_left_out();
+        self.note_chains_left_out();
+    }
+
+    /// Service chains but not one map element: the elements were left out (`nft -t
+    /// list ruleset`, `nft list chains`), since kube-proxy reaches every Service chain
+    /// through its maps (`service-ips` at least).
+    fn note_elements_left_out(&mut self) {
         for table in &mut self.tables {
             let service_chains = table
                 .chains
@@ -47,6 +53,36 @@ impl<'a> ParsedRuleset<'a> {
             table.complete = false;
             table.notes.push(format!(
                 "the table has {service_chains} Service chains but no map element, though its maps lead to every Service: the dump leaves elements out, as `nft -t list ruleset` and `nft list chains` do; capture it with `nft list ruleset` or `nft -j list ruleset`"
+            ));
+        }
+    }
+
+    /// Jumps and map verdicts to chains the dump does not hold: the kernel refuses
+    /// such a jump and keeps a chain while one leads to it, so the dump shows part of
+    /// the table (`nft list map …`, a chain cut out of a paste).
+    fn note_chains_left_out(&mut self) {
+        for table in &mut self.tables {
+            let rule_jumps = table
+                .chains
+                .iter()
+                .flat_map(|c| &c.rules)
+                .flat_map(|r| &r.jumps)
+                .map(|j| &**j);
+            let element_jumps = table
+                .maps
+                .iter()
+                .flat_map(|m| &m.elements)
+                .filter_map(|e| e.verdict.chain());
+            let mut absent = rule_jumps
+                .chain(element_jumps)
+                .filter(|name| table.chain_position_of(name).is_none());
+            let Some(first) = absent.next() else { continue };
+            let (first, more) = (first.to_string(), absent.count());
+            table.complete = false;
+            table.notes.push(format!(
+                "{} lead to chains the dump does not hold ({first}{}), which the kernel never allows: the dump shows part of the table, as `nft list map` does; capture it with `nft list ruleset` or `nft -j list ruleset`",
+                crate::heart::words::count_of(more + 1, "jump"),
+                if more > 0 { ", …" } else { "" }
             ));
         }
     }

@@ -62,7 +62,7 @@ pub(super) fn parse<'a>(input: &'a [u8], origin: &str) -> Result<ParsedRuleset<'
             return Err(classify_error(e, origin));
         }
     }
-    parsed.note_elements_left_out();
+    parsed.note_what_is_left_out();
     Ok(parsed)
 }
 

@@ -60,7 +60,7 @@ pub(super) fn parse<'a>(input: &'a str, origin: &str) -> Result<ParsedRuleset<'a
         });
     }
     note_truncation(&mut parsed, &scope);
-    parsed.note_elements_left_out();
+    parsed.note_what_is_left_out();
     Ok(parsed)
 }
 
