@@ -74,13 +74,14 @@ impl Parser {
                 orphans[i].dnat.get_or_insert(SocketAddr::new(d.ip, port));
             }
         }
-        let complete = !self.uncommitted && self.unparsed.is_empty() && self.guessed_lines == 0;
+        let mut complete = !self.uncommitted && self.unparsed.is_empty() && self.guessed_lines == 0;
         let signals = self.signals();
         let gaps = self.gaps(has_kube_proxy || signals.iptables_mode);
         let mut malformed = std::mem::take(&mut self.malformed);
         // A jump to an undeclared chain is proof only where the dump shows every
         // declaration.
         if complete {
+            let mut dangling: Option<(String, usize)> = None;
             for (table, target, rule) in std::mem::take(&mut self.undeclared_jumps) {
                 let (t, name) = match table {
                     TableKind::Nat => (&self.nat, "nat"),
@@ -89,6 +90,7 @@ impl Parser {
                 if t.declares(&target) {
                     continue;
                 }
+                dangling.get_or_insert_with(|| (target.clone(), 0)).1 += 1;
                 let chain = rule_chain(&rule.text).to_string();
                 malformed.push(MalformedRule {
                     table: name.to_string(),
@@ -96,6 +98,15 @@ impl Parser {
                     problem: format!("jumps to {target}, a chain the {name} table does not declare"),
                     rule,
                 });
+            }
+            // The kernel refuses a jump to a chain that does not exist and keeps a chain
+            // while one leads to it: such a dump is not the kernel's whole picture.
+            if let Some((first, count)) = dangling {
+                complete = false;
+                self.notes.push(format!(
+                    "{} to chains the dump does not declare (first: {first}), which the kernel never allows: the dump shows part of its tables (a chain cut out of a paste), or was printed by an iptables that does not match the one that wrote the rules (kubernetes#112477)",
+                    if count == 1 { "1 rule jumps".to_string() } else { format!("{count} rules jump") }
+                ));
             }
         }
         malformed.sort_by_key(|m| m.rule.line);
