@@ -671,3 +671,63 @@ fn a_rule_kube_proxy_never_writes_is_found_in_either_backend() {
         );
     }
 }
+
+#[test]
+fn nodeport_rules_no_packet_reaches_are_one_critical_finding() {
+    // kube-proxy's rules for every NodePort are in place, but the jump from
+    // KUBE-SERVICES to KUBE-NODEPORTS (its last rule) is gone: no NodePort works on the
+    // node, which had been reported as no drift at all.
+    if !support::require_root("an unreached KUBE-NODEPORTS") {
+        return;
+    }
+    let bundle = "clean-iptables";
+    let scratch = TempDir::new().unwrap();
+    let (out, snap) = (scratch.path().join("live.json"), scratch.path().join("snapshot"));
+    let script = format!(
+        "set -e; last=$(iptables-nft -t nat -S KUBE-SERVICES | grep -c '^-A'); \
+         iptables-nft -t nat -S KUBE-SERVICES | tail -n 1 | grep -q -- '-j KUBE-NODEPORTS'; \
+         iptables-nft -t nat -D KUBE-SERVICES \"$last\"; set +e; \
+         {PORTDRIFT} scan --cluster-state \"$BUNDLE/cluster.json\" --node \"$(cat \"$BUNDLE/node\")\" --format json \
+           --kube-proxy-healthz off --kube-proxy-metrics off > {out}; echo $? > {out}.code; \
+         {PORTDRIFT} snapshot --out {snap} --cluster-state \"$BUNDLE/cluster.json\" --node \"$(cat \"$BUNDLE/node\")\" \
+           --kube-proxy-healthz off --kube-proxy-metrics off > /dev/null",
+        out = out.display(),
+        snap = snap.display()
+    );
+    in_bundle_node(bundle, &["/bin/sh", "-c", &script]);
+    let live = json(&std::fs::read(&out).unwrap(), bundle);
+    let code: i32 = std::fs::read_to_string(scratch.path().join("live.json.code"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(code, 1, "{live:#}");
+    let criticals: Vec<&Value> = live["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "critical")
+        .collect();
+    assert_eq!(criticals.len(), 1, "{criticals:#?}");
+    let f = criticals[0];
+    assert_eq!(
+        (&f["kind"], &f["backend"], &f["family"], &f["port"]),
+        (
+            &"missing-rule".into(),
+            &"iptables-nft".into(),
+            &"ipv4".into(),
+            &Value::Null
+        ),
+        "{f:#}"
+    );
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("lacks kube-proxy's nat KUBE-SERVICES -j KUBE-NODEPORTS, so no packet reaches"),
+        "{f:#}"
+    );
+    // The node's snapshot, scanned offline, says the same.
+    let (offline_code, offline) = support::scan_json(&snap, &[]);
+    assert_eq!((offline_code, findings(&offline)), (1, findings(&live)));
+}

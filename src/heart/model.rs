@@ -362,6 +362,16 @@ pub struct RuleSource {
     /// The source shows the table where NodePort forwarding lives (iptables' nat, or
     /// the node has none): only then can a forwarding rule be concluded missing.
     pub forwarding_shown: bool,
+    /// The jumps of kube-proxy's iptables mode that lead packets to its NodePort rules
+    /// and that the nat table lacks: without them those rules are never reached.
+    pub missing_entry: Vec<EntryJump>,
+}
+
+/// A jump in the nat table on the way in to kube-proxy's NodePort rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryJump {
+    pub chain: &'static str,
+    pub target: &'static str,
 }
 
 /// The Service proxy that programs a node's NodePorts.
@@ -460,6 +470,7 @@ impl RuleSource {
             gaps: Vec::new(),
             malformed: Vec::new(),
             forwarding_shown: true,
+            missing_entry: Vec::new(),
         }
     }
 }

@@ -42,6 +42,8 @@ impl Parser {
             saw_nat: false,
             saw_filter: false,
             services_dispatch: (0, 0),
+            prerouting_to_services: false,
+            services_to_nodeports: false,
             filter_verdicts: 0,
             ipvs: Vec::new(),
             replacement: None,
@@ -360,7 +362,9 @@ impl Parser {
         match kind {
             TableKind::Nat => {
                 if kube_proxy::chain_hash(chain).is_none() {
-                    self.note_ipvs_rule(chain, args.target.as_deref().unwrap_or(""), spec);
+                    let target = args.target.as_deref().unwrap_or("");
+                    self.note_entry(chain, target);
+                    self.note_ipvs_rule(chain, target, spec);
                 }
                 self.nat_rule(number, text, chain, &args)
             }
@@ -394,6 +398,15 @@ impl Parser {
                     line: number,
                 },
             ));
+        }
+    }
+
+    /// A nat rule on the way in to kube-proxy's NodePort rules.
+    pub(super) fn note_entry(&mut self, chain: &str, target: &str) {
+        match (chain, target) {
+            ("PREROUTING", "KUBE-SERVICES") => self.prerouting_to_services = true,
+            ("KUBE-SERVICES", "KUBE-NODEPORTS") => self.services_to_nodeports = true,
+            _ => {}
         }
     }
 

@@ -232,6 +232,10 @@ struct Parser {
     saw_filter: bool,
     /// How each proxy mode shows in nat `KUBE-SERVICES`: (iptables, IPVS) rules.
     services_dispatch: (u32, u32),
+    /// kube-proxy's way in to its NodePort rules, as far as the nat table shows it:
+    /// `PREROUTING -j KUBE-SERVICES`, `KUBE-SERVICES -j KUBE-NODEPORTS`.
+    prerouting_to_services: bool,
+    services_to_nodeports: bool,
     /// kube-proxy's filter-table REJECT and DROP rules read.
     filter_verdicts: u32,
     ipvs: Vec<String>,

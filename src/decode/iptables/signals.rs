@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use rustc_hash::FxHashMap;
 
 use crate::heart::kube_proxy;
-use crate::heart::model::{Backend, Family, MalformedRule, OrphanChain, ProxyMode, ProxySignals, RuleSource};
+use crate::heart::model::{
+    Backend, EntryJump, Family, MalformedRule, OrphanChain, ProxyMode, ProxySignals, RuleSource,
+};
 
 use super::values::*;
 use super::walker::*;
@@ -110,6 +112,7 @@ impl Parser {
             }
         }
         malformed.sort_by_key(|m| m.rule.line);
+        let missing_entry = self.missing_entry();
         RuleSource {
             origin: self.origin,
             backend,
@@ -127,7 +130,24 @@ impl Parser {
             gaps,
             malformed,
             forwarding_shown: self.saw_nat || self.hint.whole,
+            missing_entry,
         }
+    }
+
+    /// kube-proxy's jumps towards `KUBE-NODEPORTS` that a nat table holding it lacks
+    /// (not in IPVS mode, whose `KUBE-SERVICES` leads elsewhere).
+    fn missing_entry(&self) -> Vec<EntryJump> {
+        if !self.saw_nat || !self.nat.declares("KUBE-NODEPORTS") || self.services_dispatch.1 > 0 {
+            return Vec::new();
+        }
+        [
+            (self.prerouting_to_services, "PREROUTING", "KUBE-SERVICES"),
+            (self.services_to_nodeports, "KUBE-SERVICES", "KUBE-NODEPORTS"),
+        ]
+        .into_iter()
+        .filter(|(seen, ..)| !seen)
+        .map(|(_, chain, target)| EntryJump { chain, target })
+        .collect()
     }
 
     /// The backend: the caller's, else the header's, and the notes say how it was

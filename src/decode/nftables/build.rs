@@ -69,6 +69,7 @@ fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unpar
         malformed: Vec::new(),
         // kube-proxy's own table holds its maps and chains together.
         forwarding_shown: true,
+        missing_entry: Vec::new(),
     }
 }
 

@@ -17,6 +17,7 @@ mod backend_split;
 mod builders;
 mod collision;
 mod duplicate;
+mod entry;
 mod hostport;
 mod marks;
 mod missing;
@@ -30,6 +31,7 @@ use attribution::{DesiredIndex, Judged, judge_source};
 use backend_split::{backend_split, choose_primaries};
 use collision::nodeport_collisions;
 use duplicate::duplicate_rules;
+use entry::unreached_nodeports;
 use hostport::hostport_conflicts;
 use marks::{mark_pending, mark_stale_state};
 use missing::missing_rules;
@@ -114,6 +116,11 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
         malformed_rules(source, &mut findings);
     }
     backend_split(&observed.sources, &primaries, &mut findings);
+    if proxy.mode == ProxyMode::Iptables {
+        for &primary in primaries.values() {
+            unreached_nodeports(&observed.sources[primary], &mut findings);
+        }
+    }
     port_range_overlap(observed, config, &mut findings);
     if has_desired {
         if proxy.mode.is_read() {

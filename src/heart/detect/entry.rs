@@ -1,0 +1,50 @@
+//! missing-rule, node-wide: kube-proxy's NodePort rules that no packet reaches, because
+//! a jump leading to them is gone (`nat KUBE-SERVICES -j KUBE-NODEPORTS`, `nat
+//! PREROUTING -j KUBE-SERVICES`). Every NodePort rule is there, and none works.
+
+use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::model::{RuleSource, Verdict};
+
+use super::builders::locate;
+
+/// `source` is the backend kube-proxy writes now for its family.
+pub(super) fn unreached_nodeports(source: &RuleSource, out: &mut Vec<Finding>) {
+    // Only a dump that shows the whole nat table shows a jump absent.
+    if source.missing_entry.is_empty() || !source.complete || !source.forwarding_shown {
+        return;
+    }
+    let mut forwarding = source.nodeports.iter().filter(|r| r.verdict == Verdict::Forward);
+    let Some(first) = forwarding.next() else {
+        return;
+    };
+    let count = 1 + forwarding.count();
+    let jumps: Vec<String> = source
+        .missing_entry
+        .iter()
+        .map(|j| format!("nat {} -j {}", j.chain, j.target))
+        .collect();
+    let reached_by = if source.missing_entry.iter().any(|j| j.chain == "KUBE-SERVICES") {
+        "no packet reaches"
+    } else {
+        // OUTPUT still leads the node's own connections in.
+        "no packet from outside the node reaches"
+    };
+    let mut f = Finding::new(
+        Kind::MissingRule,
+        Severity::Critical,
+        format!(
+            "{} {} lacks kube-proxy's {}, so {reached_by} its {count} NodePort rules: every NodePort fails on this node although its rule is there — kube-proxy is not syncing, or the rule was deleted by hand; check kube-proxy's logs (its next sync writes the rule again).",
+            source.backend,
+            source.family,
+            jumps.join(" and ")
+        ),
+    );
+    f.backend = Some(source.backend);
+    f.family = Some(source.family);
+    f.evidence.push(format!(
+        "first NodePort rule left unreached: {} ({})",
+        first.rule.text,
+        locate(&source.origin, first.rule.line)
+    ));
+    out.push(f);
+}
