@@ -84,17 +84,31 @@ pub(super) fn missing_rules(
             .find(|(r, _)| r.verdict == Verdict::Drop)
             .map(|(r, _)| *r)
             .filter(|_| !local_unreached.is_empty() && local_unreached.len() == eps.local.len());
+        // The rules end without a DNAT (a chain on the way emptied or cut off): the port
+        // reaches no endpoint at all, which is an outage, not a lag.
+        let dead_end = forwarding.iter().all(|r| r.targets.is_empty());
         for (addr, local) in missing {
             let f = if local {
                 local_endpoint_unreached(primary, desired, forwarding[0], addr, reached(addr), dropping)
             } else {
+                let (severity, why) = if dead_end {
+                    (
+                        Severity::Critical,
+                        ": its rules lead to no DNAT at all, so the port reaches nothing on this node — kube-proxy has not synced this Service, or a chain on its path was changed by hand; check kube-proxy's logs.",
+                    )
+                } else {
+                    (
+                        Severity::Warning,
+                        ": kube-proxy has not synced the latest EndpointSlice — check its logs.",
+                    )
+                };
                 let mut f = rule_finding(
                     Kind::MissingEndpoint,
-                    Severity::Warning,
+                    severity,
                     primary,
                     forwarding[0],
                     format!(
-                        "{}'s endpoint {addr} is ready to serve, but NodePort {}/{} never sends traffic to it in {}: kube-proxy has not synced the latest EndpointSlice — check its logs.",
+                        "{}'s endpoint {addr} is ready to serve, but NodePort {}/{} never sends traffic to it in {}{why}",
                         desired.service.service(),
                         desired.protocol,
                         desired.node_port,

@@ -221,6 +221,37 @@ fn an_unsynced_new_pod_is_a_missing_endpoint() {
 }
 
 #[test]
+fn a_nodeport_whose_rules_lead_to_no_dnat_misses_every_endpoint_critically() {
+    // KUBE-EXT-X no longer jumps to KUBE-SVC-X: the port's rule is there and reaches
+    // nothing, an outage rather than an endpoint not yet synced.
+    let eps: &[&str] = &["10.244.1.5:8080", "10.244.2.6:8080"];
+    let d = state(vec![port(WEB, Protocol::Tcp, 30080, eps)]);
+    let nat = kube_proxy_nat(&[(WEB, Protocol::Tcp, 30080, eps)], "");
+    let h = kube_proxy::service_chain_hash(&ServicePortRef::parse(WEB).unwrap(), Protocol::Tcp);
+    let cut = nat.replace(&format!("-A KUBE-EXT-{h} -j KUBE-SVC-{h}\n"), "");
+    assert_ne!(cut, nat);
+    let f = run(&d, &observed(&[(&cut, Backend::IptablesNft)]));
+    assert_eq!(
+        kinds(&f),
+        eps.iter()
+            .map(|a| (
+                Kind::MissingEndpoint,
+                Severity::Critical,
+                Some(30080),
+                Some(a.to_string())
+            ))
+            // The Service's chain, which nothing jumps to now.
+            .chain([(Kind::OrphanChain, Severity::Info, Some(30080), None)])
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        f[0].message.contains("its rules lead to no DNAT at all"),
+        "{}",
+        f[0].message
+    );
+}
+
+#[test]
 fn a_service_with_endpoints_but_no_rule_is_missing() {
     let d = state(vec![port(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"])]);
     let nat = kube_proxy_nat(&[], "");
