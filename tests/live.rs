@@ -672,21 +672,13 @@ fn a_rule_kube_proxy_never_writes_is_found_in_either_backend() {
     }
 }
 
-#[test]
-fn nodeport_rules_no_packet_reaches_are_one_critical_finding() {
-    // kube-proxy's rules for every NodePort are in place, but the jump from
-    // KUBE-SERVICES to KUBE-NODEPORTS (its last rule) is gone: no NodePort works on the
-    // node, which had been reported as no drift at all.
-    if !support::require_root("an unreached KUBE-NODEPORTS") {
-        return;
-    }
-    let bundle = "clean-iptables";
+/// Builds `bundle`'s node, runs `break_it` in it, then scans it live and snapshots it:
+/// its one critical finding (the snapshot's findings must agree).
+fn scan_broken(bundle: &str, break_it: &str) -> Value {
     let scratch = TempDir::new().unwrap();
     let (out, snap) = (scratch.path().join("live.json"), scratch.path().join("snapshot"));
     let script = format!(
-        "set -e; last=$(iptables-nft -t nat -S KUBE-SERVICES | grep -c '^-A'); \
-         iptables-nft -t nat -S KUBE-SERVICES | tail -n 1 | grep -q -- '-j KUBE-NODEPORTS'; \
-         iptables-nft -t nat -D KUBE-SERVICES \"$last\"; set +e; \
+        "set -e; {break_it}; set +e; \
          {PORTDRIFT} scan --cluster-state \"$BUNDLE/cluster.json\" --node \"$(cat \"$BUNDLE/node\")\" --format json \
            --kube-proxy-healthz off --kube-proxy-metrics off > {out}; echo $? > {out}.code; \
          {PORTDRIFT} snapshot --out {snap} --cluster-state \"$BUNDLE/cluster.json\" --node \"$(cat \"$BUNDLE/node\")\" \
@@ -701,33 +693,61 @@ fn nodeport_rules_no_packet_reaches_are_one_critical_finding() {
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(code, 1, "{live:#}");
+    assert_eq!(code, 1, "{bundle}: {live:#}");
     let criticals: Vec<&Value> = live["findings"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|f| f["severity"] == "critical")
         .collect();
-    assert_eq!(criticals.len(), 1, "{criticals:#?}");
-    let f = criticals[0];
-    assert_eq!(
-        (&f["kind"], &f["backend"], &f["family"], &f["port"]),
-        (
-            &"missing-rule".into(),
-            &"iptables-nft".into(),
-            &"ipv4".into(),
-            &Value::Null
-        ),
-        "{f:#}"
-    );
-    assert!(
-        f["message"]
-            .as_str()
-            .unwrap()
-            .contains("lacks kube-proxy's nat KUBE-SERVICES -j KUBE-NODEPORTS, so no packet reaches"),
-        "{f:#}"
-    );
-    // The node's snapshot, scanned offline, says the same.
+    assert_eq!(criticals.len(), 1, "{bundle}: {criticals:#?}");
+    let critical = criticals[0].clone();
     let (offline_code, offline) = support::scan_json(&snap, &[]);
-    assert_eq!((offline_code, findings(&offline)), (1, findings(&live)));
+    assert_eq!(
+        (offline_code, findings(&offline)),
+        (1, findings(&live)),
+        "{bundle}: the snapshot"
+    );
+    critical
+}
+
+#[test]
+fn nodeport_rules_no_packet_reaches_are_one_critical_finding() {
+    // kube-proxy's rules for every NodePort are in place, but the rule that leads packets
+    // to them is gone: no NodePort works on the node, which had been reported as no drift.
+    if !support::require_root("unreached NodePort rules") {
+        return;
+    }
+    for (bundle, break_it, backend, says) in [
+        // iptables: KUBE-SERVICES's last rule, the jump to KUBE-NODEPORTS.
+        (
+            "clean-iptables",
+            "last=$(iptables-nft -t nat -S KUBE-SERVICES | grep -c '^-A'); \
+             iptables-nft -t nat -S KUBE-SERVICES | tail -n 1 | grep -q -- '-j KUBE-NODEPORTS'; \
+             iptables-nft -t nat -D KUBE-SERVICES \"$last\"",
+            "iptables-nft",
+            "lacks kube-proxy's nat KUBE-SERVICES -j KUBE-NODEPORTS, so no packet reaches",
+        ),
+        // nftables, read over netlink: the `services` rule that looks up service-nodeports.
+        (
+            "clean-nftables",
+            "handle=$(nft -a list chain ip kube-proxy services | sed -n 's/.*vmap @service-nodeports # handle //p'); \
+             [ -n \"$handle\" ]; nft delete rule ip kube-proxy services handle \"$handle\"",
+            "nftables",
+            "vmap @service-nodeports` (in chain services), so no packet reaches",
+        ),
+    ] {
+        let f = scan_broken(bundle, break_it);
+        assert_eq!(
+            (&f["kind"], &f["backend"], &f["family"], &f["port"]),
+            (
+                &"missing-rule".into(),
+                &backend.into(),
+                &"ipv4".into(),
+                &Value::Null
+            ),
+            "{f:#}"
+        );
+        assert!(f["message"].as_str().unwrap().contains(says), "{f:#}");
+    }
 }

@@ -362,16 +362,18 @@ pub struct RuleSource {
     /// The source shows the table where NodePort forwarding lives (iptables' nat, or
     /// the node has none): only then can a forwarding rule be concluded missing.
     pub forwarding_shown: bool,
-    /// The jumps of kube-proxy's iptables mode that lead packets to its NodePort rules
-    /// and that the nat table lacks: without them those rules are never reached.
+    /// The rules kube-proxy writes to lead packets to its NodePort rules that the
+    /// source lacks: without them those rules are never reached.
     pub missing_entry: Vec<EntryJump>,
 }
 
-/// A jump in the nat table on the way in to kube-proxy's NodePort rules.
+/// A rule on the way in to kube-proxy's NodePort rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryJump {
-    pub chain: &'static str,
-    pub target: &'static str,
+    /// The rule, as the report names it (`nat KUBE-SERVICES -j KUBE-NODEPORTS`).
+    pub rule: &'static str,
+    /// Every packet passes it (rather than only those from outside the node).
+    pub every_packet: bool,
 }
 
 /// The Service proxy that programs a node's NodePorts.

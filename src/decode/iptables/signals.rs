@@ -141,12 +141,20 @@ impl Parser {
             return Vec::new();
         }
         [
-            (self.prerouting_to_services, "PREROUTING", "KUBE-SERVICES"),
-            (self.services_to_nodeports, "KUBE-SERVICES", "KUBE-NODEPORTS"),
+            (
+                self.prerouting_to_services,
+                "nat PREROUTING -j KUBE-SERVICES",
+                false,
+            ),
+            (
+                self.services_to_nodeports,
+                "nat KUBE-SERVICES -j KUBE-NODEPORTS",
+                true,
+            ),
         ]
         .into_iter()
         .filter(|(seen, ..)| !seen)
-        .map(|(_, chain, target)| EntryJump { chain, target })
+        .map(|(_, rule, every_packet)| EntryJump { rule, every_packet })
         .collect()
     }
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use super::graph::{DnatRule, Jump, RuleGraph, jump_to};
 use super::ir::{ElementIr, ElementVerdict, ParsedRuleset};
-use super::{REJECT_CHAIN, SERVICE_NODEPORTS_MAP, is_service_chain, table_label, unparsed};
+use super::{NAT_PREROUTING, REJECT_CHAIN, SERVICE_NODEPORTS_MAP, is_service_chain, table_label, unparsed};
 use crate::heart::kube_proxy::parse_nft_service_chain;
 use crate::heart::model::{
-    Backend, DestMatch, DnatTarget, NodePortRule, OrphanChain, Protocol, RuleIdentity, RuleSource, RuleText,
-    ServicePortRef, Unparsed, Verdict,
+    Backend, DestMatch, DnatTarget, EntryJump, NodePortRule, OrphanChain, Protocol, RuleIdentity, RuleSource,
+    RuleText, ServicePortRef, Unparsed, Verdict,
 };
 
 /// One [`RuleSource`] per table of a decoded dump.
@@ -69,8 +69,47 @@ fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unpar
         malformed: Vec::new(),
         // kube-proxy's own table holds its maps and chains together.
         forwarding_shown: true,
-        missing_entry: Vec::new(),
+        missing_entry: missing_entry(table),
     }
+}
+
+/// kube-proxy's way in to its NodePort map that the table lacks: the `services` rule
+/// that looks packets up in `service-nodeports`, and `nat-prerouting`'s way to it.
+fn missing_entry(table: &impl RuleGraph) -> Vec<EntryJump> {
+    let dispatch: Vec<usize> = table.nodeport_dispatch().collect();
+    if dispatch.is_empty() {
+        return vec![EntryJump {
+            rule: "`… vmap @service-nodeports` (in chain services)",
+            every_packet: true,
+        }];
+    }
+    let reached = table
+        .find_chain(NAT_PREROUTING)
+        .is_some_and(|start| leads_to(table, start, &dispatch));
+    if reached {
+        Vec::new()
+    } else {
+        vec![EntryJump {
+            rule: "`jump services` (in chain nat-prerouting)",
+            every_packet: false,
+        }]
+    }
+}
+
+/// Whether the jumps from `start` lead to one of `targets`.
+fn leads_to(table: &impl RuleGraph, start: usize, targets: &[usize]) -> bool {
+    let mut seen = vec![false; table.chain_count()];
+    let mut next = vec![start];
+    while let Some(chain) = next.pop() {
+        if targets.contains(&chain) {
+            return true;
+        }
+        if std::mem::replace(&mut seen[chain], true) {
+            continue;
+        }
+        next.extend(table.jumps(chain).filter_map(Result::ok));
+    }
+    false
 }
 
 /// `tcp . 30080` → (tcp, 30080).

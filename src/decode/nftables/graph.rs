@@ -30,6 +30,8 @@ pub(crate) trait RuleGraph {
     fn jumps(&self, chain: usize) -> impl Iterator<Item = Jump<'_>>;
     /// The rules of every chain.
     fn rule_count(&self) -> usize;
+    /// The chains holding a rule that dispatches NodePorts (`vmap @service-nodeports`).
+    fn nodeport_dispatch(&self) -> impl Iterator<Item = usize>;
     /// The maps whose elements are NodePorts (`service-nodeports`,
     /// `no-endpoint-nodeports`), in the table's order.
     fn nodeport_maps(&self) -> impl Iterator<Item = &MapIr<'_>>;
@@ -94,6 +96,10 @@ impl RuleGraph for TableIr<'_> {
 
     fn rule_count(&self) -> usize {
         self.chains.iter().map(|c| c.rules.len()).sum()
+    }
+
+    fn nodeport_dispatch(&self) -> impl Iterator<Item = usize> {
+        (0..self.chains.len()).filter(|&c| self.chains[c].rules.iter().any(|r| r.nodeport_dispatch))
     }
 
     fn nodeport_maps(&self) -> impl Iterator<Item = &MapIr<'_>> {

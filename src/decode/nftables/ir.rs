@@ -189,6 +189,9 @@ pub(crate) struct RuleIr<'a> {
     pub(crate) jumps: Vec<Cow<'a, str>>,
     /// Boxed: few rules have a DNAT, and a kube-proxy table holds very many rules.
     pub(crate) dnat: Option<Box<DnatIr>>,
+    /// The rule dispatches NodePorts: `… vmap @service-nodeports` (kube-proxy's
+    /// `services` chain), without which no element of that map is reached.
+    pub(crate) nodeport_dispatch: bool,
 }
 
 #[derive(Debug)]

@@ -155,6 +155,9 @@ pub(crate) struct KeptTable {
     maps: Vec<KeptMap>,
     notes: Vec<String>,
     staged: Option<Staged>,
+    /// The chains holding a rule that dispatches NodePorts, by name (kube-proxy has
+    /// one, `services`): names stay right when chains are renumbered or relisted.
+    dispatch: Vec<Box<str>>,
 }
 
 impl KeptTable {
@@ -168,6 +171,7 @@ impl KeptTable {
             maps: Vec::with_capacity(table.maps.len()),
             notes: table.notes,
             staged: None,
+            dispatch: Vec::new(),
         };
         for chain in table.chains {
             let position = kept.chains.len();
@@ -206,6 +210,12 @@ impl KeptTable {
     /// Appends `rule` to the chain at `chain` (in place once [`Self::settle`] runs).
     pub(crate) fn push_rule(&mut self, chain: usize, rule: RuleIr<'_>) {
         self.chains[chain].rules += 1;
+        if rule.nodeport_dispatch {
+            let name = self.names.get(self.chains[chain].name);
+            if !self.dispatch.iter().any(|d| **d == *name) {
+                self.dispatch.push(name.into());
+            }
+        }
         if rule.jumps.is_empty() && rule.dnat.is_none() {
             return;
         }
@@ -251,6 +261,8 @@ impl KeptTable {
         if self.staged.as_ref().is_some_and(|s| s.chain == chain) {
             self.staged = None;
         }
+        let name = self.names.get(self.chains[chain].name);
+        self.dispatch.retain(|d| **d != *name);
         let chain = &mut self.chains[chain];
         chain.rules = 0;
         chain.jumps = Box::default();
@@ -325,6 +337,8 @@ impl KeptTable {
                 }
                 _ => {
                     reread.push(self.chains.len());
+                    // Its rules are read again, the NodePort dispatch among them or not.
+                    self.dispatch.retain(|d| **d != **name);
                     self.push_chain(name);
                 }
             }
@@ -438,6 +452,10 @@ impl RuleGraph for KeptTable {
 
     fn rule_count(&self) -> usize {
         self.chains.iter().map(|c| c.rules as usize).sum()
+    }
+
+    fn nodeport_dispatch(&self) -> impl Iterator<Item = usize> {
+        self.dispatch.iter().filter_map(|name| self.find_chain(name))
     }
 
     fn nodeport_maps(&self) -> impl Iterator<Item = &MapIr<'_>> {

@@ -77,6 +77,7 @@ pub(crate) const KUBE_PROXY_TABLE: &str = "kube-proxy";
 const SERVICE_NODEPORTS_MAP: &str = "service-nodeports";
 const NO_ENDPOINT_NODEPORTS_MAP: &str = "no-endpoint-nodeports";
 const REJECT_CHAIN: &str = "reject-chain";
+const NAT_PREROUTING: &str = "nat-prerouting";
 
 /// Which kube-proxy table `family`/`name` is, if it is one. Only `ip` and `ip6` count:
 /// kube-proxy runs one proxier per family and never writes an `inet` table.

@@ -367,6 +367,13 @@ fn lower_rule(content: &str) -> (RuleIr<'_>, Option<String>) {
                     rule.jumps.push(Cow::Borrowed(target));
                 }
             }
+            "vmap"
+                if words
+                    .get(i + 1)
+                    .is_some_and(|m| m.strip_prefix('@') == Some(super::SERVICE_NODEPORTS_MAP)) =>
+            {
+                rule.nodeport_dispatch = true;
+            }
             // `ct status dnat` is a match on conntrack state, not a DNAT.
             "dnat" if i > 0 && words[i - 1] == "status" => {}
             "dnat" => match dnat_address(&words[i + 1..]) {

@@ -1,6 +1,7 @@
 //! missing-rule, node-wide: kube-proxy's NodePort rules that no packet reaches, because
-//! a jump leading to them is gone (`nat KUBE-SERVICES -j KUBE-NODEPORTS`, `nat
-//! PREROUTING -j KUBE-SERVICES`). Every NodePort rule is there, and none works.
+//! a rule leading to them is gone (`nat KUBE-SERVICES -j KUBE-NODEPORTS`, `nat
+//! PREROUTING -j KUBE-SERVICES`; nftables mode's `vmap @service-nodeports` in `services`,
+//! `jump services` in `nat-prerouting`). Every NodePort rule is there, and none works.
 
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{RuleSource, Verdict};
@@ -18,22 +19,21 @@ pub(super) fn unreached_nodeports(source: &RuleSource, out: &mut Vec<Finding>) {
         return;
     };
     let count = 1 + forwarding.count();
-    let jumps: Vec<String> = source
-        .missing_entry
-        .iter()
-        .map(|j| format!("nat {} -j {}", j.chain, j.target))
-        .collect();
-    let reached_by = if source.missing_entry.iter().any(|j| j.chain == "KUBE-SERVICES") {
-        "no packet reaches"
+    let jumps: Vec<&str> = source.missing_entry.iter().map(|j| j.rule).collect();
+    let (reached_by, fails) = if source.missing_entry.iter().any(|j| j.every_packet) {
+        ("no packet reaches", "every NodePort fails on this node")
     } else {
-        // OUTPUT still leads the node's own connections in.
-        "no packet from outside the node reaches"
+        // The output hook still leads the node's own connections in.
+        (
+            "no packet from outside the node reaches",
+            "every NodePort fails for clients outside the node",
+        )
     };
     let mut f = Finding::new(
         Kind::MissingRule,
         Severity::Critical,
         format!(
-            "{} {} lacks kube-proxy's {}, so {reached_by} its {count} NodePort rules: every NodePort fails on this node although its rule is there — kube-proxy is not syncing, or the rule was deleted by hand; check kube-proxy's logs (its next sync writes the rule again).",
+            "{} {} lacks kube-proxy's {}, so {reached_by} its {count} NodePort rules: {fails} although its rule is there — kube-proxy is not syncing, or the rule was deleted by hand; check kube-proxy's logs (its next sync writes the rule again).",
             source.backend,
             source.family,
             jumps.join(" and ")

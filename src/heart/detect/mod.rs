@@ -116,7 +116,7 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
         malformed_rules(source, &mut findings);
     }
     backend_split(&observed.sources, &primaries, &mut findings);
-    if proxy.mode == ProxyMode::Iptables {
+    if proxy.mode.is_read() {
         for &primary in primaries.values() {
             unreached_nodeports(&observed.sources[primary], &mut findings);
         }

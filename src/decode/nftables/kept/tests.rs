@@ -133,16 +133,38 @@ fn a_table_updated_in_place_builds_what_a_fresh_read_builds() {
     );
     // The chain nothing jumps to any more is an orphan.
     assert!(fresh.contains("chain: \"endpoint-PAPXD4TK-shop/web/tcp/http__10.244.5.15/8080\""));
+    assert_ne!(built(&kept(before)), fresh);
+    there_and_back(before, &after, &fresh);
+}
+
+/// The kept `before`, updated in place to `after`, builds `fresh` (a fresh read of
+/// `after`); and updated back, builds what a fresh read of `before` builds.
+fn there_and_back(before: &str, after: &str, fresh: &str) {
     let mut tables = kept(before);
-    assert_ne!(built(&tables), fresh);
-    update(&mut tables[0], &after);
+    update(&mut tables[0], after);
     assert_eq!(built(&tables), fresh);
-    // And back.
     update(&mut tables[0], before);
     assert_eq!(
         built(&tables),
         format!("{:#?}", build_rule_sources(&decoded(before), "nft"))
     );
+}
+
+#[test]
+fn the_nodeport_dispatch_gone_and_back_is_seen_in_place() {
+    // kube-proxy's `services` rule that looks NodePorts up: gone, every NodePort rule is
+    // unreached; the kept table, updated in place, must say so as a fresh read does.
+    let before = DUMPS[0];
+    let rule = "\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports\n";
+    assert!(before.contains(rule));
+    let after = before.replace(rule, "");
+    let fresh = format!("{:#?}", build_rule_sources(&decoded(&after), "nft"));
+    assert!(
+        fresh.contains("vmap @service-nodeports` (in chain services)"),
+        "{fresh}"
+    );
+    assert!(!built(&kept(before)).contains("vmap @service-nodeports` (in chain services)"));
+    there_and_back(before, &after, &fresh);
 }
 
 #[test]
