@@ -662,7 +662,10 @@ async fn pods_are_listed_for_this_node_only() {
 /// A node whose only NodePort rule is for a port no Service owns: stale once the
 /// cluster state says so, and only then.
 fn node_with_a_leftover_rule() -> portdrift::heart::observed::Observed {
-    let dump = "*nat\n:KUBE-NODEPORTS - [0:0]\n:KUBE-SERVICES - [0:0]\n-A KUBE-NODEPORTS -p tcp -m tcp --dport 31999 -j DNAT --to-destination 10.244.9.9:80\nCOMMIT\n";
+    // kube-proxy's way in to KUBE-NODEPORTS, and one hand-written rule left there.
+    let dump = "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-NODEPORTS - [0:0]\n:KUBE-SERVICES - [0:0]\n\
+                -A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n\
+                -A KUBE-NODEPORTS -p tcp -m tcp --dport 31999 -j DNAT --to-destination 10.244.9.9:80\nCOMMIT\n";
     let source = portdrift::decode::iptables::parse_save_str(dump, "iptables-nft-save", Default::default());
     portdrift::heart::observed::Observed {
         sources: vec![source],
