@@ -242,3 +242,38 @@ fn an_nft_dump_that_shows_part_of_the_table_proves_nothing_missing() {
         assert!(source["notes"].to_string().contains(says), "{file}: {source}");
     }
 }
+
+#[test]
+fn a_cluster_state_without_endpointslices_compares_no_endpoint() {
+    // `kubectl get services -A -o json` (or `services,endpoints`, the old objects) in
+    // place of services and EndpointSlices: every DNAT would be to an address no slice
+    // lists, hundreds of critical stale endpoints on a clean node.
+    let dir = TempDir::new().unwrap();
+    copy_dir(&support::root().join("testdata/clean-iptables"), dir.path());
+    let path = dir.path().join("cluster.json");
+    let mut list: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    list["items"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|i| i["kind"] == "Service");
+    fs::write(&path, serde_json::to_vec(&list).unwrap()).unwrap();
+    let (code, report) = support::scan_json(dir.path(), &[]);
+    assert_eq!(code, 3, "{report:#}");
+    let kinds: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k.contains("endpoint") || *k == "missing-rule"),
+        "{kinds:?}"
+    );
+    let not_checked = report["coverage"]["not_checked"].to_string();
+    assert!(
+        not_checked.contains("but no EndpointSlice, as `kubectl get services -o json` prints"),
+        "{not_checked}"
+    );
+}

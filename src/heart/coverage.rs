@@ -142,8 +142,8 @@ fn cluster_state(input: &CoverageInput<'_>, out: &mut Vec<String>) -> bool {
         full = false;
         let first = &desired.problems[0];
         out.push(format!(
-            "{} objects of the cluster state could not be read (first: {}: {}): the rules of the Services they belong to were not judged.",
-            desired.problems.len(),
+            "{} of the cluster state could not be read (first: {}: {}): the rules of the Services they belong to were not judged.",
+            count_of(desired.problems.len(), "object"),
             first.object,
             first.problem
         ));

@@ -30,6 +30,7 @@ pub fn read_cluster_state<R: Read>(reader: R, node: Option<&str>) -> Result<Desi
         node_zone: None,
         list_kind: None,
         next_index: 0,
+        counts: KindCounts::default(),
     };
     let kind = walk_list(reader, |event| match event {
         ListEvent::Kind(kind) => {
@@ -42,7 +43,37 @@ pub fn read_cluster_state<R: Read>(reader: R, node: Option<&str>) -> Result<Desi
         let found = kind.map_or_else(|| "it has no kind".to_string(), |k| format!("its kind is {k:?}"));
         return Err(ClusterFileError::NotAList { found });
     }
+    let KindCounts {
+        services,
+        slices,
+        endpoints,
+    } = state.counts;
+    // Every cluster's `default/kubernetes` Service has an EndpointSlice: Services alone
+    // are a list that left them out, and every endpoint would look stale.
+    if services > 0 && slices == 0 {
+        let old = if endpoints > 0 {
+            format!(" (its {endpoints} Endpoints objects are not what kube-proxy reads)")
+        } else {
+            String::new()
+        };
+        state.builder.endpoints_unknown(
+            "the list",
+            format!(
+                "holds {} but no EndpointSlice{old}, as `kubectl get services -o json` prints: no endpoint was compared; capture it with `kubectl get services,endpointslices -A -o json`",
+                crate::heart::words::count_of(services, "Service")
+            ),
+        );
+    }
     Ok(state.builder.finish(state.node_zone.as_deref()))
+}
+
+/// How many items of each kind that matters the List held.
+#[derive(Debug, Default, Clone, Copy)]
+struct KindCounts {
+    services: usize,
+    slices: usize,
+    /// v1 Endpoints, which kube-proxy no longer reads.
+    endpoints: usize,
 }
 
 fn is_list_kind(kind: Option<&str>) -> bool {
@@ -60,6 +91,7 @@ struct ReadState<'n> {
     /// The List's own kind, if it came before `items` (typed lists omit item kinds).
     list_kind: Option<String>,
     next_index: usize,
+    counts: KindCounts,
 }
 
 impl ReadState<'_> {
@@ -70,8 +102,15 @@ impl ReadState<'_> {
         let probe = probe_item(raw).map_err(|e| syntax_error(&e, at))?;
         let kind = probe.kind.clone().or_else(|| self.kind_from_list());
         match kind.as_deref() {
-            Some("Service") => self.take_service(raw, &probe),
-            Some("EndpointSlice") => self.take_slice(raw, &probe),
+            Some("Service") => {
+                self.counts.services += 1;
+                self.take_service(raw, &probe)
+            }
+            Some("EndpointSlice") => {
+                self.counts.slices += 1;
+                self.take_slice(raw, &probe)
+            }
+            Some("Endpoints") => self.counts.endpoints += 1,
             Some("Node") => self.take_node(&probe),
             Some(_) => {}
             None => {

@@ -100,9 +100,33 @@ fn node_item_gives_the_zone_for_topology_hints() {
 fn unknown_kinds_are_ignored() {
     let config_map =
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}});
-    let state = read(&list(vec![config_map, web_service()])).unwrap();
+    let state = read(&list(vec![config_map, web_service(), web_slice(json!([]))])).unwrap();
     assert_eq!(state.ports.len(), 1);
     assert!(state.problems.is_empty());
+}
+
+#[test]
+fn services_without_any_endpointslice_leave_every_endpoint_unknown() {
+    // `kubectl get services -o json`: which NodePorts are owned is known, the
+    // endpoints of none.
+    let state = read(&list(vec![web_service()])).unwrap();
+    assert_eq!(state.ports.len(), 1);
+    assert!(only_port(&state).uncertain && !state.uncertain);
+    assert_eq!(state.problems.len(), 1);
+    assert!(
+        state.problems[0]
+            .problem
+            .starts_with("holds 1 Service but no EndpointSlice")
+    );
+    // With the old Endpoints objects, the problem says kube-proxy does not read them.
+    let endpoints =
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"namespace": "shop", "name": "web"}});
+    let state = read(&list(vec![web_service(), endpoints])).unwrap();
+    assert!(
+        state.problems[0]
+            .problem
+            .contains("its 1 Endpoints objects are not what kube-proxy reads")
+    );
 }
 
 #[test]
@@ -114,7 +138,7 @@ fn malformed_service_is_reported_and_its_node_ports_stay_allocated() {
                "ports": [{"port": "eighty", "nodePort": 30081}, {"port": 53, "protocol": "UDP", "nodePort": "30053"}]}),
     );
     broken["spec"]["selector"] = json!("not a map");
-    let state = read(&list(vec![broken, web_service()])).unwrap();
+    let state = read(&list(vec![broken, web_service(), web_slice(json!([]))])).unwrap();
     assert_eq!(state.ports.len(), 1, "the readable Service is still there");
     assert_eq!(state.problems.len(), 1);
     assert_eq!(state.problems[0].object, "Service shop/broken");
@@ -179,6 +203,7 @@ fn items_without_a_kind_are_reported() {
         json!(42),
         json!({"metadata": {"name": "x"}}),
         web_service(),
+        web_slice(json!([])),
     ]))
     .unwrap();
     assert_eq!(state.ports.len(), 1);

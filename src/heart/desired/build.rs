@@ -68,6 +68,8 @@ pub struct DesiredBuilder {
     slices: HashMap<ServiceKey, Vec<SliceSummary>>,
     /// Services with a slice that could not be read.
     uncertain_services: HashSet<ServiceKey>,
+    /// No Service's endpoints can be known (a list without EndpointSlices).
+    endpoints_unknown: bool,
     state: DesiredState,
 }
 
@@ -82,6 +84,7 @@ impl DesiredBuilder {
             services: HashMap::new(),
             slices: HashMap::new(),
             uncertain_services: HashSet::new(),
+            endpoints_unknown: false,
             state: DesiredState {
                 node,
                 ..DesiredState::default()
@@ -253,6 +256,14 @@ impl DesiredBuilder {
         self.state.uncertain = true;
     }
 
+    /// Records that no Service's endpoints can be known (`object` holds no
+    /// EndpointSlice): every port's endpoint checks are skipped, while the Services
+    /// still say which NodePorts are owned.
+    pub fn endpoints_unknown(&mut self, object: impl Into<String>, problem: impl Into<String>) {
+        self.endpoints_unknown = true;
+        self.problem(object, problem);
+    }
+
     /// Joins Services and their EndpointSlices into the desired state. `node_zone` is
     /// the node's `topology.kubernetes.io/zone` label, when known.
     pub fn finish(mut self, node_zone: Option<&str>) -> DesiredState {
@@ -297,7 +308,7 @@ impl DesiredBuilder {
         };
         // Without the node, the Local set (and so a Local policy's rules) is unknown.
         let local_unknown = !view.node_known && policy.uses_local_endpoints();
-        let slice_unreadable = self.uncertain_services.contains(&key);
+        let slice_unreadable = self.endpoints_unknown || self.uncertain_services.contains(&key);
         let (namespace, name) = key;
         for port in &service.ports {
             let mut endpoints = Vec::with_capacity(service.families.len());
