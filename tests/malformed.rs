@@ -22,6 +22,16 @@ fn clean_dump() -> String {
     fs::read_to_string(support::root().join("testdata/duplicate-dnat-30080/iptables-nft-save.txt")).unwrap()
 }
 
+/// The kinds of a JSON report's findings, in its order.
+fn finding_kinds(report: &serde_json::Value) -> Vec<&str> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect()
+}
+
 fn run(dir: &TempDir) -> (i32, String, String) {
     let out = support::portdrift(&["scan", "--from", dir.path().to_str().unwrap(), "--format", "json"]);
     let code = out.status.code().expect("exited normally");
@@ -220,12 +230,7 @@ fn an_nft_dump_that_shows_part_of_the_table_proves_nothing_missing() {
     ] {
         let (code, report) = scan(file, as_name);
         assert_eq!(code, 3, "{file}: {report:#}");
-        let kinds: Vec<&str> = report["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["kind"].as_str().unwrap())
-            .collect();
+        let kinds = finding_kinds(&report);
         assert!(
             !kinds
                 .iter()
@@ -259,12 +264,7 @@ fn a_cluster_state_without_endpointslices_compares_no_endpoint() {
     fs::write(&path, serde_json::to_vec(&list).unwrap()).unwrap();
     let (code, report) = support::scan_json(dir.path(), &[]);
     assert_eq!(code, 3, "{report:#}");
-    let kinds: Vec<&str> = report["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap())
-        .collect();
+    let kinds = finding_kinds(&report);
     assert!(
         !kinds
             .iter()
