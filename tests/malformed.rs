@@ -22,6 +22,18 @@ fn clean_dump() -> String {
     fs::read_to_string(support::root().join("testdata/duplicate-dnat-30080/iptables-nft-save.txt")).unwrap()
 }
 
+/// `testdata/clean-iptables` scanned with only the items of its cluster state that
+/// `keep` keeps, as a list cut down by kubectl's flags would hold.
+fn scan_clean_keeping(keep: impl Fn(&serde_json::Value) -> bool) -> (i32, serde_json::Value) {
+    let dir = TempDir::new().unwrap();
+    copy_dir(&support::root().join("testdata/clean-iptables"), dir.path());
+    let path = dir.path().join("cluster.json");
+    let mut list: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    list["items"].as_array_mut().unwrap().retain(|i| keep(i));
+    fs::write(&path, serde_json::to_vec(&list).unwrap()).unwrap();
+    support::scan_json(dir.path(), &[])
+}
+
 /// The kinds of a JSON report's findings, in its order.
 fn finding_kinds(report: &serde_json::Value) -> Vec<&str> {
     report["findings"]
@@ -253,16 +265,7 @@ fn a_cluster_state_without_endpointslices_compares_no_endpoint() {
     // `kubectl get services -A -o json` (or `services,endpoints`, the old objects) in
     // place of services and EndpointSlices: every DNAT would be to an address no slice
     // lists, hundreds of critical stale endpoints on a clean node.
-    let dir = TempDir::new().unwrap();
-    copy_dir(&support::root().join("testdata/clean-iptables"), dir.path());
-    let path = dir.path().join("cluster.json");
-    let mut list: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
-    list["items"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|i| i["kind"] == "Service");
-    fs::write(&path, serde_json::to_vec(&list).unwrap()).unwrap();
-    let (code, report) = support::scan_json(dir.path(), &[]);
+    let (code, report) = scan_clean_keeping(|i| i["kind"] == "Service");
     assert_eq!(code, 3, "{report:#}");
     let kinds = finding_kinds(&report);
     assert!(
@@ -274,6 +277,24 @@ fn a_cluster_state_without_endpointslices_compares_no_endpoint() {
     let not_checked = report["coverage"]["not_checked"].to_string();
     assert!(
         not_checked.contains("but no EndpointSlice, as `kubectl get services -o json` prints"),
+        "{not_checked}"
+    );
+}
+
+#[test]
+fn a_cluster_state_of_one_namespace_makes_no_other_port_stale() {
+    // `kubectl get services,endpointslices -n ml -o json`: the other namespaces' NodePort
+    // rules belong to Services the list leaves out, not to none.
+    let (code, report) = scan_clean_keeping(|i| i["metadata"]["namespace"] == "ml");
+    assert_eq!(code, 3, "{report:#}");
+    let kinds = finding_kinds(&report);
+    assert!(
+        !kinds.iter().any(|k| k.starts_with("stale") || *k == "squatter"),
+        "{kinds:?}"
+    );
+    let not_checked = report["coverage"]["not_checked"].to_string();
+    assert!(
+        not_checked.contains("lacks Service default/kubernetes"),
         "{not_checked}"
     );
 }

@@ -47,7 +47,16 @@ pub fn read_cluster_state<R: Read>(reader: R, node: Option<&str>) -> Result<Desi
         services,
         slices,
         endpoints,
+        api_service,
     } = state.counts;
+    // Every cluster has `default/kubernetes`: a list without it was filtered (`-n`,
+    // `-l`), and a port none of its Services owns may belong to one it left out.
+    if services > 0 && !api_service {
+        state.builder.services_partial(
+            "the list",
+            "lacks Service default/kubernetes, which every cluster has: it looks filtered by namespace or label, so a NodePort rule no listed Service owns was not judged stale; capture it with `kubectl get services,endpointslices -A -o json`",
+        );
+    }
     // Every cluster's `default/kubernetes` Service has an EndpointSlice: Services alone
     // are a list that left them out, and every endpoint would look stale.
     if services > 0 && slices == 0 {
@@ -74,6 +83,8 @@ struct KindCounts {
     slices: usize,
     /// v1 Endpoints, which kube-proxy no longer reads.
     endpoints: usize,
+    /// `default/kubernetes`, the API server's Service, was listed.
+    api_service: bool,
 }
 
 fn is_list_kind(kind: Option<&str>) -> bool {
@@ -104,6 +115,8 @@ impl ReadState<'_> {
         match kind.as_deref() {
             Some("Service") => {
                 self.counts.services += 1;
+                self.counts.api_service |= probe.namespace.as_deref() == Some("default")
+                    && probe.name.as_deref() == Some("kubernetes");
                 self.take_service(raw, &probe)
             }
             Some("EndpointSlice") => {

@@ -16,7 +16,13 @@ use crate::heart::model::Protocol;
 const NODE: &str = "node-a";
 
 /// A List as kubectl prints it (pretty, keys sorted), holding `items`.
-fn list(items: Vec<Value>) -> String {
+/// A List of `items`, after the API server's Service, which every cluster has.
+fn list(mut items: Vec<Value>) -> String {
+    let api = json!({"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"namespace": "default", "name": "kubernetes"},
+                     "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1",
+                              "ports": [{"port": 443, "protocol": "TCP"}]}});
+    items.insert(0, api);
     serde_json::to_string_pretty(&json!({
         "apiVersion": "v1",
         "items": items,
@@ -106,6 +112,27 @@ fn unknown_kinds_are_ignored() {
 }
 
 #[test]
+fn a_list_without_the_api_servers_service_is_taken_as_filtered() {
+    // `kubectl get services,endpointslices -n shop -o json`: Services of other
+    // namespaces are left out, so a port none of these owns may still be owned.
+    let text = serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List",
+        "items": [web_service(), web_slice(json!([]))]}))
+    .unwrap();
+    let state = read(&text).unwrap();
+    assert!(state.services_partial && !state.uncertain);
+    assert!(
+        state.problems[0]
+            .problem
+            .starts_with("lacks Service default/kubernetes")
+    );
+    assert!(
+        !read(&list(vec![web_service(), web_slice(json!([]))]))
+            .unwrap()
+            .services_partial
+    );
+}
+
+#[test]
 fn services_without_any_endpointslice_leave_every_endpoint_unknown() {
     // `kubectl get services -o json`: which NodePorts are owned is known, the
     // endpoints of none.
@@ -116,7 +143,7 @@ fn services_without_any_endpointslice_leave_every_endpoint_unknown() {
     assert!(
         state.problems[0]
             .problem
-            .starts_with("holds 1 Service but no EndpointSlice")
+            .starts_with("holds 2 Services but no EndpointSlice")
     );
     // With the old Endpoints objects, the problem says kube-proxy does not read them.
     let endpoints =
@@ -208,7 +235,7 @@ fn items_without_a_kind_are_reported() {
     .unwrap();
     assert_eq!(state.ports.len(), 1);
     assert_eq!(state.problems.len(), 2);
-    assert_eq!(state.problems[0].object, "item 0");
+    assert_eq!(state.problems[0].object, "item 1");
     assert!(state.uncertain);
 }
 
@@ -352,8 +379,8 @@ fn read_services_keeps_every_service_and_what_a_broken_one_holds() {
         .iter()
         .map(|s| s.metadata.name.clone().unwrap_or_default())
         .collect();
-    assert_eq!(names, ["web", "mesh", "broken"]);
-    let broken = &read.services[2].spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
+    assert_eq!(names, ["kubernetes", "web", "mesh", "broken"]);
+    let broken = &read.services[3].spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
     assert_eq!(
         (broken.node_port, broken.protocol.as_deref()),
         (Some(30999), Some("UDP"))

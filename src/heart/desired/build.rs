@@ -256,6 +256,13 @@ impl DesiredBuilder {
         self.state.uncertain = true;
     }
 
+    /// Records that the Services may be only some of the cluster's: a port none of
+    /// them owns is not judged free.
+    pub fn services_partial(&mut self, object: impl Into<String>, problem: impl Into<String>) {
+        self.state.services_partial = true;
+        self.problem(object, problem);
+    }
+
     /// Records that no Service's endpoints can be known (`object` holds no
     /// EndpointSlice): every port's endpoint checks are skipped, while the Services
     /// still say which NodePorts are owned.

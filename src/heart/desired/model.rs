@@ -164,6 +164,10 @@ pub struct DesiredState {
     /// Problems were found that cannot be pinned to one Service: endpoint checks are
     /// unsafe everywhere.
     pub uncertain: bool,
+    /// The Services may be only some of the cluster's (a list filtered by namespace or
+    /// label): a port no listed Service owns may still be owned, so its rules are not
+    /// judged stale, nor is a listener on it a squatter on a free port.
+    pub services_partial: bool,
 }
 
 impl DesiredState {

@@ -55,17 +55,22 @@ pub(super) fn squatters(
                 set_service(&mut f, &desired.service);
                 f
             }
-            None if config.nodeport_range.contains(&l.port) && !index.allocated(l.port) => Finding::new(
-                Kind::Squatter,
-                Severity::Warning,
-                format!(
-                    "{who} {verb} on {}/{} inside the NodePort range {}-{}; the next Service given this port will collide with it — move the process, or reserve the port.",
-                    l.protocol,
-                    l.port,
-                    config.nodeport_range.start(),
-                    config.nodeport_range.end()
-                ),
-            ),
+            None if config.nodeport_range.contains(&l.port)
+                && !index.allocated(l.port)
+                && !index.state.services_partial =>
+            {
+                Finding::new(
+                    Kind::Squatter,
+                    Severity::Warning,
+                    format!(
+                        "{who} {verb} on {}/{} inside the NodePort range {}-{}; the next Service given this port will collide with it — move the process, or reserve the port.",
+                        l.protocol,
+                        l.port,
+                        config.nodeport_range.start(),
+                        config.nodeport_range.end()
+                    ),
+                )
+            }
             None => continue,
         };
         f.protocol = Some(l.protocol);

@@ -53,6 +53,14 @@ pub(super) fn stale_rules(
         if index.state.uncertain || index.state.other_allocated.contains(&(rule.protocol, rule.port)) {
             continue;
         }
+        if index.state.services_partial
+            && index
+                .owners(rule.protocol, rule.port, source.family)
+                .next()
+                .is_none()
+        {
+            continue;
+        }
         match rule.verdict {
             Verdict::HealthCheckAccept => stale_health_check(source, rule, index, out),
             Verdict::Reject | Verdict::Drop => {
