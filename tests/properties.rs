@@ -95,6 +95,10 @@ fn services(cluster_json: &str) -> Vec<Svc> {
             svc["metadata"]["name"].as_str().unwrap(),
         );
         let p = &svc["spec"]["ports"][0];
+        // The API server's Service has no nodePort.
+        let Some(node_port) = p["nodePort"].as_u64() else {
+            continue;
+        };
         let mut endpoints = BTreeSet::new();
         for slice in items.iter().filter(|i| {
             i["kind"] == "EndpointSlice"
@@ -114,7 +118,7 @@ fn services(cluster_json: &str) -> Vec<Svc> {
                 name: name.into(),
                 port_name: p["name"].as_str().unwrap_or("").into(),
             },
-            node_port: p["nodePort"].as_u64().unwrap() as u16,
+            node_port: node_port as u16,
             endpoints,
         });
     }
