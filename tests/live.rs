@@ -120,10 +120,12 @@ fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The sh script that scans the prepared node (JSON to $1, exit status to $1.code),
+/// The sh script that runs $PD_BEFORE in the prepared node when set (its failure is
+/// exit status 9, the setup's), scans the node (JSON to $1, exit status to $1.code),
 /// then snapshots it into $2. Extra scan flags follow.
 const SCAN_AND_SNAPSHOT: &str = r#"
 pd=$0 out=$1 snap=$2; shift 2
+if [ -n "${PD_BEFORE:-}" ]; then sh -ec "$PD_BEFORE" || exit 9; fi
 node=$(cat "$BUNDLE/node")
 if [ -n "${PD_PATH:-}" ]; then pd="env PATH=$PD_PATH $pd"; fi
 $pd scan --cluster-state "$BUNDLE/cluster.json" --node "$node" --format json "$@" >"$out"
@@ -142,6 +144,11 @@ struct Scanned {
 
 /// Builds `bundle`'s node, scans it live and snapshots it; with `path` as PATH when given.
 fn scan_live(bundle: &str, path: Option<&Path>, extra: &[&str]) -> Scanned {
+    scan_live_after(bundle, "", path, extra)
+}
+
+/// [`scan_live`], once the shell commands `before` have run in the node.
+fn scan_live_after(bundle: &str, before: &str, path: Option<&Path>, extra: &[&str]) -> Scanned {
     let scratch = TempDir::new().unwrap();
     let out = scratch.path().join("live.json");
     let snap = scratch.path().join("snapshot");
@@ -152,6 +159,7 @@ fn scan_live(bundle: &str, path: Option<&Path>, extra: &[&str]) -> Scanned {
             "PD_PATH={}",
             path.map(|p| p.display().to_string()).unwrap_or_default()
         ),
+        format!("PD_BEFORE={before}"),
     ];
     cmd.extend([
         "/bin/sh".into(),
@@ -675,40 +683,27 @@ fn a_rule_kube_proxy_never_writes_is_found_in_either_backend() {
 /// Builds `bundle`'s node, runs `break_it` in it, then scans it live and snapshots it:
 /// its one critical finding (the snapshot's findings must agree).
 fn scan_broken(bundle: &str, break_it: &str) -> Value {
-    let scratch = TempDir::new().unwrap();
-    let (out, snap) = (scratch.path().join("live.json"), scratch.path().join("snapshot"));
-    let script = format!(
-        "set -e; {break_it}; set +e; \
-         {PORTDRIFT} scan --cluster-state \"$BUNDLE/cluster.json\" --node \"$(cat \"$BUNDLE/node\")\" --format json \
-           --kube-proxy-healthz off --kube-proxy-metrics off > {out}; echo $? > {out}.code; \
-         {PORTDRIFT} snapshot --out {snap} --cluster-state \"$BUNDLE/cluster.json\" --node \"$(cat \"$BUNDLE/node\")\" \
-           --kube-proxy-healthz off --kube-proxy-metrics off > /dev/null",
-        out = out.display(),
-        snap = snap.display()
+    let s = scan_live_after(
+        bundle,
+        break_it,
+        None,
+        &["--kube-proxy-healthz", "off", "--kube-proxy-metrics", "off"],
     );
-    in_bundle_node(bundle, &["/bin/sh", "-c", &script]);
-    let live = json(&std::fs::read(&out).unwrap(), bundle);
-    let code: i32 = std::fs::read_to_string(scratch.path().join("live.json.code"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert_eq!(code, 1, "{bundle}: {live:#}");
-    let criticals: Vec<&Value> = live["findings"]
+    assert_eq!(s.live_code, 1, "{bundle}: {:#}", s.live);
+    let criticals: Vec<&Value> = s.live["findings"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|f| f["severity"] == "critical")
         .collect();
     assert_eq!(criticals.len(), 1, "{bundle}: {criticals:#?}");
-    let critical = criticals[0].clone();
-    let (offline_code, offline) = support::scan_json(&snap, &[]);
+    let (offline_code, offline) = support::scan_json(&s.snapshot, &[]);
     assert_eq!(
         (offline_code, findings(&offline)),
-        (1, findings(&live)),
+        (1, findings(&s.live)),
         "{bundle}: the snapshot"
     );
-    critical
+    criticals[0].clone()
 }
 
 #[test]
