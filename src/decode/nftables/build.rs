@@ -85,7 +85,7 @@ fn missing_entry(table: &impl RuleGraph) -> Vec<EntryJump> {
     }
     let reached = table
         .find_chain(NAT_PREROUTING)
-        .is_some_and(|start| leads_to(table, start, &dispatch));
+        .is_some_and(|start| walk_jumps(table, start, |_| true, |chain| dispatch.contains(&chain)));
     if reached {
         Vec::new()
     } else {
@@ -96,18 +96,26 @@ fn missing_entry(table: &impl RuleGraph) -> Vec<EntryJump> {
     }
 }
 
-/// Whether the jumps from `start` lead to one of `targets`.
-fn leads_to(table: &impl RuleGraph, start: usize, targets: &[usize]) -> bool {
-    let mut seen = vec![false; table.chain_count()];
-    let mut next = vec![start];
-    while let Some(chain) = next.pop() {
-        if targets.contains(&chain) {
-            return true;
-        }
-        if std::mem::replace(&mut seen[chain], true) {
+/// Visits `start` and the chains its jumps lead to, breadth first and each once, not
+/// following a jump into a chain `enter` refuses; stops at the first chain `visit`
+/// answers true for, and says whether it did.
+fn walk_jumps(
+    table: &impl RuleGraph,
+    start: usize,
+    enter: impl Fn(usize) -> bool,
+    mut visit: impl FnMut(usize) -> bool,
+) -> bool {
+    // A handful of chains: a set the size of the table per walk would cost more.
+    let mut seen: rustc_hash::FxHashSet<usize> = Default::default();
+    let mut queue = VecDeque::from([start]);
+    while let Some(index) = queue.pop_front() {
+        if !seen.insert(index) {
             continue;
         }
-        next.extend(table.jumps(chain).filter_map(Result::ok));
+        if visit(index) {
+            return true;
+        }
+        queue.extend(table.jumps(index).filter_map(Result::ok).filter(|&j| enter(j)));
     }
     false
 }
@@ -246,18 +254,15 @@ impl Walk {
 /// traffic there, so these are what a client outside the node reaches.
 fn external_targets(table: &impl RuleGraph, start: &str) -> Vec<SocketAddr> {
     let mut out = Vec::new();
-    // A handful of chains: a set the size of the table per NodePort would cost more.
-    let mut seen: rustc_hash::FxHashSet<usize> = Default::default();
-    let mut queue: VecDeque<usize> = table.find_chain(start).into_iter().collect();
-    while let Some(index) = queue.pop_front() {
-        if !seen.insert(index) {
-            continue;
-        }
-        out.extend(table.dnats(index).map(|r| r.dnat.addr));
-        queue.extend(table.jumps(index).filter_map(Result::ok).filter(|&j| {
+    if let Some(start) = table.find_chain(start) {
+        let outside_service_chains = |j: usize| {
             let name = table.chain_name(j);
             !(name.starts_with("service-") && is_service_chain(name))
-        }));
+        };
+        walk_jumps(table, start, outside_service_chains, |index| {
+            out.extend(table.dnats(index).map(|r| r.dnat.addr));
+            false
+        });
     }
     out
 }

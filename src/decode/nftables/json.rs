@@ -292,14 +292,13 @@ fn lower_rule<'a>(statements: &[Expr<'a>]) -> (RuleIr<'a>, Option<String>) {
             "vmap" => {
                 // `vmap @map` dispatches through a named map (kube-proxy's `services`
                 // chain); those maps are read as maps. Only inline maps are followed.
-                let named = value.get("data").and_then(Expr::as_str);
-                if named.and_then(|m| m.strip_prefix('@')) == Some(super::SERVICE_NODEPORTS_MAP) {
+                let data = value.get("data");
+                if data.and_then(Expr::as_str).and_then(|m| m.strip_prefix('@'))
+                    == Some(super::SERVICE_NODEPORTS_MAP)
+                {
                     rule.nodeport_dispatch = true;
                 }
-                let entries = value
-                    .get("data")
-                    .and_then(|d| d.get("set"))
-                    .and_then(Expr::as_list);
+                let entries = data.and_then(|d| d.get("set")).and_then(Expr::as_list);
                 for entry in entries.unwrap_or_default() {
                     let verdict = entry.as_list().and_then(|pair| pair.get(1));
                     rule.jumps.extend(verdict.and_then(verdict_chain));
