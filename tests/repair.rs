@@ -95,12 +95,7 @@ fn pod() -> String {
 /// objects (RFC 3339): long ago, or just now for the grace-window case.
 fn cluster_state(dir: &std::path::Path, changed: &str) -> std::path::PathBuf {
     let items = json!([
-        // The API server's Service, which every cluster has.
-        {
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "kubernetes", "namespace": "default", "uid": "u-api"},
-            "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}
-        },
+        portdrift::testing::synth::api_server_service(),
         {
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "web", "namespace": "shop", "creationTimestamp": changed, "uid": "u-web"},

@@ -18,11 +18,7 @@ const NODE: &str = "node-a";
 /// A List as kubectl prints it (pretty, keys sorted), holding `items`.
 /// A List of `items`, after the API server's Service, which every cluster has.
 fn list(mut items: Vec<Value>) -> String {
-    let api = json!({"apiVersion": "v1", "kind": "Service",
-                     "metadata": {"namespace": "default", "name": "kubernetes"},
-                     "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1",
-                              "ports": [{"port": 443, "protocol": "TCP"}]}});
-    items.insert(0, api);
+    items.insert(0, crate::testing::synth::api_server_service());
     serde_json::to_string_pretty(&json!({
         "apiVersion": "v1",
         "items": items,

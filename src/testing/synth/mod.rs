@@ -147,23 +147,7 @@ pub fn generate(config: &SynthConfig) -> SynthNode {
 
 fn cluster_json(config: &SynthConfig, svcs: &[Svc]) -> String {
     let mut items = Vec::with_capacity(svcs.len() * 2 + 2);
-    // The API server's Service, which every cluster has (a list without it looks filtered).
-    items.push(json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "kubernetes", "namespace": "default", "resourceVersion": "99999"},
-        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "type": "ClusterIP",
-                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}
-    }));
-    items.push(json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": "kubernetes", "namespace": "default", "resourceVersion": "99999",
-                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["10.0.0.10"], "conditions": {"ready": true}}],
-        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]
-    }));
+    items.extend([api_server_service(), api_server_slice()]);
     for (i, s) in svcs.iter().enumerate() {
         items.push(service_object(i, s));
         if s.shape != Shape::NoEndpoints {
@@ -178,6 +162,31 @@ fn cluster_json(config: &SynthConfig, svcs: &[Svc]) -> String {
     serde::Serialize::serialize(&list, &mut ser).expect("serialising a Value into memory cannot fail");
     out.push(b'\n');
     String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// `default/kubernetes`, the API server's Service, which every cluster has: a cluster
+/// state without it reads as a list filtered by namespace or label.
+pub fn api_server_service() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default", "resourceVersion": "99999"},
+        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "type": "ClusterIP",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}
+    })
+}
+
+/// The EndpointSlice of [`api_server_service`].
+fn api_server_slice() -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes", "namespace": "default", "resourceVersion": "99999",
+                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.10"], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]
+    })
 }
 
 fn service_object(i: usize, s: &Svc) -> Value {
