@@ -29,10 +29,13 @@ pub enum Kind {
     /// A rule in kube-proxy's chains that kube-proxy never writes (a DNAT to nowhere, a
     /// jump to an undeclared chain).
     MalformedRule,
+    /// A NodePort rule commented as its port's owner whose chain name no kube-proxy
+    /// release gives that owner, with nothing else showing whose it is: left alone.
+    UnattributedRule,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::StaleNodeport,
         Kind::StaleEndpoint,
         Kind::MissingEndpoint,
@@ -46,6 +49,7 @@ impl Kind {
         Kind::HostportConflict,
         Kind::PortRangeOverlap,
         Kind::MalformedRule,
+        Kind::UnattributedRule,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +67,7 @@ impl Kind {
             Kind::HostportConflict => "hostport-conflict",
             Kind::PortRangeOverlap => "port-range-overlap",
             Kind::MalformedRule => "malformed-rule",
+            Kind::UnattributedRule => "unattributed-rule",
         }
     }
 }

@@ -20,6 +20,53 @@ fn base32_sha256_prefix(input: &[u8], len: usize) -> String {
     encoded
 }
 
+/// How a kube-proxy release spelled a Service port in the strings it hashes into chain
+/// names. Named ports were spelled `ns/name:port` in every release; an unnamed port's
+/// spelling changed, so one Service port can have two chain names depending on the
+/// release that wrote them (docs/findings.md, "Chain names across releases").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Naming {
+    /// `ns/name` for an unnamed port: what kube-proxy writes today.
+    Current,
+    /// `ns/name:` for an unnamed port (`ServicePortName.String()` printed the colon
+    /// whatever the port's name): older releases, whose comments read `"ns/name:"`.
+    TrailingColon,
+}
+
+impl Naming {
+    /// Every spelling, today's first.
+    pub const ALL: [Naming; 2] = [Naming::Current, Naming::TrailingColon];
+
+    /// The releases that spelled Service ports this way, for messages.
+    pub fn releases(self) -> &'static str {
+        match self {
+            Naming::Current => NAMING_CURRENT_RELEASES,
+            Naming::TrailingColon => NAMING_TRAILING_COLON_RELEASES,
+        }
+    }
+
+    /// Whether this spelling gives `svc` a name of its own (it differs from today's only
+    /// for unnamed ports).
+    pub fn applies_to(self, svc: &ServicePortRef) -> bool {
+        self == Naming::Current || svc.port_name.is_empty()
+    }
+}
+
+/// The releases of each spelling (kube-proxy's `ServicePortName.String()`).
+const NAMING_CURRENT_RELEASES: &str = "v1.TODO and later";
+const NAMING_TRAILING_COLON_RELEASES: &str = "up to v1.TODO";
+
+/// kube-proxy's `svcPortName` for `svc` as a release of `naming` spelled it.
+fn write_port_name(svc: &ServicePortRef, naming: Naming, out: &mut impl FnMut(&[u8])) {
+    out(svc.namespace.as_bytes());
+    out(b"/");
+    out(svc.name.as_bytes());
+    if !svc.port_name.is_empty() || naming == Naming::TrailingColon {
+        out(b":");
+        out(svc.port_name.as_bytes());
+    }
+}
+
 /// The 16-character suffix of `KUBE-SVC-`, `KUBE-SVL-`, `KUBE-EXT-` and `KUBE-FW-`
 /// chains for one Service port.
 pub fn service_chain_hash(svc: &ServicePortRef, protocol: Protocol) -> String {
@@ -30,14 +77,13 @@ pub fn service_chain_hash(svc: &ServicePortRef, protocol: Protocol) -> String {
 /// [`service_chain_hash`] without allocating, for indexing every Service of a large
 /// cluster: the hash as 16 ASCII bytes.
 pub fn service_chain_hash_bytes(svc: &ServicePortRef, protocol: Protocol) -> [u8; 16] {
+    service_chain_hash_as(svc, protocol, Naming::Current)
+}
+
+/// The per-service chain suffix a release of `naming` gave `svc`.
+pub fn service_chain_hash_as(svc: &ServicePortRef, protocol: Protocol, naming: Naming) -> [u8; 16] {
     let mut hasher = Sha256::new();
-    hasher.update(svc.namespace.as_bytes());
-    hasher.update(b"/");
-    hasher.update(svc.name.as_bytes());
-    if !svc.port_name.is_empty() {
-        hasher.update(b":");
-        hasher.update(svc.port_name.as_bytes());
-    }
+    write_port_name(svc, naming, &mut |b| hasher.update(b));
     hasher.update(protocol.as_str().as_bytes());
     let digest = hasher.finalize();
     // 10 bytes of digest encode to exactly 16 base32 characters.
@@ -48,10 +94,21 @@ pub fn service_chain_hash_bytes(svc: &ServicePortRef, protocol: Protocol) -> [u8
 
 /// The 16-character suffix of a `KUBE-SEP-` chain.
 pub fn endpoint_chain_hash(svc: &ServicePortRef, protocol: Protocol, endpoint: &SocketAddr) -> String {
-    let mut input = svc.kube_proxy_name();
-    input.push_str(protocol.as_str());
-    input.push_str(&endpoint.to_string());
-    base32_sha256_prefix(input.as_bytes(), 16)
+    endpoint_chain_hash_as(svc, protocol, endpoint, Naming::Current)
+}
+
+/// The `KUBE-SEP-` suffix a release of `naming` gave an endpoint of `svc`.
+pub fn endpoint_chain_hash_as(
+    svc: &ServicePortRef,
+    protocol: Protocol,
+    endpoint: &SocketAddr,
+    naming: Naming,
+) -> String {
+    let mut input = Vec::with_capacity(64);
+    write_port_name(svc, naming, &mut |b| input.extend_from_slice(b));
+    input.extend_from_slice(protocol.as_str().as_bytes());
+    input.extend_from_slice(endpoint.to_string().as_bytes());
+    base32_sha256_prefix(&input, 16)
 }
 
 /// The per-service chain prefixes kube-proxy's iptables mode creates and deletes.

@@ -38,6 +38,7 @@ pub fn reason(kind: Kind) -> &'static str {
         Kind::HostportConflict => "HostPortConflict",
         Kind::PortRangeOverlap => "PortRangeOverlap",
         Kind::MalformedRule => "MalformedRule",
+        Kind::UnattributedRule => "UnattributedRule",
     }
 }
 

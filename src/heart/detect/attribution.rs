@@ -2,20 +2,19 @@
 
 use std::collections::{HashMap, HashSet};
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
 // FxHash: keys are ports and chain hashes from local sources, looked up for every rule
 // of a scan; SipHash's flood resistance buys nothing here.
 use rustc_hash::FxHashMap;
 
 use crate::heart::desired::{DesiredPort, DesiredState};
-use crate::heart::kube_proxy;
+use crate::heart::kube_proxy::{self, Naming};
 use crate::heart::model::{Family, NodePortRule, Protocol, RuleSource, ServicePortRef};
 
 /// Lookup tables over the desired state, built once per scan.
 pub(super) struct DesiredIndex<'a> {
     pub(super) state: &'a DesiredState,
     pub(super) by_port: PortIndex<usize>,
+    /// Each Service port's chain hash in every release's naming ([`Naming`]).
     pub(super) by_hash: FxHashMap<[u8; 16], usize>,
     pub(super) by_name: FxHashMap<(&'a ServicePortRef, Protocol), usize>,
     pub(super) health_check: HashMap<u16, usize>,
@@ -30,7 +29,12 @@ impl<'a> DesiredIndex<'a> {
         let mut by_name = FxHashMap::default();
         let mut health_check = HashMap::new();
         for (i, p) in state.ports.iter().enumerate() {
-            by_hash.insert(kube_proxy::service_chain_hash_bytes(&p.service, p.protocol), i);
+            for naming in Naming::ALL.into_iter().filter(|n| n.applies_to(&p.service)) {
+                by_hash.insert(
+                    kube_proxy::service_chain_hash_as(&p.service, p.protocol, naming),
+                    i,
+                );
+            }
             by_name.insert((&p.service, p.protocol), i);
             if let Some(hc) = p.health_check_node_port {
                 health_check.insert(hc, i);
@@ -77,10 +81,20 @@ impl<'a> DesiredIndex<'a> {
             .filter(move |&i| self.port(i).in_family(family))
     }
 
-    pub(super) fn attribute<'r>(&self, rule: &'r NodePortRule) -> Attribution<'r> {
+    /// Which Service port a rule is for. A chain name is a Service port's when it is
+    /// the hash any kube-proxy release gives it; one that matches none, under a comment
+    /// naming the port's owner, is weighed by where it leads ([`Self::weigh_unmatched`]):
+    /// a hash that no release gives proves only that the naming is not one known here.
+    pub(super) fn attribute<'r>(&self, rule: &'r NodePortRule, family: Family) -> Attribution<'r> {
         if let Some(hash) = &rule.chain_hash {
-            return match hash_key(hash).and_then(|k| self.by_hash.get(&k)) {
-                Some(&i) => Attribution::Known(i),
+            if let Some(&i) = hash_key(hash).and_then(|k| self.by_hash.get(&k)) {
+                return Attribution::Known(i);
+            }
+            return match self
+                .owners(rule.protocol, rule.port, family)
+                .find(|&o| comment_names(rule, &self.port(o).service))
+            {
+                Some(owner) => self.weigh_unmatched(rule, hash, owner, family),
                 None => Attribution::Foreign(rule.comment_service.as_ref()),
             };
         }
@@ -93,14 +107,54 @@ impl<'a> DesiredIndex<'a> {
         Attribution::Unknown
     }
 
+    /// A rule whose comment names `owner`, the Service port owning its port now, and whose
+    /// chain hash no release gives it. It is the owner's when it leads to one of the
+    /// owner's endpoints; an earlier incarnation's only on positive evidence: its chain
+    /// is the owner's name hashed with another protocol, or its DNATs reach none of the
+    /// owner's endpoints (as far as the cluster state lists them all). Otherwise nothing
+    /// tells, and the rule is the owner's unconfirmed.
+    fn weigh_unmatched<'r>(
+        &self,
+        rule: &NodePortRule,
+        hash: &str,
+        owner: usize,
+        family: Family,
+    ) -> Attribution<'r> {
+        let desired = self.port(owner);
+        let other_protocol = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+            .into_iter()
+            .filter(|&p| p != rule.protocol)
+            .any(|p| {
+                Naming::ALL
+                    .into_iter()
+                    .any(|n| hash.as_bytes() == kube_proxy::service_chain_hash_as(&desired.service, p, n))
+            });
+        if other_protocol {
+            return Attribution::Superseded(owner, Evidence::OtherProtocol);
+        }
+        let listed = desired.endpoints(family).map(|e| &e.listed);
+        if rule
+            .targets
+            .iter()
+            .any(|t| listed.is_some_and(|l| l.contains(&t.addr)))
+        {
+            return Attribution::Known(owner);
+        }
+        if !rule.targets.is_empty() && listed.is_some() && self.endpoints_certain(owner) {
+            return Attribution::Superseded(owner, Evidence::NoCurrentEndpoint);
+        }
+        Attribution::Unconfirmed(owner)
+    }
+
     /// Attributes a rule and names the Service port it serves now, if any: the one it
     /// names when that one owns its port, or the port's owner when it names none.
     pub(super) fn judge<'r>(&self, rule: &'r NodePortRule, family: Family) -> Judged<'r> {
-        let attribution = self.attribute(rule);
+        let attribution = self.attribute(rule, family);
         let owner = match attribution {
             Attribution::Known(i) => self.owners(rule.protocol, rule.port, family).find(|&o| o == i),
+            Attribution::Unconfirmed(i) => Some(i),
             Attribution::Unknown => self.owners(rule.protocol, rule.port, family).next(),
-            Attribution::Foreign(_) => None,
+            Attribution::Foreign(_) | Attribution::Superseded(..) => None,
         };
         Judged { attribution, owner }
     }
@@ -154,6 +208,17 @@ impl<T> PortIndex<T> {
     }
 }
 
+/// Whether the rule's kube-proxy comment names `svc` (in any release's spelling: an
+/// unnamed port was `ns/name:` in older ones, which parses to the same port).
+fn comment_names(rule: &NodePortRule, svc: &ServicePortRef) -> bool {
+    match &rule.comment_service {
+        Some(named) => named == svc,
+        None => rule
+            .undecoded_comment_service()
+            .is_some_and(|named| &named == svc),
+    }
+}
+
 /// A chain-name hash as an index key.
 pub(super) fn hash_key(hash: &str) -> Option<[u8; 16]> {
     hash.as_bytes().try_into().ok()
@@ -166,8 +231,24 @@ pub(super) enum Attribution<'r> {
     Known(usize),
     /// A Service port the cluster no longer has (named when the rule says which).
     Foreign(Option<&'r ServicePortRef>),
+    /// The comment names the port's owner, but the rule is an earlier incarnation's:
+    /// its chain name is no release's for the owner and the evidence says so.
+    Superseded(usize, Evidence),
+    /// The comment names the port's owner and the chain name is no release's for it;
+    /// nothing else tells whether the rule is the owner's (it leads to no DNAT the dump
+    /// shows, or the owner's endpoints are not known in full). Taken as the owner's.
+    Unconfirmed(usize),
     /// The rule names no Service (a hand-written DNAT without a comment).
     Unknown,
+}
+
+/// What shows a rule naming the port's owner to be an earlier incarnation's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Evidence {
+    /// Its chain is the owner's name hashed with another protocol.
+    OtherProtocol,
+    /// Its DNATs reach none of the endpoints the owner's EndpointSlices list.
+    NoCurrentEndpoint,
 }
 
 /// A rule's attribution and the Service port it serves now.

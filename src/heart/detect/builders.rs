@@ -73,7 +73,9 @@ pub(super) fn describe_attribution<'r>(
     a: Attribution<'r>,
 ) -> Option<Cow<'r, ServicePortRef>> {
     match a {
-        Attribution::Known(i) => Some(Cow::Borrowed(&index.port(i).service)),
+        Attribution::Known(i) | Attribution::Unconfirmed(i) | Attribution::Superseded(i, _) => {
+            Some(Cow::Borrowed(&index.port(i).service))
+        }
         Attribution::Foreign(Some(s)) => Some(Cow::Borrowed(s)),
         Attribution::Foreign(None) if matches!(rule.identity, RuleIdentity::Iptables { .. }) => {
             rule.undecoded_comment_service().map(Cow::Owned)

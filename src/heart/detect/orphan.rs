@@ -6,7 +6,7 @@ use std::collections::HashMap;
 // per scan of a large node; SipHash's flood resistance buys nothing here.
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::kube_proxy;
+use crate::heart::kube_proxy::{self, Naming};
 use crate::heart::model::{Family, RuleSource};
 
 use super::attribution::{DesiredIndex, hash_key};
@@ -57,7 +57,12 @@ pub(super) fn endpoint_hash_index(
     for (i, p) in index.state.ports.iter().enumerate() {
         if let Some(eps) = p.endpoints(family) {
             for addr in &eps.listed {
-                out.insert(kube_proxy::endpoint_chain_hash(&p.service, p.protocol, addr), i);
+                for naming in Naming::ALL.into_iter().filter(|n| n.applies_to(&p.service)) {
+                    out.insert(
+                        kube_proxy::endpoint_chain_hash_as(&p.service, p.protocol, addr, naming),
+                        i,
+                    );
+                }
             }
         }
     }
@@ -91,11 +96,12 @@ pub(super) fn owner_of_chain(
             return None;
         }
         *budget -= ports;
-        return index
-            .state
-            .ports
-            .iter()
-            .position(|p| kube_proxy::endpoint_chain_hash(&p.service, p.protocol, &dnat) == hash);
+        return index.state.ports.iter().position(|p| {
+            Naming::ALL
+                .into_iter()
+                .filter(|n| n.applies_to(&p.service))
+                .any(|n| kube_proxy::endpoint_chain_hash_as(&p.service, p.protocol, &dnat, n) == hash)
+        });
     }
     let (svc, protocol) = kube_proxy::parse_nft_service_chain(chain)?;
     index.by_name.get(&(&svc, protocol)).copied()

@@ -8,9 +8,10 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::kube_proxy::{self, Naming};
 use crate::heart::model::{DestMatch, DnatTarget, NodePortRule, Protocol, RuleIdentity, RuleSource, Verdict};
 
-use super::attribution::{Attribution, DesiredIndex, Judged};
+use super::attribution::{Attribution, DesiredIndex, Evidence, Judged};
 use super::builders::{describe_attribution, describe_path, locate, rule_finding, set_service};
 
 /// For each NodePort key, the first line at which the port's owner has its own rule.
@@ -21,7 +22,7 @@ pub(super) fn owner_rule_lines<'s>(source: &'s RuleSource, judged: &[Judged<'_>]
     for (r, j) in source.nodeports.iter().zip(judged) {
         if r.verdict == Verdict::Forward
             && j.owner.is_some()
-            && matches!(j.attribution, Attribution::Known(_))
+            && matches!(j.attribution, Attribution::Known(_) | Attribution::Unconfirmed(_))
         {
             let line = lines.entry((r.protocol, r.port, &r.dest)).or_insert(r.rule.line);
             *line = (*line).min(r.rule.line);
@@ -73,6 +74,9 @@ pub(super) fn stale_rules(
                 }
             }
             Verdict::Forward => match judged.owner {
+                Some(owner) if matches!(judged.attribution, Attribution::Unconfirmed(_)) => {
+                    out.push(unattributed_finding(source, rule, index, owner));
+                }
                 None => {
                     let lines = owner_lines.get_or_insert_with(|| owner_rule_lines(source, all_judged));
                     out.push(stale_nodeport_finding(
@@ -214,23 +218,21 @@ pub(super) fn stale_nodeport_finding(
         Some(svc) => format!("for {}", svc.service()),
         None => "naming no Service".to_string(),
     };
-    let message = match owner {
-        None => format!(
-            "No Service owns {}/{} in {}, but {} still forwards it ({whose}); kube-proxy should have removed this rule: check that it is running and syncing, then delete the rule.",
-            rule.protocol, rule.port, source.family, source.backend
-        ),
-        Some(owner) => format!(
-            "{}/{} now belongs to {}, but {} still has a rule {whose}{}; delete the stale rule.",
+    let message = match (owner, attribution) {
+        (Some(owner), Attribution::Superseded(_, evidence)) => format!(
+            "{}/{} belongs to {}, and {} has a rule commented as its{} that an earlier incarnation left: {}; delete the stale rule.",
             rule.protocol,
             rule.port,
             index.port(owner).service.service(),
             source.backend,
             if hijacks {
-                " that matches first and takes the port's traffic"
+                ", matching first and taking the port's traffic,"
             } else {
                 ""
-            }
+            },
+            superseded_because(rule, evidence),
         ),
+        _ => stale_message(source, rule, index, owner, &whose, hijacks),
     };
     let severity = if hijacks {
         Severity::Critical
@@ -251,6 +253,92 @@ pub(super) fn stale_nodeport_finding(
     if let Some(chain) = &rule.dangling {
         f.evidence
             .push(format!("jumps to chain {chain}, which the dump does not define"));
+    }
+    f
+}
+
+/// Why a rule commented as its port's owner is an earlier incarnation's.
+fn superseded_because(rule: &NodePortRule, evidence: Evidence) -> String {
+    let chain = rule.path.first().map_or("its chain", |c| &**c);
+    match evidence {
+        Evidence::OtherProtocol => format!(
+            "{chain} is the Service port's name hashed with another protocol than {}",
+            rule.protocol
+        ),
+        Evidence::NoCurrentEndpoint => format!(
+            "{chain} is not the name any kube-proxy release gives it, and the rule forwards only to addresses none of its EndpointSlices list"
+        ),
+    }
+}
+
+/// The sentence of a rule for a Service port other than the port's owner, or for none.
+fn stale_message(
+    source: &RuleSource,
+    rule: &NodePortRule,
+    index: &DesiredIndex<'_>,
+    owner: Option<usize>,
+    whose: &str,
+    hijacks: bool,
+) -> String {
+    match owner {
+        None => format!(
+            "No Service owns {}/{} in {}, but {} still forwards it ({whose}); kube-proxy should have removed this rule: check that it is running and syncing, then delete the rule.",
+            rule.protocol, rule.port, source.family, source.backend
+        ),
+        Some(owner) => format!(
+            "{}/{} now belongs to {}, but {} still has a rule {whose}{}; delete the stale rule.",
+            rule.protocol,
+            rule.port,
+            index.port(owner).service.service(),
+            source.backend,
+            if hijacks {
+                " that matches first and takes the port's traffic"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// A rule commented as its port's owner whose chain name no release gives the owner,
+/// with nothing else to tell: said at info level, taken as the owner's, never to be
+/// deleted. The names each release would give the owner are the evidence.
+pub(super) fn unattributed_finding(
+    source: &RuleSource,
+    rule: &NodePortRule,
+    index: &DesiredIndex<'_>,
+    owner: usize,
+) -> Finding {
+    let desired = index.port(owner);
+    let chain = rule.path.first().map_or("", |c| &**c);
+    let prefix = chain.get(..chain.len().saturating_sub(16)).unwrap_or("");
+    let why = if rule.targets.is_empty() {
+        "it leads to no DNAT the dump shows"
+    } else {
+        "the cluster state does not list the Service's endpoints in full"
+    };
+    let mut f = rule_finding(
+        Kind::UnattributedRule,
+        Severity::Info,
+        source,
+        rule,
+        format!(
+            "{}/{}'s rule in {} is commented as {}'s, but its chain {chain} is not the name any kube-proxy release known here gives that Service port, and nothing else shows whose it is ({why}): it is taken as {}'s and left alone. A kube-proxy release that names chains another way would do this; nothing here says to delete it.",
+            rule.protocol,
+            rule.port,
+            source.backend,
+            desired.service,
+            desired.service.service(),
+        ),
+    );
+    set_service(&mut f, &desired.service);
+    for naming in Naming::ALL.into_iter().filter(|n| n.applies_to(&desired.service)) {
+        let hash = kube_proxy::service_chain_hash_as(&desired.service, rule.protocol, naming);
+        f.evidence.push(format!(
+            "{prefix}{} is its name in kube-proxy {}",
+            String::from_utf8_lossy(&hash),
+            naming.releases()
+        ));
     }
     f
 }

@@ -6,7 +6,7 @@ use crate::decode::iptables::{SourceHint, parse_save_str};
 use crate::heart::desired::FamilyEndpoints;
 use crate::heart::desired::{DesiredPort, DesiredState};
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::kube_proxy;
+use crate::heart::kube_proxy::{self, Naming};
 use crate::heart::model::Listener;
 use crate::heart::model::{Backend, Family, Protocol, ServicePortRef};
 
@@ -50,20 +50,30 @@ fn state(ports: Vec<DesiredPort>) -> DesiredState {
 /// Builds a kube-proxy-shaped nat table for the given NodePorts, with real chain hashes.
 /// Each entry: (service port, protocol, node port, endpoints).
 fn kube_proxy_nat(services: &[(&str, Protocol, u16, &[&str])], extra: &str) -> String {
+    kube_proxy_nat_as(services, Naming::Current, extra)
+}
+
+/// [`kube_proxy_nat`] as a kube-proxy release of `naming` writes it: its chain hashes
+/// and its comments (`"ns/name:"` for an unnamed port in the older releases).
+fn kube_proxy_nat_as(services: &[(&str, Protocol, u16, &[&str])], naming: Naming, extra: &str) -> String {
     let mut decl = String::from(":KUBE-NODEPORTS - [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n");
     let mut rules = String::new();
     for (svc, proto, np, eps) in services {
         let svc = ServicePortRef::parse(svc).unwrap();
-        let h = kube_proxy::service_chain_hash(&svc, *proto);
+        let h = String::from_utf8(kube_proxy::service_chain_hash_as(&svc, *proto, naming).to_vec()).unwrap();
+        let comment = match naming {
+            Naming::TrailingColon if svc.port_name.is_empty() => format!("{svc}:"),
+            _ => svc.to_string(),
+        };
         decl.push_str(&format!(":KUBE-EXT-{h} - [0:0]\n:KUBE-SVC-{h} - [0:0]\n"));
         rules.push_str(&format!(
-            "-A KUBE-NODEPORTS -p {proto} -m comment --comment \"{svc}\" -m {proto} --dport {np} -j KUBE-EXT-{h}\n"
+            "-A KUBE-NODEPORTS -p {proto} -m comment --comment \"{comment}\" -m {proto} --dport {np} -j KUBE-EXT-{h}\n"
         ));
         rules.push_str(&format!(
             "-A KUBE-EXT-{h} -j KUBE-MARK-MASQ\n-A KUBE-EXT-{h} -j KUBE-SVC-{h}\n"
         ));
         for ep in *eps {
-            let sep = kube_proxy::endpoint_chain_hash(&svc, *proto, &addr(ep));
+            let sep = kube_proxy::endpoint_chain_hash_as(&svc, *proto, &addr(ep), naming);
             decl.push_str(&format!(":KUBE-SEP-{sep} - [0:0]\n"));
             rules.push_str(&format!("-A KUBE-SVC-{h} -j KUBE-SEP-{sep}\n"));
             rules.push_str(&format!(
@@ -197,6 +207,118 @@ fn attribution_by_hash_works_without_comments() {
     let nat = kube_proxy_nat(&[(WEB, Protocol::Tcp, 30080, &["10.244.2.6:8080"])], "");
     let nat = nat.replace("-m comment --comment \"shop/web:http\" ", "");
     assert_eq!(kinds(&run(&d, &observed(&[(&nat, Backend::IptablesNft)]))), []);
+}
+
+/// An unnamed port whose chains an older kube-proxy named (it hashed `ns/name:`): the
+/// rule is its owner's, though today's hash of the owner differs. Before, this was a
+/// critical stale-nodeport advising to delete the working rule.
+#[test]
+fn an_older_releases_chain_names_are_the_owners() {
+    let eps: &[&str] = &["10.244.1.5:80", "10.244.2.6:80"];
+    let d = state(vec![port("default/nginx-deployment", Protocol::Tcp, 31617, eps)]);
+    let nat = kube_proxy_nat_as(
+        &[("default/nginx-deployment", Protocol::Tcp, 31617, eps)],
+        Naming::TrailingColon,
+        "",
+    );
+    assert!(nat.contains("--comment \"default/nginx-deployment:\""), "{nat}");
+    assert_eq!(kinds(&run(&d, &observed(&[(&nat, Backend::IptablesNft)]))), []);
+    // Without its comment (large-cluster mode) the hash alone still names it.
+    let bare = nat.replace("-m comment --comment \"default/nginx-deployment:\" ", "");
+    assert_eq!(kinds(&run(&d, &observed(&[(&bare, Backend::IptablesNft)]))), []);
+}
+
+/// Renames the per-service chains of `svc` (as `naming` hashed them) to a hash no
+/// release gives it, as a kube-proxy naming chains some unknown way would.
+fn renamed_chains(nat: &str, svc: &str, naming: Naming) -> String {
+    let h = kube_proxy::service_chain_hash_as(&ServicePortRef::parse(svc).unwrap(), Protocol::Tcp, naming);
+    let renamed = nat.replace(std::str::from_utf8(&h).unwrap(), "ZZZZZZZZZZZZZZZZ");
+    assert_ne!(renamed, nat);
+    renamed
+}
+
+#[test]
+fn a_chain_name_no_release_gives_is_the_owners_when_it_leads_to_the_owners_endpoints() {
+    let eps: &[&str] = &["10.244.1.5:80"];
+    let d = state(vec![port("default/web", Protocol::Tcp, 31617, eps)]);
+    let nat = kube_proxy_nat(&[("default/web", Protocol::Tcp, 31617, eps)], "");
+    let nat = renamed_chains(&nat, "default/web", Naming::Current);
+    assert_eq!(kinds(&run(&d, &observed(&[(&nat, Backend::IptablesNft)]))), []);
+}
+
+#[test]
+fn a_hash_mismatch_alone_is_info_and_never_advises_deleting() {
+    // A fragment: the rule's chains are not in the paste, so where it leads is unknown.
+    let eps: &[&str] = &["10.244.1.5:80"];
+    let d = state(vec![port("default/web", Protocol::Tcp, 31617, eps)]);
+    let fragment = "-A KUBE-NODEPORTS -p tcp -m comment --comment \"default/web\" -m tcp --dport 31617 -j KUBE-EXT-ZZZZZZZZZZZZZZZZ\n";
+    let f = run(&d, &observed(&[(fragment, Backend::IptablesNft)]));
+    assert_eq!(
+        kinds(&f),
+        [(Kind::UnattributedRule, Severity::Info, Some(31617), None)]
+    );
+    assert_eq!(f[0].service.as_deref(), Some("default/web"));
+    assert!(!f[0].message.contains("delete the"), "{}", f[0].message);
+    let today = kube_proxy::service_chain_hash(&ServicePortRef::parse("default/web").unwrap(), Protocol::Tcp);
+    assert!(
+        f[0].evidence
+            .iter()
+            .any(|e| e.contains(&format!("KUBE-EXT-{today}")) && e.contains(Naming::Current.releases())),
+        "{:?}",
+        f[0].evidence
+    );
+    // Nor when the owner's endpoints are not known in full.
+    let mut uncertain = d.clone();
+    uncertain.ports[0].uncertain = true;
+    let nat = renamed_chains(
+        &kube_proxy_nat(&[("default/web", Protocol::Tcp, 31617, &["10.244.9.9:80"])], ""),
+        "default/web",
+        Naming::Current,
+    );
+    let f = run(&uncertain, &observed(&[(&nat, Backend::IptablesNft)]));
+    assert_eq!(
+        kinds(&f),
+        [(Kind::UnattributedRule, Severity::Info, Some(31617), None)]
+    );
+}
+
+#[test]
+fn a_rule_commented_as_the_owner_is_stale_on_positive_evidence() {
+    // Its chain is no release's name for the owner and it reaches none of its endpoints.
+    let d = state(vec![port(
+        "default/web",
+        Protocol::Tcp,
+        31617,
+        &["10.244.1.5:80"],
+    )]);
+    let nat = kube_proxy_nat(&[("default/web", Protocol::Tcp, 31617, &["10.244.7.7:80"])], "");
+    let nat = renamed_chains(&nat, "default/web", Naming::Current);
+    let f = run(&d, &observed(&[(&nat, Backend::IptablesNft)]));
+    let stale: Vec<&Finding> = f.iter().filter(|f| f.kind == Kind::StaleNodeport).collect();
+    assert_eq!(stale.len(), 1, "{f:#?}");
+    assert_eq!(stale[0].severity, Severity::Critical);
+    assert!(
+        stale[0].message.contains("none of its EndpointSlices list"),
+        "{}",
+        stale[0].message
+    );
+    // Its chain is the owner's name hashed for another protocol.
+    let d = state(vec![port(
+        "default/web",
+        Protocol::Tcp,
+        31617,
+        &["10.244.1.5:80"],
+    )]);
+    let udp = kube_proxy::service_chain_hash(&ServicePortRef::parse("default/web").unwrap(), Protocol::Udp);
+    let fragment = format!(
+        "-A KUBE-NODEPORTS -p tcp -m comment --comment \"default/web\" -m tcp --dport 31617 -j KUBE-EXT-{udp}\n"
+    );
+    let f = run(&d, &observed(&[(&fragment, Backend::IptablesNft)]));
+    assert_eq!(
+        kinds(&f),
+        [(Kind::StaleNodeport, Severity::Critical, Some(31617), None)]
+    );
+    assert!(f[0].message.contains("another protocol"), "{}", f[0].message);
 }
 
 #[test]

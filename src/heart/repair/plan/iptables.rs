@@ -2,8 +2,11 @@
 //! per-service chains rule by rule, and the chains those deletions leave unreferenced.
 
 use std::collections::{BTreeSet, HashSet};
+use std::net::SocketAddr;
 
-use super::refusals::{PER_SERVICE_DNAT, is_kubernetes_hash, kept_rule_present, names_kubernetes};
+use super::refusals::{
+    PER_SERVICE_DNAT, is_kubernetes_hash, kept_rule_present, names_kubernetes, owner_named_without_proof,
+};
 use super::{Action, Op, Planned, Planner, describe_finding};
 use crate::heart::finding::{Finding, Kind};
 use crate::heart::kube_proxy;
@@ -61,6 +64,11 @@ impl Planner<'_> {
             return Err("the rule belongs to default/kubernetes".into());
         }
         self.explained_by_owner(f, family, target)?;
+        if f.kind == Kind::StaleNodeport {
+            owner_named_without_proof(self.ctx.desired, f, family, line, || {
+                dnat_destinations(table, target)
+            })?;
+        }
         match f.kind {
             Kind::StaleEndpoint if target != "DNAT" => {
                 return Err(PER_SERVICE_DNAT.into());
@@ -174,6 +182,31 @@ impl Planner<'_> {
             }
         }
     }
+}
+
+/// Every DNAT destination reachable from `chain` in `table` (each chain entered once).
+fn dnat_destinations(table: &IptTable, chain: &str) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut queue = vec![chain];
+    while let Some(name) = queue.pop() {
+        let Some(c) = table.chain(name).filter(|_| seen.insert(name)) else {
+            continue;
+        };
+        for r in &c.rules {
+            match r.target.as_deref() {
+                Some("DNAT") => out.extend(
+                    r.line
+                        .split_once("--to-destination ")
+                        .and_then(|(_, d)| d.split(' ').next())
+                        .and_then(|d| d.parse::<SocketAddr>().ok()),
+                ),
+                Some(next) => queue.push(next),
+                None => {}
+            }
+        }
+    }
+    out
 }
 
 /// A chain's removal: its rules by spec, then the chain. Records what it removes and

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use super::{Planned, Planner};
 use crate::heart::desired::{DesiredPort, DesiredState};
 use crate::heart::finding::{Finding, Kind};
-use crate::heart::kube_proxy;
+use crate::heart::kube_proxy::{self, Naming};
 use crate::heart::model::{Family, Protocol, ServicePortRef};
 use crate::heart::repair::ruleset::IptTable;
 
@@ -45,10 +45,14 @@ impl Planner<'_> {
             ));
         }
         for owner in owners(self.ctx.desired, protocol, port, family) {
-            let hash = kube_proxy::service_chain_hash(&owner.service, protocol);
-            if kube_proxy::chain_hash(target) == Some(hash.as_str()) {
+            let leads_to_owner = kube_proxy::chain_hash(target).is_some_and(|hash| {
+                Naming::ALL.into_iter().any(|naming| {
+                    hash.as_bytes() == kube_proxy::service_chain_hash_as(&owner.service, protocol, naming)
+                })
+            });
+            if leads_to_owner {
                 return Err(format!(
-                    "the rule leads to the chains of {}, which owns the port: the desired state explains it",
+                    "the rule leads to the chains of {}, which owns the port (as one kube-proxy release or another names them): the desired state explains it",
                     owner.service.service()
                 ));
             }
@@ -61,6 +65,61 @@ impl Planner<'_> {
         }
         Ok(())
     }
+}
+
+/// A rule whose kube-proxy comment names the port's owner is removed only on proof,
+/// re-read from the fresh ruleset, that it is an earlier incarnation's: it leads to
+/// DNATs, none of them to an endpoint the owner's EndpointSlices list, and those are
+/// known in full. A chain name that differs from today's hash proves nothing: older
+/// kube-proxy releases named chains otherwise, and their rules work.
+pub(super) fn owner_named_without_proof(
+    desired: &DesiredState,
+    f: &Finding,
+    family: Family,
+    line: &str,
+    dnats: impl FnOnce() -> Vec<SocketAddr>,
+) -> Planned {
+    let (Some(protocol), Some(port)) = (f.protocol, f.port) else {
+        return Ok(());
+    };
+    let Some(named) = comment_service(line) else {
+        return Ok(());
+    };
+    let Some(owner) = owners(desired, protocol, port, family).find(|o| o.service == named) else {
+        return Ok(());
+    };
+    let svc = owner.service.service();
+    let eps = owner
+        .endpoints(family)
+        .filter(|_| !desired.uncertain && !owner.uncertain)
+        .ok_or_else(|| {
+            format!(
+                "the rule's comment names {svc}, which owns the port, and its endpoints are not known in full"
+            )
+        })?;
+    let dnats = dnats();
+    if dnats.is_empty() {
+        return Err(format!(
+            "the rule's comment names {svc}, which owns the port, and it leads to no DNAT: nothing proves it stale"
+        ));
+    }
+    if let Some(addr) = dnats.iter().find(|a| eps.listed.contains(a)) {
+        return Err(format!(
+            "the rule's comment names {svc}, which owns the port, and it leads to {addr}, one of its endpoints"
+        ));
+    }
+    Ok(())
+}
+
+/// The Service port kube-proxy's comment in an iptables rule line names
+/// (`--comment "ns/svc:port ..."`; `ns/svc:` is an older release's unnamed port).
+fn comment_service(line: &str) -> Option<ServicePortRef> {
+    let rest = line.split_once("--comment ")?.1;
+    let text = match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next()?,
+        None => rest.split(' ').next()?,
+    };
+    ServicePortRef::parse(text.split(' ').next()?)
 }
 
 /// A duplicate is only removed while the copy that stays is still there.
