@@ -172,10 +172,25 @@ fn a_listing_of_another_kind_is_refused_in_one_sentence() {
     let nft = fs::read(support::root().join("testdata/clean-nftables/nft.txt")).unwrap();
     let json = fs::read(support::root().join("testdata/clean-nftables/nft.json")).unwrap();
     let list = b"Chain KUBE-NODEPORTS (1 references)\ntarget     prot opt source               destination\nKUBE-EXT-X  tcp  --  0.0.0.0/0            0.0.0.0/0            tcp dpt:30080\n";
-    for (dump, says) in [
-        (&nft[..], "`nft list ruleset` listing"),
-        (&json[..], "JSON document"),
-        (&list[..], "`iptables -L` listing"),
+    // A capture that failed: the tool's error where its output belongs.
+    let denied = b"iptables-save: Permission denied (you must be root)\n";
+    let not_root = b"iptables v1.8.7 (nf_tables): Could not fetch rule set generation id: Permission denied (you must be root)\n\n";
+    // Two commands' output in one paste: a save, then an `iptables -L` listing.
+    let mut mixed = clean_dump().into_bytes();
+    let listing_at = mixed.iter().filter(|&&b| b == b'\n').count() + 1;
+    mixed.extend_from_slice(list);
+    let at_listing = format!("line {listing_at}");
+    for (dump, says, line) in [
+        (&nft[..], "`nft list ruleset` listing", "line 1"),
+        (&json[..], "JSON document", "line 1"),
+        (&list[..], "`iptables -L` listing", "line 1"),
+        (&denied[..], "a tool's error message", "line 1"),
+        (&not_root[..], "the capture failed", "line 1"),
+        (
+            &mixed[..],
+            "`iptables -L` listing inside an iptables-save dump",
+            &at_listing,
+        ),
     ] {
         let dir = bundle(&[("iptables-nft-save.txt", dump)]);
         let (code, stdout, stderr) = run(&dir);
@@ -188,7 +203,7 @@ fn a_listing_of_another_kind_is_refused_in_one_sentence() {
         );
         let notes = src["notes"].to_string();
         assert!(
-            notes.contains("not an iptables-save dump: line 1") && notes.contains(says),
+            notes.contains(&format!("not an iptables-save dump: {line} ")) && notes.contains(says),
             "{notes}"
         );
         assert_eq!(report["findings"].as_array().unwrap().len(), 0, "{stdout}");

@@ -365,6 +365,10 @@ pub struct RuleSource {
     /// The rules kube-proxy writes to lead packets to its NodePort rules that the
     /// source lacks: without them those rules are never reached.
     pub missing_entry: Vec<EntryJump>,
+    /// Why the file is not a capture of rules at all (a tool's error message, a save
+    /// mixed with `iptables -L` listings), in one sentence: such a source is refused
+    /// whole rather than read as lines not understood.
+    pub bad_capture: Option<String>,
 }
 
 /// A rule on the way in to kube-proxy's NodePort rules.
@@ -438,6 +442,10 @@ pub struct ProxySignals {
     pub replacement: Option<(&'static str, String)>,
     /// One of kube-proxy's chains (not kubelet's), whatever mode wrote it.
     pub kube_proxy_chain: Option<String>,
+    /// The dump shows the filter table, where kube-proxy's iptables and IPVS modes both
+    /// always create chains of their own (`KUBE-FORWARD` among them): a whole dump that
+    /// shows it without them shows kube-proxy absent, even without the nat table.
+    pub filter_shown: bool,
 }
 
 /// A rule in kube-proxy's chains that kube-proxy never writes: what a mismatched
@@ -473,6 +481,7 @@ impl RuleSource {
             malformed: Vec::new(),
             forwarding_shown: true,
             missing_entry: Vec::new(),
+            bad_capture: None,
         }
     }
 }

@@ -86,13 +86,10 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
         if !traces.is_empty() {
             Some((ProxyMode::Ipvs, traces.join(", ")))
         } else {
-            // A replacement is told by kube-proxy's dispatch being absent, which only a
-            // whole dump can show.
             sources
                 .iter()
-                .filter(|s| s.complete && s.forwarding_shown)
-                .find_map(|s| s.signals.replacement.as_ref())
-                .map(|(who, chain)| (ProxyMode::Replaced, format!("{who}: chain {chain}")))
+                .find_map(replacement_shown)
+                .map(|evidence| (ProxyMode::Replaced, evidence))
         }
     };
     let mut unjudged = Vec::new();
@@ -131,6 +128,26 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
         evidence,
         unjudged,
     }
+}
+
+/// A replacement's chains where a whole dump shows kube-proxy's absent: the nat table
+/// without kube-proxy's dispatch, or the filter table without any chain of kube-proxy's
+/// (its iptables and IPVS modes both always create some there). A fragment cannot show
+/// an absence, and names no mode.
+fn replacement_shown(s: &RuleSource) -> Option<String> {
+    let (who, chain) = s.signals.replacement.as_ref()?;
+    if !s.complete {
+        return None;
+    }
+    if s.forwarding_shown {
+        return Some(format!("{who}: chain {chain}"));
+    }
+    (s.signals.filter_shown && s.signals.kube_proxy_chain.is_none()).then(|| {
+        format!(
+            "{who}'s chain {chain} in a whole filter table of {} {} that holds none of the chains kube-proxy's iptables and IPVS modes always create there (KUBE-FORWARD among them)",
+            s.backend, s.family
+        )
+    })
 }
 
 /// What a node without a known Service proxy shows: kube-proxy's chains that do not tell

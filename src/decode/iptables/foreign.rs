@@ -1,6 +1,8 @@
 //! Dumps of another kind given where an iptables-save dump belongs: `nft list ruleset`
-//! text, JSON, or an `iptables -L` listing. Their first line tells, so the file is
-//! refused with one sentence rather than read as thousands of lines not understood.
+//! text, JSON, an `iptables -L` listing, or a tool's error message pasted in place of
+//! its output. Their first line tells, so the file is refused with one sentence rather
+//! than read as thousands of lines not understood. A save with `iptables -L` listings
+//! mixed in is told by the parser, which meets the listing's header further down.
 
 use std::fmt;
 
@@ -13,6 +15,10 @@ pub enum ForeignKind {
     Json,
     /// `iptables -L`: `Chain KUBE-NODEPORTS (1 references)`.
     IptablesList,
+    /// A tool's error message: `iptables-save: Permission denied (you must be root)`.
+    ToolError,
+    /// iptables-save or `-S` output with an `iptables -L` listing pasted into it.
+    MixedListing,
 }
 
 /// Why a file is not an iptables-save dump: its first line of content, and what it is.
@@ -36,6 +42,12 @@ impl fmt::Display for ForeignKind {
             ForeignKind::IptablesList => {
                 "an `iptables -L` listing, which leaves out the matches and comments portdrift compares: capture the tables with iptables-save (iptables-nft-save or iptables-legacy-save) instead"
             }
+            ForeignKind::ToolError => {
+                "a tool's error message, and the file holds no rules: the capture failed; run iptables-save again as root (with sudo), and check its output before passing it on"
+            }
+            ForeignKind::MixedListing => {
+                "an `iptables -L` listing inside an iptables-save dump: a paste of several commands' output, whose -L part leaves out the matches and comments portdrift compares; capture the tables with iptables-save alone"
+            }
         })
     }
 }
@@ -48,32 +60,77 @@ const EXCERPT: usize = 60;
 /// or `-S` dump, or when the start holds no such line; anything else is left to the
 /// parser, which reports each line it cannot read.
 pub fn sniff_foreign(head: &[u8]) -> Option<ForeignDump> {
-    let (number, line) = head
-        .split(|&b| b == b'\n')
-        .enumerate()
-        .map(|(i, l)| (i as u32 + 1, l.trim_ascii()))
-        .find(|(_, l)| !l.is_empty() && !l.starts_with(b"#"))?;
+    let lines = || {
+        head.split(|&b| b == b'\n')
+            .enumerate()
+            .map(|(i, l)| (i as u32 + 1, l.trim_ascii()))
+            .filter(|(_, l)| !l.is_empty() && !l.starts_with(b"#"))
+    };
+    let (number, line) = lines().next()?;
     let text = String::from_utf8_lossy(line);
     let kind = if text.starts_with("table ") && text.ends_with('{') {
         ForeignKind::NftText
     } else if text.starts_with('{') || (text.starts_with('[') && !text.contains("] -A ")) {
         // `[packets:bytes] -A ...` is iptables-save -c; a bare `[` opens a JSON array.
         ForeignKind::Json
-    } else if text.starts_with("Chain ") && (text.contains(" (policy ") || text.ends_with(" references)")) {
+    } else if opens_list(&text) {
         ForeignKind::IptablesList
+    } else if is_tool_error(&text) && !lines().any(|(_, l)| is_save_line(l)) {
+        // An error with a dump after it (stderr captured with stdout) is left to the
+        // parser, which reads the dump and reports the stray line.
+        ForeignKind::ToolError
     } else {
         return None;
     };
-    let excerpt: String = text.chars().take(EXCERPT).collect();
-    Some(ForeignDump {
-        line: number,
-        excerpt: if excerpt.len() < text.len() {
-            format!("{excerpt}…")
-        } else {
-            excerpt
-        },
-        kind,
-    })
+    Some(ForeignDump::new(number, &text, kind))
+}
+
+impl ForeignDump {
+    /// The error for `text`, found at `line`, quoting the start of it.
+    pub fn new(line: u32, text: &str, kind: ForeignKind) -> ForeignDump {
+        let excerpt: String = text.chars().take(EXCERPT).collect();
+        ForeignDump {
+            line,
+            excerpt: if excerpt.len() < text.len() {
+                format!("{excerpt}…")
+            } else {
+                excerpt
+            },
+            kind,
+        }
+    }
+}
+
+/// The header line of a chain in an `iptables -L` listing.
+pub(super) fn opens_list(text: &str) -> bool {
+    text.starts_with("Chain ") && (text.contains(" (policy ") || text.ends_with(" references)"))
+}
+
+/// A line of what iptables-save or `iptables -S` print.
+fn is_save_line(line: &[u8]) -> bool {
+    matches!(line.first(), Some(b'*' | b':' | b'['))
+        || [&b"-A "[..], b"-P ", b"-N "].iter().any(|p| line.starts_with(p))
+        || line == b"COMMIT"
+}
+
+/// What the iptables tools, sudo and shells print when a capture fails: a tool's name
+/// then a colon, with one of their failures (`iptables-save: Permission denied (you must
+/// be root)`, `iptables v1.8.7 (nf_tables): Could not fetch rule set generation id: …`,
+/// `-bash: iptables-save: command not found`).
+fn is_tool_error(text: &str) -> bool {
+    const FAILURES: [&str; 9] = [
+        "permission denied",
+        "you must be root",
+        "command not found",
+        "can't initialize",
+        "could not fetch rule set",
+        "no such file or directory",
+        "operation not permitted",
+        "invalid option",
+        "unrecognized option",
+    ];
+    let lower = text.to_ascii_lowercase();
+    text.contains(": ") && FAILURES.iter().any(|f| lower.contains(f))
 }
 
 #[cfg(test)]
@@ -121,9 +178,32 @@ mod tests {
             "\n# only comments\n",
             "$ iptables-save\n*nat\n",
             "Chain of events\n",
+            // stderr captured with a dump: the parser reads the dump.
+            "iptables-save: invalid option -- 'L'\n*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n",
         ] {
             assert_eq!(kind(head), None, "{head:?}");
         }
+    }
+
+    #[test]
+    fn an_error_pasted_in_place_of_a_dump_is_a_failed_capture() {
+        for head in [
+            "iptables-save: Permission denied (you must be root)\n",
+            "$ iptables-save\n",
+            "iptables v1.8.7 (nf_tables): Could not fetch rule set generation id: Permission denied (you must be root)\n",
+            "iptables-legacy-save v1.8.9 (legacy): Cannot initialize: Permission denied (you must be root)\n",
+            "-bash: iptables-save: command not found\n",
+            "iptables v1.4.21: can't initialize iptables table `nat': Permission denied (you must be root)\nPerhaps iptables or your kernel needs to be upgraded.\n",
+        ] {
+            let head = head.replace("$ iptables-save\n", "sudo: iptables-save: command not found\n");
+            assert_eq!(kind(&head), Some(ForeignKind::ToolError), "{head:?}");
+        }
+        let e = sniff_foreign(b"\niptables-save: Permission denied (you must be root)\n").unwrap();
+        assert!(
+            e.to_string().contains("line 2 (iptables-save: Permission denied")
+                && e.to_string().contains("the capture failed"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -47,6 +47,8 @@ impl Parser {
             filter_verdicts: 0,
             ipvs: Vec::new(),
             replacement: None,
+            save_lines: 0,
+            list_line: None,
             kube_proxy_chain: None,
             malformed: Vec::new(),
             undeclared_jumps: Vec::new(),
@@ -90,6 +92,12 @@ impl Parser {
             },
             None => text,
         };
+        if matches!(body.as_bytes().first(), Some(b'*' | b':'))
+            || ["-A ", "-P ", "-N "].iter().any(|p| body.starts_with(p))
+            || body == "COMMIT"
+        {
+            self.save_lines += 1;
+        }
         match body.as_bytes().first() {
             None => {}
             Some(b'#') => self.comment(number, body),
@@ -105,6 +113,9 @@ impl Parser {
                 self.new_chain(number, body)
             }
             _ if body == "COMMIT" => self.commit(number),
+            _ if self.list_line.is_none() && foreign::opens_list(body) => {
+                self.list_line = Some((number, body.to_string()));
+            }
             _ => self.unparsed(number, text, "not an iptables-save or iptables -S line"),
         }
     }

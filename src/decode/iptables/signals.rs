@@ -131,6 +131,14 @@ impl Parser {
             malformed,
             forwarding_shown: self.saw_nat || self.hint.whole,
             missing_entry,
+            bad_capture: self.list_line.map(|(line, text)| {
+                let kind = if self.save_lines > 0 {
+                    ForeignKind::MixedListing
+                } else {
+                    ForeignKind::IptablesList
+                };
+                ForeignDump::new(line, &text, kind).to_string()
+            }),
         }
     }
 
@@ -200,6 +208,7 @@ impl Parser {
             ipvs: self.ipvs.clone(),
             replacement: self.replacement.clone(),
             kube_proxy_chain: self.kube_proxy_chain.clone(),
+            filter_shown: self.saw_filter || self.hint.whole,
         }
     }
 

@@ -70,6 +70,7 @@ fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unpar
         // kube-proxy's own table holds its maps and chains together.
         forwarding_shown: true,
         missing_entry: missing_entry(table),
+        bad_capture: None,
     }
 }
 

@@ -140,3 +140,68 @@ fn only_live_dispatch_is_compared() {
         ProxySignals::default()
     )));
 }
+
+/// `iptables -S` on a node where Cilium replaces kube-proxy: the whole filter table,
+/// Cilium's chains and kubelet's, none of kube-proxy's.
+const CILIUM_FILTER_S: &str = "-P INPUT ACCEPT
+-P FORWARD ACCEPT
+-P OUTPUT ACCEPT
+-N CILIUM_FORWARD
+-N CILIUM_INPUT
+-N CILIUM_OUTPUT
+-N KUBE-FIREWALL
+-N KUBE-KUBELET-CANARY
+-A INPUT -m comment --comment \"cilium-feeder: CILIUM_INPUT\" -j CILIUM_INPUT
+-A INPUT -j KUBE-FIREWALL
+-A FORWARD -m comment --comment \"cilium-feeder: CILIUM_FORWARD\" -j CILIUM_FORWARD
+-A OUTPUT -m comment --comment \"cilium-feeder: CILIUM_OUTPUT\" -j CILIUM_OUTPUT
+-A OUTPUT -j KUBE-FIREWALL
+-A CILIUM_FORWARD -o cilium_host -m comment --comment \"cilium: any->cluster on cilium_host forward accept\" -j ACCEPT
+-A CILIUM_INPUT -m mark --mark 0x200/0xf00 -m comment --comment \"cilium: ACCEPT for proxy traffic\" -j ACCEPT
+-A CILIUM_OUTPUT -m mark --mark 0xa00/0xe00 -m comment --comment \"cilium: ACCEPT for proxy traffic\" -j ACCEPT
+-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
+";
+
+fn parsed(text: &str) -> RuleSource {
+    crate::decode::iptables::parse_save_str(text, "iptables-save.txt", Default::default())
+}
+
+#[test]
+fn a_whole_filter_table_with_a_replacements_chains_and_none_of_kube_proxys_is_replaced() {
+    let observed = Observed {
+        sources: vec![parsed(CILIUM_FILTER_S)],
+        ..Default::default()
+    };
+    let d = decide(&observed, &BTreeMap::new());
+    assert_eq!(d.mode, ProxyMode::Replaced, "{d:?}");
+    assert!(
+        d.evidence.contains("Cilium's chain CILIUM_FORWARD")
+            && d.evidence
+                .contains("none of the chains kube-proxy's iptables and IPVS modes always create"),
+        "{}",
+        d.evidence
+    );
+    // A chain of kube-proxy's beside them: not an absence.
+    let with_kube_proxy = CILIUM_FILTER_S.replace(
+        "-N KUBE-KUBELET-CANARY\n",
+        "-N KUBE-KUBELET-CANARY\n-N KUBE-FORWARD\n",
+    );
+    let observed = Observed {
+        sources: vec![parsed(&with_kube_proxy)],
+        ..Default::default()
+    };
+    assert_ne!(decide(&observed, &BTreeMap::new()).mode, ProxyMode::Replaced);
+    // A fragment (no -P lines: its table is guessed) cannot show an absence either.
+    let fragment: String = CILIUM_FILTER_S
+        .lines()
+        .filter(|l| !l.starts_with("-P "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let observed = Observed {
+        sources: vec![parsed(&fragment)],
+        ..Default::default()
+    };
+    let d = decide(&observed, &BTreeMap::new());
+    assert_eq!(d.mode, ProxyMode::None, "{d:?}");
+    assert!(d.evidence.contains("partial dump"), "{}", d.evidence);
+}

@@ -86,13 +86,17 @@ fn read_iptables_dump<S: Source>(
         whole: src.dumps_whole(),
     };
     let fetched = src.fetch(name, move |r| {
-        // Another kind of listing (nft text or JSON, `iptables -L`) is refused whole, in
-        // one sentence, rather than read as thousands of lines not understood.
+        // Another kind of listing (nft text or JSON, `iptables -L`, a tool's error) is
+        // refused whole, in one sentence, rather than read as lines not understood.
         if let Some(foreign) = iptables::sniff_foreign(r.fill_buf()?) {
             return Err(io::Error::new(io::ErrorKind::InvalidData, foreign));
         }
         let mut counting = crate::sources::bundle::Counting { inner: r, count: 0 };
-        let parsed = iptables::parse_save(&mut counting, &origin, hint)?;
+        let mut parsed = iptables::parse_save(&mut counting, &origin, hint)?;
+        // A save with a listing pasted into it is told only further down: refused too.
+        if let Some(why) = parsed.bad_capture.take() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+        }
         Ok((parsed, counting.count))
     });
     let Some(settled) = settle(src, name, fetched) else {
