@@ -381,6 +381,19 @@ fn check(e: &Expect) -> Result<(), String> {
             ));
         }
     }
+    // The source's note and the mode line come from one reading: no note says "no
+    // kube-proxy chains" beside a mode line that names kube-proxy's mode or chains.
+    let evidence = coverage["proxy_mode_evidence"].as_str().unwrap_or("");
+    let cites_kube_proxy =
+        ["iptables", "ipvs", "nftables"].contains(&e.mode) || evidence.contains("kube-proxy's chain");
+    for s in &sources {
+        if cites_kube_proxy && s["notes"].to_string().contains("no kube-proxy chains") {
+            return fail(format!(
+                "{} notes \"no kube-proxy chains\" beside the mode line {evidence:?}",
+                s["source"]
+            ));
+        }
+    }
     if sources[0]["backend"] != e.backend {
         return fail(format!(
             "backend {}, expected {}",

@@ -462,6 +462,16 @@ pub struct MalformedRule {
 
 impl RuleSource {
     /// An empty source: nothing read yet.
+    /// Whether the source shows any of kube-proxy's chains, in whatever mode: the one
+    /// reading both the source's note and the proxy-mode line rest on, so that neither
+    /// says "no kube-proxy chains" while the other cites one.
+    pub fn shows_kube_proxy(&self) -> bool {
+        self.has_kube_proxy
+            || self.signals.iptables_mode
+            || self.signals.kube_proxy_chain.is_some()
+            || !self.signals.ipvs.is_empty()
+    }
+
     pub fn empty(origin: impl Into<String>, backend: Backend, family: Family) -> RuleSource {
         RuleSource {
             origin: origin.into(),

@@ -127,7 +127,7 @@ fn push_rule_source(input: &mut ScanInput, source: RuleSource, mut status: Sourc
     status.items = Some(source.nodeports.len());
     status.unparsed = source.unparsed.len();
     status.notes.extend(source.notes.iter().cloned());
-    if !source.has_kube_proxy {
+    if !source.shows_kube_proxy() {
         status.notes.push("no kube-proxy chains".into());
     }
     input.sources.push(status);
