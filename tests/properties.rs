@@ -18,10 +18,11 @@ use portdrift::decode::iptables::{SourceHint, parse_save_str};
 use portdrift::heart::detect::DetectConfig;
 use portdrift::heart::finding::{Finding, Kind, Severity};
 use portdrift::heart::kube_proxy;
+use portdrift::heart::kube_proxy::Naming;
 use portdrift::heart::model::{Backend, Family, Protocol, ServicePortRef, Verdict};
 use portdrift::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
 use portdrift::heart::repair::ruleset::IptablesRuleset;
-use portdrift::testing::synth::{SynthConfig, generate};
+use portdrift::testing::synth::{Release, SynthConfig, generate};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -73,8 +74,25 @@ fn node_config() -> impl Strategy<Value = SynthConfig> {
                 } else {
                     portdrift::testing::synth::ChainOrder::Sorted
                 },
+                ..SynthConfig::default()
             }
         })
+}
+
+/// A node as any kube-proxy release since v1.10 programs it: today's layout, or the one
+/// before v1.24 (`KUBE-SVC-*`/`KUBE-XLB-*`) with either spelling of unnamed ports in
+/// chain names and comments; some Services UDP.
+fn any_release_config() -> impl Strategy<Value = SynthConfig> {
+    let release = prop_oneof![
+        Just(Release::Current),
+        Just(Release::BeforeExt(Naming::Current)),
+        Just(Release::BeforeExt(Naming::TrailingColon)),
+    ];
+    (node_config(), release, 0usize..4).prop_map(|(config, release, udp_every)| SynthConfig {
+        release,
+        udp_every,
+        ..config
+    })
 }
 
 /// A Service port as the cluster state has it, read from the generated JSON.
@@ -193,11 +211,12 @@ fn rule_lines(dump: &str) -> HashSet<String> {
         .collect()
 }
 
-fn finding(kind: Kind, port: u16, rule: &str, target: Option<String>) -> Finding {
+/// A made-up finding about `rule`, of the rule's own protocol and port.
+fn finding(kind: Kind, (protocol, port): (Protocol, u16), rule: &str, target: Option<String>) -> Finding {
     let mut f = Finding::new(kind, Severity::Critical, "made up");
     f.backend = Some(Backend::IptablesNft);
     f.family = Some(Family::Ipv4);
-    f.protocol = Some(Protocol::Tcp);
+    f.protocol = Some(protocol);
     f.port = Some(port);
     f.rule = Some(rule.to_string());
     f.target = target;
@@ -263,9 +282,28 @@ proptest! {
         }
     }
 
+    /// Attribution holds across kube-proxy's releases: whatever a release hashed for
+    /// its chain names (an unnamed port was `ns/name:` in the older ones) and whichever
+    /// chains lead from `KUBE-NODEPORTS`, a node as it programmed it is clean.
+    #[test]
+    fn every_releases_chain_names_are_attributed_to_their_service(config in any_release_config()) {
+        let node = generate(&config);
+        let (findings, _) = scan(&node.iptables_save, &node.cluster_json);
+        prop_assert!(findings.is_empty(), "{:?} has findings: {:#?}", config.release, findings);
+        // The rules read are the Services': none is left unattributed or unread.
+        let source = parse_save_str(&node.iptables_save, "gen", SourceHint::default());
+        prop_assert!(source.complete && source.unparsed.is_empty(), "{:?}", source.unparsed);
+        for svc in services(&node.cluster_json) {
+            prop_assert!(
+                source.nodeports.iter().any(|r| r.port == svc.node_port),
+                "no rule for {} ({})", svc.port, svc.node_port
+            );
+        }
+    }
+
     #[test]
     fn repair_never_plans_to_touch_a_rule_the_desired_state_explains(
-        config in node_config(),
+        config in any_release_config(),
         noise in prop::collection::vec(noise(), 0..6),
     ) {
         let node = generate(&config);
@@ -277,15 +315,15 @@ proptest! {
         let source = parse_save_str(&node.iptables_save, "gen", SourceHint::default());
         for r in &source.nodeports {
             for kind in [Kind::StaleNodeport, Kind::DuplicateRule, Kind::BackendSplit] {
-                findings.push(finding(kind, r.port, &r.rule.text, None));
+                findings.push(finding(kind, (r.protocol, r.port), &r.rule.text, None));
             }
             for t in r.targets.iter() {
-                findings.push(finding(Kind::StaleEndpoint, r.port, &t.rule.text, Some(t.addr.to_string())));
+                findings.push(finding(Kind::StaleEndpoint, (r.protocol, r.port), &t.rule.text, Some(t.addr.to_string())));
             }
         }
         let ruleset = IptablesRuleset::parse(&dump);
         for chain in ruleset.tables.iter().flat_map(|t| &t.chains) {
-            findings.push(finding(Kind::OrphanChain, 0, &format!(":{}", chain.name), None));
+            findings.push(finding(Kind::OrphanChain, (Protocol::Tcp, 0), &format!(":{}", chain.name), None));
         }
         let mut rulesets = Rulesets::default();
         rulesets.iptables.insert((Backend::IptablesNft, Family::Ipv4), ruleset);

@@ -12,7 +12,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::process::Output;
 
-use portdrift::heart::kube_proxy;
+use portdrift::heart::kube_proxy::{self, Naming};
 use portdrift::heart::model::{Protocol, ServicePortRef};
 use serde_json::{Value, json};
 use support::netns::{Lab, POD_IP, POD_PORT};
@@ -94,6 +94,11 @@ fn pod() -> String {
 /// shop/web as the cluster has it: NodePort 30080 to the pod. `changed` stamps the
 /// objects (RFC 3339): long ago, or just now for the grace-window case.
 fn cluster_state(dir: &std::path::Path, changed: &str) -> std::path::PathBuf {
+    cluster_state_named(dir, changed, "http")
+}
+
+/// [`cluster_state`] with shop/web's port named `port_name` (empty: unnamed).
+fn cluster_state_named(dir: &std::path::Path, changed: &str, port_name: &str) -> std::path::PathBuf {
     let items = json!([
         portdrift::testing::synth::api_server_service(),
         {
@@ -102,7 +107,7 @@ fn cluster_state(dir: &std::path::Path, changed: &str) -> std::path::PathBuf {
             "spec": {
                 "type": "NodePort", "clusterIP": "10.96.0.80", "clusterIPs": ["10.96.0.80"],
                 "ipFamilies": ["IPv4"], "externalTrafficPolicy": "Cluster",
-                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080}]
+                "ports": [{"name": port_name, "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080}]
             }
         },
         {
@@ -114,7 +119,7 @@ fn cluster_state(dir: &std::path::Path, changed: &str) -> std::path::PathBuf {
             },
             "addressType": "IPv4",
             "endpoints": [{"addresses": [POD_IP], "conditions": {"ready": true}, "nodeName": NODE}],
-            "ports": [{"name": "http", "port": POD_PORT, "protocol": "TCP"}]
+            "ports": [{"name": port_name, "port": POD_PORT, "protocol": "TCP"}]
         }
     ]);
     let path = dir.join("cluster.json");
@@ -279,6 +284,62 @@ fn a_stale_dnat_shadowing_a_nodeport_is_removed_and_the_port_works_again() {
         log.contains("repair: applying") && log.contains("repair: applied"),
         "{log}"
     );
+}
+
+/// shop/web's rules as a kube-proxy before v1.24 wrote them for its unnamed port: the
+/// NodePort rules jump to `KUBE-MARK-MASQ` and straight to `KUBE-SVC-*`, every comment
+/// reads `shop/web:`, and the chains are named after `shop/web:` + `tcp` (today's
+/// kube-proxy hashes `shop/web` + `tcp`).
+fn older_release_rules(endpoint: &str) -> (String, String) {
+    let web = ServicePortRef::parse("shop/web").unwrap();
+    let h = String::from_utf8(
+        kube_proxy::service_chain_hash_as(&web, Protocol::Tcp, Naming::TrailingColon).to_vec(),
+    )
+    .unwrap();
+    let s = kube_proxy::endpoint_chain_hash_as(
+        &web,
+        Protocol::Tcp,
+        &endpoint.parse().unwrap(),
+        Naming::TrailingColon,
+    );
+    assert_ne!(h, hash("shop/web"), "the two releases name the chain alike");
+    let ip = endpoint.split(':').next().unwrap();
+    let decl = format!(":KUBE-SVC-{h} - [0:0]\n:KUBE-SEP-{s} - [0:0]\n");
+    let rules = format!(
+        "-A KUBE-NODEPORTS -p tcp -m comment --comment \"shop/web:\" -m tcp --dport 30080 -j KUBE-MARK-MASQ
+-A KUBE-NODEPORTS -p tcp -m comment --comment \"shop/web:\" -m tcp --dport 30080 -j KUBE-SVC-{h}
+-A KUBE-SVC-{h} -m comment --comment \"shop/web:\" -j KUBE-SEP-{s}
+-A KUBE-SEP-{s} -s {ip}/32 -m comment --comment \"shop/web:\" -j KUBE-MARK-MASQ
+-A KUBE-SEP-{s} -p tcp -m comment --comment \"shop/web:\" -m tcp -j DNAT --to-destination {endpoint}
+"
+    );
+    (decl, rules)
+}
+
+#[test]
+fn a_working_rule_an_older_kube_proxy_named_is_left_alone() {
+    // Before, its chain name (not today's hash of shop/web) made it a critical
+    // stale-nodeport that advised deleting it, and repair deleted it: the port died.
+    let Some((lab, dir, _)) = setup("a_working_rule_an_older_kube_proxy_named_is_left_alone") else {
+        return;
+    };
+    let cluster = cluster_state_named(dir.path(), LONG_AGO, "");
+    lab.restore(
+        "iptables-nft-restore",
+        &node_rules(&[older_release_rules(&pod())], "", ""),
+    );
+    assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
+    let before = lab.ruleset("iptables-nft-save");
+    let (_, report) = repair(&lab, &cluster, &[]);
+    assert!(actions(&report).is_empty(), "{:#}", report["repair"]);
+    assert_eq!(
+        report["findings"].as_array().unwrap().len(),
+        0,
+        "{:#}",
+        report["findings"]
+    );
+    assert_eq!(lab.ruleset("iptables-nft-save"), before);
+    assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
 }
 
 #[test]

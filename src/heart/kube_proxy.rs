@@ -52,6 +52,9 @@ impl Naming {
     }
 }
 
+/// The releases whose chain naming is known here, for a port every one names alike.
+pub const NAMING_ALL_RELEASES: &str = "v1.10 and every release since";
+
 /// The releases of each spelling (kube-proxy's `ServicePortName.String()`).
 const NAMING_CURRENT_RELEASES: &str = "v1.TODO and later";
 const NAMING_TRAILING_COLON_RELEASES: &str = "up to v1.TODO";
@@ -65,6 +68,14 @@ fn write_port_name(svc: &ServicePortRef, naming: Naming, out: &mut impl FnMut(&[
         out(b":");
         out(svc.port_name.as_bytes());
     }
+}
+
+/// kube-proxy's `svcPortName` for `svc` as a release of `naming` wrote it, in its
+/// comments too (`ns/name:` for an unnamed port in the older releases).
+pub fn port_name_as(svc: &ServicePortRef, naming: Naming) -> String {
+    let mut out = Vec::new();
+    write_port_name(svc, naming, &mut |b| out.extend_from_slice(b));
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The 16-character suffix of `KUBE-SVC-`, `KUBE-SVL-`, `KUBE-EXT-` and `KUBE-FW-`
@@ -111,9 +122,16 @@ pub fn endpoint_chain_hash_as(
     base32_sha256_prefix(&input, 16)
 }
 
-/// The per-service chain prefixes kube-proxy's iptables mode creates and deletes.
-pub const SERVICE_CHAIN_PREFIXES: [&str; 5] =
-    ["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
+/// The per-service chain prefixes kube-proxy's iptables mode creates and deletes
+/// (`KUBE-XLB-`, externalTrafficPolicy Local's, in the releases before v1.24).
+pub const SERVICE_CHAIN_PREFIXES: [&str; 6] = [
+    "KUBE-SVC-",
+    "KUBE-SVL-",
+    "KUBE-EXT-",
+    "KUBE-FW-",
+    "KUBE-SEP-",
+    "KUBE-XLB-",
+];
 
 /// The hash suffix of a per-service iptables chain (`KUBE-EXT-ABC...` → `ABC...`).
 pub fn chain_hash(chain: &str) -> Option<&str> {

@@ -332,12 +332,21 @@ pub(super) fn unattributed_finding(
         ),
     );
     set_service(&mut f, &desired.service);
-    for naming in Naming::ALL.into_iter().filter(|n| n.applies_to(&desired.service)) {
+    let namings: Vec<Naming> = Naming::ALL
+        .into_iter()
+        .filter(|n| n.applies_to(&desired.service))
+        .collect();
+    for &naming in &namings {
         let hash = kube_proxy::service_chain_hash_as(&desired.service, rule.protocol, naming);
-        f.evidence.push(format!(
-            "{prefix}{} is its name in kube-proxy {}",
-            String::from_utf8_lossy(&hash),
+        let releases = if namings.len() == 1 {
+            // A named port was spelled the same in every release.
+            kube_proxy::NAMING_ALL_RELEASES
+        } else {
             naming.releases()
+        };
+        f.evidence.push(format!(
+            "{prefix}{} is its name in kube-proxy {releases}",
+            String::from_utf8_lossy(&hash)
         ));
     }
     f

@@ -1,8 +1,7 @@
 //! The generated node's iptables-save dump, in kube-proxy's layout.
 
 use super::*;
-use crate::heart::kube_proxy::{endpoint_chain_hash, service_chain_hash};
-use crate::heart::model::Protocol;
+use crate::heart::kube_proxy::{Naming, endpoint_chain_hash_as, port_name_as, service_chain_hash_as};
 
 /// The probability the kernel prints for `1/n`: stored as a fraction of 2^31, printed
 /// with 11 decimals.
@@ -125,6 +124,11 @@ pub(super) fn iptables_save(config: &SynthConfig, svcs: &[Svc]) -> String {
         "-m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING",
     );
     nat.rule("KUBE-MARK-MASQ", "-j MARK --set-xmark 0x4000/0x4000");
+    if config.release != Release::Current {
+        // kubelet's, where the old KUBE-XLB chains send what they drop (gone with KEP-3178).
+        nat.chain("KUBE-MARK-DROP");
+        nat.rule("KUBE-MARK-DROP", "-j MARK --set-xmark 0x8000/0x8000");
+    }
     nat.rule("KUBE-POSTROUTING", "-m mark ! --mark 0x4000/0x4000 -j RETURN");
     nat.rule("KUBE-POSTROUTING", "-j MARK --set-xmark 0x4000/0x0");
     nat.rule(
@@ -152,8 +156,9 @@ pub(super) fn iptables_save(config: &SynthConfig, svcs: &[Svc]) -> String {
 }
 
 fn service_rules(config: &SynthConfig, s: &Svc, large: bool, nat: &mut TableText, filter: &mut TableText) {
-    let name = s.port.kube_proxy_name();
-    let proto = Protocol::Tcp;
+    let naming = config.release.naming();
+    let name = port_name_as(&s.port, naming);
+    let proto = s.protocol;
     let (ip, np) = (s.cluster_ip, s.node_port);
     if let Some(hc) = s.health_check {
         filter.rule(
@@ -164,26 +169,18 @@ fn service_rules(config: &SynthConfig, s: &Svc, large: bool, nat: &mut TableText
         );
     }
     if s.shape == Shape::NoEndpoints {
-        filter.rule("KUBE-SERVICES", &format!("-d {ip}/32 -p tcp -m comment --comment \"{name} has no endpoints\" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable"));
-        filter.rule("KUBE-EXTERNAL-SERVICES", &format!("-p tcp -m comment --comment \"{name} has no endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport {np} -j REJECT --reject-with icmp-port-unreachable"));
+        filter.rule("KUBE-SERVICES", &format!("-d {ip}/32 -p {proto} -m comment --comment \"{name} has no endpoints\" -m {proto} --dport 80 -j REJECT --reject-with icmp-port-unreachable"));
+        filter.rule("KUBE-EXTERNAL-SERVICES", &format!("-p {proto} -m comment --comment \"{name} has no endpoints\" -m addrtype --dst-type LOCAL -m {proto} --dport {np} -j REJECT --reject-with icmp-port-unreachable"));
         return;
     }
-    let h = service_chain_hash(&s.port, proto);
-    let (svc, ext, svl) = (
-        format!("KUBE-SVC-{h}"),
-        format!("KUBE-EXT-{h}"),
-        format!("KUBE-SVL-{h}"),
-    );
+    let h = String::from_utf8_lossy(&service_chain_hash_as(&s.port, proto, naming)).into_owned();
+    let svc = format!("KUBE-SVC-{h}");
     nat.chain(&svc);
-    nat.chain(&ext);
     nat.rule(
         "KUBE-SERVICES",
-        &format!("-d {ip}/32 -p tcp -m comment --comment \"{name} cluster IP\" -m tcp --dport 80 -j {svc}"),
-    );
-    nat.rule("KUBE-NODEPORTS", &format!("-d 127.0.0.0/8 -p tcp -m comment --comment \"{name}\" -m tcp --dport {np} -m nfacct --nfacct-name  localhost_nps_accepted_pkts -j {ext}"));
-    nat.rule(
-        "KUBE-NODEPORTS",
-        &format!("-p tcp -m comment --comment \"{name}\" -m tcp --dport {np} -j {ext}"),
+        &format!(
+            "-d {ip}/32 -p {proto} -m comment --comment \"{name} cluster IP\" -m {proto} --dport 80 -j {svc}"
+        ),
     );
     let mut sorted: Vec<&(SocketAddr, String)> = s.endpoints.iter().collect();
     sorted.sort_by_key(|(a, _)| a.to_string());
@@ -192,27 +189,87 @@ fn service_rules(config: &SynthConfig, s: &Svc, large: bool, nat: &mut TableText
         .copied()
         .filter(|(_, n)| *n == config.node)
         .collect();
-    if s.shape == Shape::Local {
-        nat.rule(&ext, &format!("-s 10.244.0.0/16 -m comment --comment \"pod traffic for {name} external destinations\" -j {svc}"));
-        nat.rule(&ext, &format!("-m comment --comment \"masquerade LOCAL traffic for {name} external destinations\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"));
-        nat.rule(&ext, &format!("-m comment --comment \"route LOCAL traffic for {name} external destinations\" -m addrtype --src-type LOCAL -j {svc}"));
-        if local.is_empty() {
-            filter.rule("KUBE-EXTERNAL-SERVICES", &format!("-p tcp -m comment --comment \"{name} has no local endpoints\" -m addrtype --dst-type LOCAL -m tcp --dport {np} -j DROP"));
-        } else {
-            nat.chain(&svl);
-            nat.rule(&ext, &format!("-j {svl}"));
+    let dispatch = format!("-p {proto} -m comment --comment \"{name}\" -m {proto} --dport {np}");
+    match config.release {
+        Release::Current => {
+            let (ext, svl) = (format!("KUBE-EXT-{h}"), format!("KUBE-SVL-{h}"));
+            nat.chain(&ext);
+            nat.rule(
+                "KUBE-NODEPORTS",
+                &format!(
+                    "-d 127.0.0.0/8 {dispatch} -m nfacct --nfacct-name  localhost_nps_accepted_pkts -j {ext}"
+                ),
+            );
+            nat.rule("KUBE-NODEPORTS", &format!("{dispatch} -j {ext}"));
+            if s.shape == Shape::Local {
+                nat.rule(&ext, &format!("-s 10.244.0.0/16 -m comment --comment \"pod traffic for {name} external destinations\" -j {svc}"));
+                nat.rule(&ext, &format!("-m comment --comment \"masquerade LOCAL traffic for {name} external destinations\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"));
+                nat.rule(&ext, &format!("-m comment --comment \"route LOCAL traffic for {name} external destinations\" -m addrtype --src-type LOCAL -j {svc}"));
+                if local.is_empty() {
+                    filter.rule("KUBE-EXTERNAL-SERVICES", &format!("-p {proto} -m comment --comment \"{name} has no local endpoints\" -m addrtype --dst-type LOCAL -m {proto} --dport {np} -j DROP"));
+                } else {
+                    nat.chain(&svl);
+                    nat.rule(&ext, &format!("-j {svl}"));
+                    write_endpoint_jumps(nat, &svl, &name, s, naming, &local, large);
+                }
+            } else {
+                nat.rule(&ext, &format!("-m comment --comment \"masquerade traffic for {name} external destinations\" -j KUBE-MARK-MASQ"));
+                nat.rule(&ext, &format!("-j {svc}"));
+            }
         }
-    } else {
-        nat.rule(&ext, &format!("-m comment --comment \"masquerade traffic for {name} external destinations\" -j KUBE-MARK-MASQ"));
-        nat.rule(&ext, &format!("-j {svc}"));
+        // pkg/proxy/iptables/proxier.go before v1.24 (PR #109060).
+        Release::BeforeExt(_) if s.shape == Shape::Local => {
+            let xlb = format!("KUBE-XLB-{h}");
+            nat.chain(&xlb);
+            nat.rule(
+                "KUBE-NODEPORTS",
+                &format!("-s 127.0.0.0/8 {dispatch} -j KUBE-MARK-MASQ"),
+            );
+            nat.rule("KUBE-NODEPORTS", &format!("{dispatch} -j {xlb}"));
+            nat.rule(&xlb, &format!("-s 10.244.0.0/16 -m comment --comment \"Redirect pods trying to reach external loadbalancer VIP to clusterIP\" -j {svc}"));
+            nat.rule(&xlb, &format!("-m comment --comment \"masquerade LOCAL traffic for {name} LB IP\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"));
+            nat.rule(&xlb, &format!("-m comment --comment \"route LOCAL traffic for {name} LB IP to service chain\" -m addrtype --src-type LOCAL -j {svc}"));
+            if local.is_empty() {
+                nat.rule(
+                    &xlb,
+                    &format!("-m comment --comment \"{name} has no local endpoints\" -j KUBE-MARK-DROP"),
+                );
+            } else {
+                let n = local.len();
+                for (i, (addr, _)) in local.iter().enumerate() {
+                    let sep = format!(
+                        "KUBE-SEP-{}",
+                        endpoint_chain_hash_as(&s.port, proto, addr, naming)
+                    );
+                    let statistic = if i + 1 < n {
+                        format!(
+                            "-m statistic --mode random --probability {} ",
+                            kernel_probability(n - i)
+                        )
+                    } else {
+                        String::new()
+                    };
+                    nat.rule(
+                        &xlb,
+                        &format!(
+                            "-m comment --comment \"Balancing rule {i} for {name}\" {statistic}-j {sep}"
+                        ),
+                    );
+                }
+            }
+        }
+        Release::BeforeExt(_) => {
+            nat.rule("KUBE-NODEPORTS", &format!("{dispatch} -j KUBE-MARK-MASQ"));
+            nat.rule("KUBE-NODEPORTS", &format!("{dispatch} -j {svc}"));
+        }
     }
-    nat.rule(&svc, &format!("! -s 10.244.0.0/16 -d {ip}/32 -p tcp -m comment --comment \"{name} cluster IP\" -m tcp --dport 80 -j KUBE-MARK-MASQ"));
-    write_endpoint_jumps(nat, &svc, &name, &s.port, &sorted, large);
-    if s.shape == Shape::Local && !local.is_empty() {
-        write_endpoint_jumps(nat, &svl, &name, &s.port, &local, large);
-    }
+    nat.rule(&svc, &format!("! -s 10.244.0.0/16 -d {ip}/32 -p {proto} -m comment --comment \"{name} cluster IP\" -m {proto} --dport 80 -j KUBE-MARK-MASQ"));
+    write_endpoint_jumps(nat, &svc, &name, s, naming, &sorted, large);
     for (addr, _) in &sorted {
-        let sep = format!("KUBE-SEP-{}", endpoint_chain_hash(&s.port, proto, addr));
+        let sep = format!(
+            "KUBE-SEP-{}",
+            endpoint_chain_hash_as(&s.port, proto, addr, naming)
+        );
         nat.chain(&sep);
         let comment = if large {
             String::new()
@@ -222,7 +279,7 @@ fn service_rules(config: &SynthConfig, s: &Svc, large: bool, nat: &mut TableText
         nat.rule(&sep, &format!("-s {}/32 {comment}-j KUBE-MARK-MASQ", addr.ip()));
         nat.rule(
             &sep,
-            &format!("-p tcp {comment}-m tcp -j DNAT --to-destination {addr}"),
+            &format!("-p {proto} {comment}-m {proto} -j DNAT --to-destination {addr}"),
         );
     }
 }
@@ -231,13 +288,17 @@ fn write_endpoint_jumps(
     nat: &mut TableText,
     chain: &str,
     name: &str,
-    port: &ServicePortRef,
+    s: &Svc,
+    naming: Naming,
     endpoints: &[&(SocketAddr, String)],
     large: bool,
 ) {
     let n = endpoints.len();
     for (i, (addr, _)) in endpoints.iter().enumerate() {
-        let sep = format!("KUBE-SEP-{}", endpoint_chain_hash(port, Protocol::Tcp, addr));
+        let sep = format!(
+            "KUBE-SEP-{}",
+            endpoint_chain_hash_as(&s.port, s.protocol, addr, naming)
+        );
         let comment = if large {
             String::new()
         } else {

@@ -10,7 +10,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use serde_json::{Value, json};
 
-use crate::heart::model::ServicePortRef;
+use crate::heart::kube_proxy::Naming;
+use crate::heart::model::{Protocol, ServicePortRef};
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -31,6 +32,36 @@ pub struct SynthConfig {
     /// The order of the chains in the iptables dump, which `iptables-restore` keeps as
     /// the kernel's order.
     pub chain_order: ChainOrder,
+    /// The kube-proxy release whose layout and chain names the iptables dump follows.
+    /// [`nft_script`] writes today's nftables layout whatever this says.
+    pub release: Release,
+    /// Every `udp_every`-th Service is UDP (0: all TCP). [`nft_script`] writes every
+    /// Service as TCP: keep this at 0 for it.
+    pub udp_every: usize,
+}
+
+/// Which kube-proxy release's iptables layout and chain naming a dump follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Release {
+    /// v1.24 and later: NodePorts jump to `KUBE-EXT-*`; Local policy's endpoints are in
+    /// `KUBE-SVL-*`, and its "no local endpoints" DROP in the filter table.
+    #[default]
+    Current,
+    /// Before v1.24: a NodePort's rules are a `KUBE-MARK-MASQ` jump, then a jump to
+    /// `KUBE-SVC-*` (Cluster policy) or `KUBE-XLB-*` (Local policy, which holds the
+    /// local endpoints, or a `KUBE-MARK-DROP` without them), with chain names hashed as
+    /// `Naming` spells Service ports.
+    BeforeExt(Naming),
+}
+
+impl Release {
+    /// How this release spelled Service ports in chain names and comments.
+    pub fn naming(self) -> Naming {
+        match self {
+            Release::Current => Naming::Current,
+            Release::BeforeExt(naming) => naming,
+        }
+    }
 }
 
 /// How the iptables dump orders its chains.
@@ -55,6 +86,8 @@ impl Default for SynthConfig {
             stale: 0,
             names: Vec::new(),
             chain_order: ChainOrder::default(),
+            release: Release::default(),
+            udp_every: 0,
         }
     }
 }
@@ -88,6 +121,7 @@ fn shape(i: usize) -> Shape {
 
 struct Svc {
     port: ServicePortRef,
+    protocol: Protocol,
     cluster_ip: Ipv4Addr,
     node_port: u16,
     health_check: Option<u16>,
@@ -124,8 +158,14 @@ fn services(config: &SynthConfig) -> Vec<Svc> {
                 hc_next += 1;
                 hc_next as u16
             });
+            let protocol = if config.udp_every > 0 && i % config.udp_every == config.udp_every - 1 {
+                Protocol::Udp
+            } else {
+                Protocol::Tcp
+            };
             Svc {
                 port,
+                protocol,
                 cluster_ip: ipv4([10, 96], i),
                 node_port: config.first_node_port + i as u16,
                 health_check,
@@ -197,7 +237,7 @@ fn service_object(i: usize, s: &Svc) -> Value {
         "internalTrafficPolicy": "Cluster",
         "ipFamilies": ["IPv4"],
         "ipFamilyPolicy": "SingleStack",
-        "ports": [{"name": s.port.port_name, "nodePort": s.node_port, "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        "ports": [{"name": s.port.port_name, "nodePort": s.node_port, "port": 80, "protocol": s.protocol.as_str().to_ascii_uppercase(), "targetPort": 8080}],
         "selector": {"app": s.port.name},
         "sessionAffinity": "None",
         "type": "NodePort"
@@ -251,7 +291,7 @@ fn slice_object(i: usize, s: &Svc, config: &SynthConfig) -> Value {
             "namespace": s.port.namespace,
             "resourceVersion": (200000 + i).to_string()
         },
-        "ports": [{"name": s.port.port_name, "port": 8080, "protocol": "TCP"}]
+        "ports": [{"name": s.port.port_name, "port": 8080, "protocol": s.protocol.as_str().to_ascii_uppercase()}]
     })
 }
 
