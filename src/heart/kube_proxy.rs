@@ -26,10 +26,10 @@ fn base32_sha256_prefix(input: &[u8], len: usize) -> String {
 /// release that wrote them (docs/findings.md, "Chain names across releases").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Naming {
-    /// `ns/name` for an unnamed port: what kube-proxy writes today.
+    /// `ns/name` for an unnamed port: v1.19 and later (kubernetes#90031).
     Current,
     /// `ns/name:` for an unnamed port (`ServicePortName.String()` printed the colon
-    /// whatever the port's name): older releases, whose comments read `"ns/name:"`.
+    /// whatever the port's name): v1.18 and earlier, whose comments read `"ns/name:"`.
     TrailingColon,
 }
 
@@ -56,8 +56,8 @@ impl Naming {
 pub const NAMING_ALL_RELEASES: &str = "v1.10 and every release since";
 
 /// The releases of each spelling (kube-proxy's `ServicePortName.String()`).
-const NAMING_CURRENT_RELEASES: &str = "v1.TODO and later";
-const NAMING_TRAILING_COLON_RELEASES: &str = "up to v1.TODO";
+const NAMING_CURRENT_RELEASES: &str = "v1.19 and later";
+const NAMING_TRAILING_COLON_RELEASES: &str = "v1.18 and earlier";
 
 /// kube-proxy's `svcPortName` for `svc` as a release of `naming` spelled it.
 fn write_port_name(svc: &ServicePortRef, naming: Naming, out: &mut impl FnMut(&[u8])) {
