@@ -47,7 +47,7 @@ impl Parser {
             filter_verdicts: 0,
             ipvs: Vec::new(),
             replacement: None,
-            save_lines: 0,
+            saw_save_line: false,
             list_line: None,
             kube_proxy_chain: None,
             malformed: Vec::new(),
@@ -92,32 +92,49 @@ impl Parser {
             },
             None => text,
         };
-        if matches!(body.as_bytes().first(), Some(b'*' | b':'))
-            || ["-A ", "-P ", "-N "].iter().any(|p| body.starts_with(p))
-            || body == "COMMIT"
-        {
-            self.save_lines += 1;
-        }
-        match body.as_bytes().first() {
-            None => {}
-            Some(b'#') => self.comment(number, body),
-            Some(b'*') => self.open_table(number, &body[1..]),
-            Some(b':') => self.declare_chain(number, body),
+        // Whether the line is one of the dump's own kinds (a table, chain, rule, COMMIT).
+        let save_line = match body.as_bytes().first() {
+            None => false,
+            Some(b'#') => {
+                self.comment(number, body);
+                false
+            }
+            Some(b'*') => {
+                self.open_table(number, &body[1..]);
+                true
+            }
+            Some(b':') => {
+                self.declare_chain(number, body);
+                true
+            }
             Some(b'-') if body.starts_with("-A ") => {
                 self.end_policies();
-                self.rule(number, body)
+                self.rule(number, body);
+                true
             }
-            Some(b'-') if body.starts_with("-P ") => self.policy(number, body),
+            Some(b'-') if body.starts_with("-P ") => {
+                self.policy(number, body);
+                true
+            }
             Some(b'-') if body.starts_with("-N ") => {
                 self.end_policies();
-                self.new_chain(number, body)
+                self.new_chain(number, body);
+                true
             }
-            _ if body == "COMMIT" => self.commit(number),
+            _ if body == "COMMIT" => {
+                self.commit(number);
+                true
+            }
             _ if self.list_line.is_none() && foreign::opens_list(body) => {
                 self.list_line = Some((number, body.to_string()));
+                false
             }
-            _ => self.unparsed(number, text, "not an iptables-save or iptables -S line"),
-        }
+            _ => {
+                self.unparsed(number, text, "not an iptables-save or iptables -S line");
+                false
+            }
+        };
+        self.saw_save_line |= save_line;
     }
 
     /// `-P CHAIN POLICY` (`iptables -S`): a run of these opens a listing of one table.

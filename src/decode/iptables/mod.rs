@@ -245,8 +245,8 @@ struct Parser {
     malformed: Vec<MalformedRule>,
     /// Jumps to `KUBE-*` chains their table had not declared when the rule was read.
     undeclared_jumps: Vec<(TableKind, String, RuleText)>,
-    /// Lines of the dump's own kinds (tables, chains, rules, COMMIT).
-    save_lines: u32,
+    /// A line of the dump's own kinds (a table, chain, rule, COMMIT) was read.
+    saw_save_line: bool,
     /// The first line of an `iptables -L` listing in the dump, and its number.
     list_line: Option<(u32, String)>,
 }

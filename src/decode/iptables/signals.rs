@@ -132,7 +132,7 @@ impl Parser {
             forwarding_shown: self.saw_nat || self.hint.whole,
             missing_entry,
             bad_capture: self.list_line.map(|(line, text)| {
-                let kind = if self.save_lines > 0 {
+                let kind = if self.saw_save_line {
                     ForeignKind::MixedListing
                 } else {
                     ForeignKind::IptablesList

@@ -218,22 +218,7 @@ pub(super) fn stale_nodeport_finding(
         Some(svc) => format!("for {}", svc.service()),
         None => "naming no Service".to_string(),
     };
-    let message = match (owner, attribution) {
-        (Some(owner), Attribution::Superseded(_, evidence)) => format!(
-            "{}/{} belongs to {}, and {} has a rule commented as its{} that an earlier incarnation left: {}; delete the stale rule.",
-            rule.protocol,
-            rule.port,
-            index.port(owner).service.service(),
-            source.backend,
-            if hijacks {
-                ", matching first and taking the port's traffic,"
-            } else {
-                ""
-            },
-            superseded_because(rule, evidence),
-        ),
-        _ => stale_message(source, rule, index, owner, &whose, hijacks),
-    };
+    let message = stale_message(source, rule, index, owner, attribution, &whose, hijacks);
     let severity = if hijacks {
         Severity::Critical
     } else {
@@ -271,16 +256,31 @@ fn superseded_because(rule: &NodePortRule, evidence: Evidence) -> String {
     }
 }
 
-/// The sentence of a rule for a Service port other than the port's owner, or for none.
+/// The sentence of a stale NodePort rule: for no owner, for a Service port other than
+/// the port's owner, or an earlier incarnation of the owner's.
 fn stale_message(
     source: &RuleSource,
     rule: &NodePortRule,
     index: &DesiredIndex<'_>,
     owner: Option<usize>,
+    attribution: Attribution<'_>,
     whose: &str,
     hijacks: bool,
 ) -> String {
     match owner {
+        Some(owner) if let Attribution::Superseded(_, evidence) = attribution => format!(
+            "{}/{} belongs to {}, and {} has a rule commented as its{} that an earlier incarnation left: {}; delete the stale rule.",
+            rule.protocol,
+            rule.port,
+            index.port(owner).service.service(),
+            source.backend,
+            if hijacks {
+                ", matching first and taking the port's traffic,"
+            } else {
+                ""
+            },
+            superseded_because(rule, evidence),
+        ),
         None => format!(
             "No Service owns {}/{} in {}, but {} still forwards it ({whose}); kube-proxy should have removed this rule: check that it is running and syncing, then delete the rule.",
             rule.protocol, rule.port, source.family, source.backend

@@ -463,6 +463,21 @@ fn hash_only_finding(text: &str) -> Finding {
     f
 }
 
+/// The detector's findings on `text` against `desired`.
+fn detect_on(text: &str, desired: &DesiredState) -> Vec<Finding> {
+    let observed = Observed {
+        sources: vec![parse_save_str(text, "iptables-nft-save", SourceHint::default())],
+        ..Default::default()
+    };
+    detect(Some(desired), &observed, &DetectConfig::default())
+}
+
+/// Asserts that `p` acts on nothing and its first refusal says `words`.
+fn assert_refused(p: &Plan, words: &str) {
+    assert_eq!(p.actions, [], "{p:#?}");
+    assert!(p.refused[0].reason.contains(words), "{:?}", p.refused);
+}
+
 fn plan_for(text: &str, desired: &DesiredState, findings: &[Finding]) -> Plan {
     let mut rulesets = Rulesets::default();
     rulesets
@@ -483,32 +498,15 @@ fn plan_for(text: &str, desired: &DesiredState, findings: &[Finding]) -> Plan {
 fn a_working_rule_with_an_older_releases_chain_name_is_left_alone() {
     let (text, desired) = older_release_node(None, "10.244.1.5:8080");
     // The detector finds nothing wrong with it.
-    let source = parse_save_str(&text, "iptables-nft-save", SourceHint::default());
-    let observed = Observed {
-        sources: vec![source],
-        ..Default::default()
-    };
-    assert_eq!(detect(Some(&desired), &observed, &DetectConfig::default()), []);
+    assert_eq!(detect_on(&text, &desired), []);
     // Handed the finding a hash-only attribution made, repair still refuses it.
     let p = plan_for(&text, &desired, &[hash_only_finding(&text)]);
-    assert_eq!(p.actions, [], "{p:#?}");
-    assert!(
-        p.refused[0]
-            .reason
-            .contains("leads to the chains of default/nginx-deployment"),
-        "{:?}",
-        p.refused
-    );
+    assert_refused(&p, "leads to the chains of default/nginx-deployment");
     // Chains named some way no release known here uses: the rule still reaches an
     // endpoint of the Service its comment names, which proves it current.
     let (text, desired) = older_release_node(Some("ZZZZZZZZZZZZZZZZ"), "10.244.1.5:8080");
     let p = plan_for(&text, &desired, &[hash_only_finding(&text)]);
-    assert_eq!(p.actions, [], "{p:#?}");
-    assert!(
-        p.refused[0].reason.contains("one of its endpoints"),
-        "{:?}",
-        p.refused
-    );
+    assert_refused(&p, "one of its endpoints");
     // Nor does it act where the rule leads to no DNAT at all, or on an unattributed-rule.
     let cut = text
         .lines()
@@ -516,12 +514,7 @@ fn a_working_rule_with_an_older_releases_chain_name_is_left_alone() {
         .collect::<Vec<_>>()
         .join("\n");
     let p = plan_for(&cut, &desired, &[hash_only_finding(&cut)]);
-    assert_eq!(p.actions, [], "{p:#?}");
-    assert!(
-        p.refused[0].reason.contains("nothing proves it stale"),
-        "{:?}",
-        p.refused
-    );
+    assert_refused(&p, "nothing proves it stale");
     let mut unattributed = hash_only_finding(&text);
     unattributed.kind = Kind::UnattributedRule;
     assert_eq!(plan_for(&text, &desired, &[unattributed]).actions, []);
@@ -532,13 +525,7 @@ fn a_rule_named_for_the_owner_that_reaches_only_deleted_pods_goes() {
     // Positive evidence: a chain name no release gives the owner, and a DNAT to an
     // address none of its EndpointSlices list. The detector says so, and repair acts.
     let (text, desired) = older_release_node(Some("ZZZZZZZZZZZZZZZZ"), "10.244.9.9:8080");
-    let source = parse_save_str(&text, "iptables-nft-save", SourceHint::default());
-    let observed = Observed {
-        sources: vec![source],
-        ..Default::default()
-    };
-    let findings = detect(Some(&desired), &observed, &DetectConfig::default());
-    let stale: Vec<Finding> = findings
+    let stale: Vec<Finding> = detect_on(&text, &desired)
         .into_iter()
         .filter(|f| f.kind == Kind::StaleNodeport)
         .collect();
