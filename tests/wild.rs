@@ -212,6 +212,16 @@ const EXPECTED: &[Expect] = &[
         not_checked: &[FRAGMENT],
     },
     Expect {
+        dir: "k8s-85397-xlb-udp-v1.16.6-save-c",
+        // One rule in two greps, with the counters of two saves: one rule, no duplicate.
+        mode: "iptables",
+        whole: false,
+        backend: NFT_IPT,
+        nodeports: 2,
+        findings: &[],
+        not_checked: &[FRAGMENT],
+    },
+    Expect {
         dir: "k8s-docs-debug-service-grep-hostnames",
         mode: "iptables",
         whole: false,
@@ -237,6 +247,25 @@ const EXPECTED: &[Expect] = &[
         nodeports: 0,
         findings: &[],
         not_checked: &[FRAGMENT],
+    },
+    Expect {
+        dir: "kubo-275-xlb-unnamed-port-v1.9-grep",
+        mode: "iptables",
+        whole: false,
+        backend: NFT_IPT,
+        nodeports: 1,
+        findings: &[],
+        not_checked: &[FRAGMENT],
+    },
+    Expect {
+        dir: "lvbibir-v1.22-nodeport-unnamed-port-grep",
+        // With the post's Service and pods: today's naming of an unnamed port, owned.
+        mode: "iptables",
+        whole: false,
+        backend: NFT_IPT,
+        nodeports: 1,
+        findings: &[],
+        not_checked: &["looks filtered by namespace or label", FRAGMENT],
     },
     Expect {
         dir: "nftables-k3s-latency-aware",
@@ -273,6 +302,17 @@ const EXPECTED: &[Expect] = &[
         nodeports: 0,
         findings: &[],
         not_checked: &[FRAGMENT],
+    },
+    Expect {
+        dir: "openshift4-octavia-lb-unnamed-port-grep",
+        // With the post's Services: a working rule in v1.18's naming is its owner's, never
+        // a stale rule to delete.
+        mode: "iptables",
+        whole: false,
+        backend: NFT_IPT,
+        nodeports: 2,
+        findings: &[],
+        not_checked: &["no endpoint was compared", FRAGMENT],
     },
     Expect {
         dir: "submariner-iptables-save-c-fragment",
@@ -345,9 +385,11 @@ fn check(e: &Expect) -> Result<(), String> {
     if code != want_code {
         return fail(format!("exit {code}, expected {want_code}"));
     }
-    if coverage["complete"] != false || coverage["cluster_state"] != with_cluster {
+    // A post shows some Services, never all with their EndpointSlices: the state is
+    // read, yet not in full.
+    if coverage["complete"] != false || coverage["cluster_state"] != false {
         return fail(format!(
-            "complete {}, cluster state {}: expected an incomplete check, cluster state {with_cluster}",
+            "complete {}, cluster state {}: expected an incomplete check and a partial cluster state",
             coverage["complete"], coverage["cluster_state"]
         ));
     }
@@ -363,12 +405,13 @@ fn check(e: &Expect) -> Result<(), String> {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    if !with_cluster
-        && !sentences
-            .iter()
-            .any(|s| s.starts_with("The cluster state was not read"))
-    {
-        return fail("the missing cluster state is not said".into());
+    let unread = sentences
+        .iter()
+        .any(|s| s.starts_with("The cluster state was not read"));
+    if unread == with_cluster {
+        return fail(format!(
+            "cluster.json given: {with_cluster}, yet \"the cluster state was not read\" said: {unread}"
+        ));
     }
     for words in e.not_checked {
         if !sentences.iter().any(|s| s.contains(words)) {
