@@ -68,22 +68,33 @@ fn a_truncated_dump_is_reported_partial_not_trusted() {
 }
 
 #[test]
-fn binary_garbage_and_a_huge_line_become_unparsed_findings() {
-    let mut garbage: Vec<u8> = (0..200_000u32)
+fn random_bytes_are_refused_and_a_huge_line_becomes_an_unparsed_finding() {
+    // Random bytes are not a dump: refused whole, in one sentence (exit 3).
+    let garbage: Vec<u8> = (0..200_000u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
         .collect();
-    garbage.extend(std::iter::repeat_n(b'x', 8 * 1024 * 1024));
-    garbage.push(b'\n');
     let dir = bundle(&[("iptables-nft-save.txt", &garbage)]);
+    let (code, stdout, stderr) = run(&dir);
+    assert_eq!(code, 3, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["sources"][0]["status"], "error", "{stdout}");
+    assert!(report["findings"].as_array().unwrap().is_empty(), "{stdout}");
+
+    // A text dump with an 8 MiB line in it is read: the line is one finding, cut short.
+    let mut dump = clean_dump().into_bytes();
+    dump.extend(std::iter::repeat_n(b'x', 8 * 1024 * 1024));
+    dump.push(b'\n');
+    let dir = bundle(&[("iptables-nft-save.txt", &dump)]);
     let (code, stdout, stderr) = run(&dir);
     assert_eq!(code, 1, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let findings = report["findings"].as_array().unwrap();
-    assert!(!findings.is_empty());
-    assert!(
-        findings.iter().all(|f| f["kind"] == "unparsed-rule"),
-        "{findings:?}"
-    );
+    let unparsed: Vec<&serde_json::Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "unparsed-rule")
+        .collect();
+    assert_eq!(unparsed.len(), 1, "{stdout}");
     assert!(
         stdout.len() < 1_000_000,
         "the report stays readable: {} bytes",
@@ -312,4 +323,83 @@ fn a_cluster_state_of_one_namespace_makes_no_other_port_stale() {
         not_checked.contains("lacks Service default/kubernetes"),
         "{not_checked}"
     );
+}
+
+#[test]
+fn control_bytes_in_a_dump_are_printed_escaped_never_raw() {
+    // A rule comment that would retitle (OSC 0 … BEL), recolour (CSI 31m), overwrite
+    // (CR) and erase (BS) on the terminal of whoever reads the report.
+    let dump = clean_dump().replace(
+        "-A KUBE-NODEPORTS -p tcp -m tcp --dport 30080 -j DNAT",
+        "-A KUBE-NODEPORTS -p tcp -m comment --comment \"\x1b]0;owned\x07\x1b[31mred\r\x08\u{9b}2J\" -m tcp --dport 30080 -j DNAT",
+    );
+    assert!(dump.contains('\x1b'), "the hand-written rule is in the dump");
+    let dir = bundle(&[
+        ("iptables-nft-save.txt", dump.as_bytes()),
+        (
+            "cluster.json",
+            &fs::read(support::root().join("testdata/duplicate-dnat-30080/cluster.json")).unwrap(),
+        ),
+    ]);
+    let out = support::portdrift(&["scan", "--from", dir.path().to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let raw: Vec<char> = text.chars().filter(|&c| c.is_control() && c != '\n').collect();
+    assert!(
+        raw.is_empty(),
+        "control characters reached the terminal: {raw:?}\n{text}"
+    );
+    assert!(
+        text.contains(r#"--comment "\x1b]0;owned\x07\x1b[31mred\x0d\x08\x9b2J""#),
+        "the comment is shown, escaped:\n{text}"
+    );
+    // The JSON keeps the comment as it was: JSON escapes it, and scripts compare it.
+    let (_, json, _) = run(&dir);
+    assert!(json.contains(r"\u001b]0;owned\u0007"), "{json}");
+}
+
+#[test]
+fn a_file_that_is_not_text_is_refused_as_a_bad_capture() {
+    // A real executable (this test's own binary), and text with a NUL byte in it, which
+    // no iptables tool prints: each is one sentence naming the file, exit 3, no finding.
+    let elf = fs::read(std::env::current_exe().unwrap()).unwrap();
+    assert_eq!(&elf[..4], b"\x7fELF");
+    let nul = clean_dump().replacen("COMMIT", "COMMIT\0", 1).into_bytes();
+    for (what, bytes, quoted) in [
+        ("an ELF file", &elf[..], r"\x7fELF"),
+        ("text with a NUL", &nul[..], "# Generated"),
+    ] {
+        let dir = bundle(&[("iptables-nft-save.txt", bytes)]);
+        let (code, stdout, stderr) = run(&dir);
+        assert_eq!(code, 3, "{what}: {stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let src = &report["sources"][0];
+        assert_eq!(
+            (&src["source"], &src["status"]),
+            (&"iptables-nft-save.txt".into(), &"error".into()),
+            "{what}"
+        );
+        let notes = src["notes"].to_string();
+        assert!(
+            notes.contains("begins binary data, not text") && notes.contains(quoted),
+            "{what}: {notes}"
+        );
+        assert_eq!(
+            report["findings"].as_array().unwrap().len(),
+            0,
+            "{what}: {stdout}"
+        );
+        let not_checked = report["coverage"]["not_checked"].to_string();
+        assert!(
+            not_checked.contains("iptables-nft-save.txt could not be read"),
+            "{what}: the coverage names the file: {not_checked}"
+        );
+        // The text report quotes the start of the file escaped, not as raw bytes.
+        let out = support::portdrift(&["scan", "--from", dir.path().to_str().unwrap()]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{what}: {text}"
+        );
+    }
 }

@@ -6,6 +6,7 @@
 //! explicitly, for files captured elsewhere. An unreadable line becomes an
 //! [`Unparsed`], never a panic or a silent drop.
 
+use crate::heart::visible::visible_bytes;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::heart::model::{Family, Listener, Protocol, Unparsed};
@@ -81,7 +82,7 @@ pub fn parse_proc_net_with(
         let text = match std::str::from_utf8(raw) {
             Ok(t) => t,
             Err(_) => {
-                unparsed.push(unparsed_line(line, &String::from_utf8_lossy(raw), "not UTF-8"));
+                unparsed.push(unparsed_line(line, &visible_bytes(raw), "not UTF-8"));
                 continue;
             }
         };

@@ -86,7 +86,7 @@ pub fn assess(input: &CoverageInput<'_>) -> Coverage {
             let unread = input
                 .sources
                 .iter()
-                .filter(|s| s.backend.is_some() && s.status.is_failure())
+                .filter(|s| s.is_rule_dump() && s.status.is_failure())
                 .count();
             not_checked.push(if unread == 0 {
                 format!(
@@ -188,7 +188,7 @@ fn families(input: &CoverageInput<'_>) -> BTreeSet<Family> {
 /// Every rule source that could not be read whole, and, in a mode portdrift reads,
 /// every backend and family that was not read at all.
 fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
-    let rule_statuses: Vec<&SourceStatus> = input.sources.iter().filter(|s| s.backend.is_some()).collect();
+    let rule_statuses: Vec<&SourceStatus> = input.sources.iter().filter(|s| s.is_rule_dump()).collect();
     for s in &rule_statuses {
         let name = s.origin.as_deref().unwrap_or(&s.source);
         let why = s.notes.first().map(|n| format!(": {n}")).unwrap_or_default();

@@ -15,4 +15,5 @@ pub mod render;
 pub mod repair;
 pub mod source_status;
 pub mod views;
+pub mod visible;
 pub mod words;

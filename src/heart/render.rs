@@ -10,15 +10,18 @@ use std::fmt::Write;
 
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::outcome::{ScanReport, SourceState};
+use crate::heart::visible::{visible as v, visible_lines};
 use crate::heart::words::count_of;
 
 /// Above this many info findings, they are summarised by kind.
 const INFO_LISTED: usize = 20;
 
-/// Renders the report as text.
+/// Renders the report as text. Every field that came from a dump, a process or the
+/// API is escaped ([`v`]), and the whole once more, so no control byte reaches the
+/// terminal.
 pub fn render_text(report: &ScanReport) -> String {
     let mut out = String::new();
-    let node = report.node.as_deref().unwrap_or("(node unknown)");
+    let node = v(report.node.as_deref().unwrap_or("(node unknown)"));
     let s = report.summary;
     let counts = format!("{} critical, {} warning, {} info", s.critical, s.warning, s.info);
     let coverage = &report.coverage;
@@ -38,7 +41,7 @@ pub fn render_text(report: &ScanReport) -> String {
             "portdrift: node {node}: INCOMPLETE CHECK, not an all-clear. Not checked:"
         );
         for sentence in &coverage.not_checked {
-            let _ = writeln!(out, "  - {sentence}");
+            let _ = writeln!(out, "  - {}", v(sentence));
         }
         let _ = writeln!(out, "\nIn what was checked: {counts}");
         if report.findings.is_empty() {
@@ -75,7 +78,7 @@ pub fn render_text(report: &ScanReport) -> String {
             if services.is_empty() {
                 String::new()
             } else {
-                format!("  ({})", services.join(", "))
+                format!("  ({})", v(&services.join(", ")))
             }
         );
         for f in findings {
@@ -95,7 +98,10 @@ pub fn render_text(report: &ScanReport) -> String {
         );
     }
     render_sources(&mut out, report);
-    out
+    match visible_lines(&out) {
+        std::borrow::Cow::Borrowed(_) => out,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    }
 }
 
 fn render_finding(out: &mut String, f: &Finding) {
@@ -107,7 +113,7 @@ fn render_finding(out: &mut String, f: &Finding) {
         context.push(fam.to_string());
     }
     if let Some(t) = &f.target {
-        context.push(format!("→ {t}"));
+        context.push(format!("→ {}", v(t)));
     }
     let _ = writeln!(
         out,
@@ -116,25 +122,25 @@ fn render_finding(out: &mut String, f: &Finding) {
         f.kind,
         context.join("  ")
     );
-    let _ = writeln!(out, "           {}", f.message);
+    let _ = writeln!(out, "           {}", v(&f.message));
     if let Some(rule) = &f.rule {
         let at = f.rule_source.as_deref().unwrap_or("");
-        let _ = writeln!(out, "           rule  {at}  {rule}");
+        let _ = writeln!(out, "           rule  {}  {}", v(at), v(rule));
     } else if let Some(at) = &f.rule_source {
-        let _ = writeln!(out, "           at    {at}");
+        let _ = writeln!(out, "           at    {}", v(at));
     }
     if let Some(p) = &f.process {
-        let mut who = format!("{} (pid {})", p.name, p.pid);
+        let mut who = format!("{} (pid {})", v(&p.name), p.pid);
         if let Some(c) = &p.container {
-            let _ = write!(who, " container {c}");
+            let _ = write!(who, " container {}", v(c));
         }
         if let Some(pod) = &p.pod {
-            let _ = write!(who, " pod {pod}");
+            let _ = write!(who, " pod {}", v(pod));
         }
         let _ = writeln!(out, "           owner {who}");
     }
     for e in &f.evidence {
-        let _ = writeln!(out, "           {e}");
+        let _ = writeln!(out, "           {}", v(e));
     }
 }
 
@@ -142,7 +148,8 @@ fn render_sources(out: &mut String, report: &ScanReport) {
     let _ = writeln!(
         out,
         "\nproxy mode: {} ({})",
-        report.coverage.proxy_mode, report.coverage.proxy_mode_evidence
+        report.coverage.proxy_mode,
+        v(&report.coverage.proxy_mode_evidence)
     );
     let _ = writeln!(out, "\nsources:");
     // As wide as the longest name (a live read's are long: "netlink: nf_tables ip
@@ -158,7 +165,7 @@ fn render_sources(out: &mut String, report: &ScanReport) {
         .unwrap_or(0)
         .max(28);
     for s in &report.sources {
-        let mut line = format!("  {:<width$} {:<8}", name(s), s.status.as_str());
+        let mut line = format!("  {:<width$} {:<8}", v(name(s)), s.status.as_str());
         if let Some(b) = s.backend {
             let _ = write!(line, " {b}");
         }
@@ -181,7 +188,7 @@ fn render_sources(out: &mut String, report: &ScanReport) {
         let _ = writeln!(out, "{}", line.trim_end());
         if s.status != SourceState::Absent {
             for n in &s.notes {
-                let _ = writeln!(out, "      {n}");
+                let _ = writeln!(out, "      {}", v(n));
             }
         }
     }

@@ -103,6 +103,12 @@ impl SourceStatus {
             .collect();
     }
 
+    /// A dump of rules: its backend is known, or at least its family (a dump refused
+    /// before its header said which backend wrote it).
+    pub fn is_rule_dump(&self) -> bool {
+        self.backend.is_some() || self.family.is_some()
+    }
+
     pub fn new(source: impl Into<String>, status: SourceState) -> SourceStatus {
         SourceStatus {
             source: source.into(),

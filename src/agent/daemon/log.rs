@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::heart::coverage::Coverage;
 use crate::heart::finding::{Finding, Severity};
 use crate::heart::outcome::{ScanReport, SourceState};
+use crate::heart::visible::visible;
 
 /// A finding's identity across scans (its message and evidence may change wording).
 pub(super) type Key = crate::heart::finding::Identity;
@@ -25,12 +26,12 @@ pub(super) fn log_coverage(last: &mut Option<Coverage>, coverage: &Coverage) {
     if coverage.complete {
         tracing::info!(
             proxy_mode = mode,
-            evidence = %coverage.proxy_mode_evidence,
+            evidence = %visible(&coverage.proxy_mode_evidence),
             "coverage: every check ran on complete inputs"
         );
     } else {
         for sentence in &coverage.not_checked {
-            tracing::warn!(proxy_mode = mode, "coverage: not checked: {sentence}");
+            tracing::warn!(proxy_mode = mode, "coverage: not checked: {}", visible(sentence));
         }
     }
     *last = Some(coverage.clone());
@@ -62,7 +63,7 @@ pub(super) fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanRepor
                 service = f.service.as_deref(),
                 // The same words repair's audit trail names a finding with.
                 "finding cleared: {}",
-                crate::heart::repair::plan::describe_finding(f)
+                visible(&crate::heart::repair::plan::describe_finding(f))
             );
         }
     }
@@ -70,9 +71,16 @@ pub(super) fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanRepor
 }
 
 /// One line with everything an engineer greps for: the port, the Service, the backend,
-/// the rule and the process, and the finding's own sentence saying what to do.
+/// the rule and the process, and the finding's own sentence saying what to do. What
+/// came from the node (rule text, process names) is escaped: logs are read on terminals.
 fn log_finding(f: &Finding, what: &str) {
-    let process = f.process.as_ref().map(|p| format!("{} (pid {})", p.name, p.pid));
+    let process = f
+        .process
+        .as_ref()
+        .map(|p| format!("{} (pid {})", visible(&p.name), p.pid));
+    let target = f.target.as_deref().map(visible);
+    let rule = f.rule.as_deref().map(visible);
+    let message = visible(&f.message);
     macro_rules! emit {
         ($level:ident) => {
             tracing::$level!(
@@ -83,12 +91,11 @@ fn log_finding(f: &Finding, what: &str) {
                 family = f.family.map(|p| p.as_str()),
                 backend = f.backend.map(|b| b.as_str()),
                 service = f.service.as_deref(),
-                target = f.target.as_deref(),
-                rule = f.rule.as_deref(),
+                target = target.as_deref(),
+                rule = rule.as_deref(),
                 process = process.as_deref(),
                 pending_seconds = f.pending_seconds,
-                "{what}: {}",
-                f.message
+                "{what}: {message}"
             )
         };
     }

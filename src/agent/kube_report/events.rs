@@ -2,6 +2,7 @@
 //! reason each kind is reported under, which object an Event regards and what it says
 //! ([`super::budget`] decides when it is written).
 
+use crate::heart::visible::visible;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -95,7 +96,9 @@ impl EventDraft {
         Some(EventDraft {
             reason: reason(f.kind),
             type_: event_type(f.severity)?,
-            note: truncate(&f.message, NOTE_LIMIT),
+            // Event notes are read with kubectl on terminals: nothing from the node
+            // (a rule comment, a process name) may carry a control byte there.
+            note: truncate(&visible(&f.message), NOTE_LIMIT),
             regarding: regarding(f),
         })
     }
@@ -122,7 +125,7 @@ pub fn repair_draft(outcome: &ActionOutcome) -> Option<EventDraft> {
     Some(EventDraft {
         reason,
         type_,
-        note: truncate(&note, NOTE_LIMIT),
+        note: truncate(&visible(&note), NOTE_LIMIT),
         regarding: Regarding::Node,
     })
 }

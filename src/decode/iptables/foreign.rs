@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::heart::visible::visible_bytes;
+
 /// The kind of listing found in place of an iptables-save dump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ForeignKind {
@@ -19,6 +21,8 @@ pub enum ForeignKind {
     ToolError,
     /// iptables-save or `-S` output with an `iptables -L` listing pasted into it.
     MixedListing,
+    /// Not text at all: an executable, an archive or an image given by mistake.
+    Binary,
 }
 
 /// Why a file is not an iptables-save dump: its first line of content, and what it is.
@@ -45,6 +49,9 @@ impl fmt::Display for ForeignKind {
             ForeignKind::ToolError => {
                 "a tool's error message, and the file holds no rules: the capture failed; run iptables-save again as root (with sudo), and check its output before passing it on"
             }
+            ForeignKind::Binary => {
+                "binary data, not text: this file takes the text iptables-save prints for its backend (an executable, an archive or an image was given in its place)"
+            }
             ForeignKind::MixedListing => {
                 "an `iptables -L` listing inside an iptables-save dump: a paste of several commands' output, whose -L part leaves out the matches and comments portdrift compares; capture the tables with iptables-save alone"
             }
@@ -60,6 +67,18 @@ const EXCERPT: usize = 60;
 /// or `-S` dump, or when the start holds no such line; anything else is left to the
 /// parser, which reports each line it cannot read.
 pub fn sniff_foreign(head: &[u8]) -> Option<ForeignDump> {
+    if is_binary(head) {
+        let start = &head[..head.len().min(BINARY_EXCERPT)];
+        let mut excerpt = visible_bytes(start);
+        if start.len() < head.len() {
+            excerpt.push('…');
+        }
+        return Some(ForeignDump {
+            line: 1,
+            excerpt,
+            kind: ForeignKind::Binary,
+        });
+    }
     let lines = || {
         head.split(|&b| b == b'\n')
             .enumerate()
@@ -99,6 +118,30 @@ impl ForeignDump {
             kind,
         }
     }
+}
+
+/// How many bytes of a binary file the error quotes, escaped.
+const BINARY_EXCERPT: usize = 16;
+
+/// Whether the start of a file is binary data rather than text: a NUL byte, which no
+/// text tool prints, or more than one byte in twenty that is neither a character nor
+/// whitespace. A dump whose comments hold a few control bytes is still text: it is read,
+/// and what it holds is escaped wherever it is shown.
+fn is_binary(head: &[u8]) -> bool {
+    let sample = &head[..head.len().min(4096)];
+    if sample.contains(&0) {
+        return true;
+    }
+    let mut odd = 0;
+    for chunk in sample.utf8_chunks() {
+        odd += chunk.invalid().len();
+        odd += chunk
+            .valid()
+            .chars()
+            .filter(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+            .count();
+    }
+    odd * 20 > sample.len()
 }
 
 /// The header line of a chain in an `iptables -L` listing.

@@ -6,6 +6,7 @@
 use crate::decode::lines::excerpt;
 use crate::heart::kube_proxy;
 use crate::heart::model::{Backend, Family, RuleText, Unparsed};
+use crate::heart::visible::visible_bytes;
 
 use tokens::TokenError;
 
@@ -67,8 +68,8 @@ impl Parser {
         let text = match std::str::from_utf8(bytes) {
             Ok(t) => t,
             Err(_) => {
-                let lossy = String::from_utf8_lossy(bytes);
-                self.unparsed(number, &lossy, "not UTF-8 text");
+                // Each stray byte named (`\xff`), where a lossy decoding shows `�`.
+                self.unparsed(number, &visible_bytes(bytes), "not UTF-8 text");
                 return;
             }
         };

@@ -141,7 +141,12 @@ fn odd_lines_become_unparsed_with_line_numbers() {
     );
     let lines: Vec<u32> = unparsed.iter().map(|u| u.line).collect();
     assert_eq!(lines, vec![2, 3, 4, 5, 6, 7, 10]);
-    assert!(unparsed[3].text.contains('\u{fffd}'));
+    // The stray byte is named, not replaced by U+FFFD.
+    assert!(
+        unparsed[3].text.contains("\\xff") && !unparsed[3].text.contains('\u{fffd}'),
+        "{}",
+        unparsed[3].text
+    );
     assert!(unparsed.iter().all(|u| !u.reason.is_empty()));
 }
 

@@ -3,6 +3,7 @@
 //! then the asked agents' `/findings` grouped by finding, with the nodes that have each,
 //! and the agents that did not answer. Pure: answers in, a view out.
 
+use crate::heart::visible::{visible as v, visible_lines};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -226,17 +227,26 @@ fn key_of(finding: &Value) -> Option<FindingKey> {
 }
 
 /// `severity kind proto/port service → target: K of N nodes: a, b` per finding, then
-/// the agents that did not answer.
+/// the agents that did not answer. The agents' answers are other nodes' words: each
+/// field is escaped ([`v`]), and the whole once more.
 pub fn render_fleet(view: &FleetView) -> String {
     let mut out = String::new();
+    render_fleet_into(&mut out, view);
+    match visible_lines(&out) {
+        std::borrow::Cow::Borrowed(_) => out,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    }
+}
+
+fn render_fleet_into(out: &mut String, view: &FleetView) {
     if let Some(nodes) = &view.nodes {
-        render_nodes(&mut out, &view.source, nodes);
+        render_nodes(out, &view.source, nodes);
         if view.agents == 0 && view.notes.is_empty() {
             let _ = writeln!(
                 out,
                 "no agent asked: no node drifted or is unknown (--all asks every agent)"
             );
-            return out;
+            return;
         }
     }
     let _ = writeln!(
@@ -253,36 +263,35 @@ pub fn render_fleet(view: &FleetView) -> String {
             let _ = write!(what, " {protocol}/{port}");
         }
         if let Some(service) = &k.service {
-            let _ = write!(what, " {service}");
+            let _ = write!(what, " {}", v(service));
         }
         if let Some(target) = &k.target {
-            let _ = write!(what, " → {target}");
+            let _ = write!(what, " → {}", v(target));
         }
         let _ = writeln!(
             out,
             "{what}: {} of {} nodes: {}",
             f.nodes.len(),
             view.agents,
-            f.nodes.join(", ")
+            v(&f.nodes.join(", "))
         );
     }
     if !view.unanswered.is_empty() {
         let _ = writeln!(out, "\nno answer from {} agents:", view.unanswered.len());
         for u in &view.unanswered {
             if u.pod.is_empty() {
-                let _ = writeln!(out, "  {}: {}", u.node, u.reason);
+                let _ = writeln!(out, "  {}: {}", v(&u.node), v(&u.reason));
             } else {
-                let _ = writeln!(out, "  {} ({}): {}", u.node, u.pod, u.reason);
+                let _ = writeln!(out, "  {} ({}): {}", v(&u.node), v(&u.pod), v(&u.reason));
             }
         }
     }
     if !view.notes.is_empty() {
         let _ = writeln!(out, "\nnot checked:");
         for note in &view.notes {
-            let _ = writeln!(out, "  {note}");
+            let _ = writeln!(out, "  {}", v(note));
         }
     }
-    out
 }
 
 /// `N nodes by SOURCE: D drift, C clean, U unknown`, then the drifted and unknown
@@ -304,10 +313,10 @@ fn render_nodes(out: &mut String, source: &str, nodes: &NodesSummary) {
         for n in list {
             match &n.since {
                 Some(since) => {
-                    let _ = writeln!(out, "  {} (since {since}): {}", n.node, n.message);
+                    let _ = writeln!(out, "  {} (since {}): {}", v(&n.node), v(since), v(&n.message));
                 }
                 None => {
-                    let _ = writeln!(out, "  {}: {}", n.node, n.message);
+                    let _ = writeln!(out, "  {}: {}", v(&n.node), v(&n.message));
                 }
             }
         }

@@ -118,3 +118,14 @@ fn long_notes_are_cut_on_a_character_boundary() {
     assert!(cut.len() <= NOTE_LIMIT && cut.ends_with('…'), "{}", cut.len());
     assert_eq!(truncate("short", NOTE_LIMIT), "short");
 }
+
+#[test]
+fn a_note_carries_no_control_byte_from_the_node() {
+    let mut f = finding(Kind::Squatter, Severity::Critical, 30080, None);
+    f.message = "tcp/30080 is held by \x1b]0;owned\x07\x1b[31mevil\r (pid 7)".into();
+    let note = EventDraft::of(&f).unwrap().note;
+    assert_eq!(
+        note,
+        "tcp/30080 is held by \\x1b]0;owned\\x07\\x1b[31mevil\\x0d (pid 7)"
+    );
+}

@@ -346,3 +346,23 @@ mod from_prometheus {
         assert_eq!(view.exit_code(), 1);
     }
 }
+
+#[test]
+fn an_agents_answer_prints_no_control_byte() {
+    // Another node's answer is untrusted: a target or an error holding a newline and
+    // terminal controls must not forge a line or drive the reader's terminal.
+    let answers = [
+        answer(
+            "node-a",
+            Ok(json!({"findings": [stale("10.0.0.1:80\ncritical forged\x1b[2J", "iptables-nft")]})),
+        ),
+        answer("node-b", Err("reset\r\x1b]0;owned\x07".into())),
+    ];
+    let text = render_fleet(&fleet_view(&answers));
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+    assert!(
+        text.contains(r"→ 10.0.0.1:80\x0acritical forged\x1b[2J: 1 of 2 nodes"),
+        "{text}"
+    );
+    assert!(text.contains(r"reset\x0d\x1b]0;owned\x07"), "{text}");
+}
