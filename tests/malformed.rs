@@ -403,3 +403,63 @@ fn a_file_that_is_not_text_is_refused_as_a_bad_capture() {
         );
     }
 }
+
+#[test]
+fn restore_input_that_declares_no_built_in_chain_concludes_nothing_node_wide() {
+    // kube-proxy's iptables-restore input, as people copy it from its logs: the tables
+    // hold its own chains, never the built-in ones, nor the jumps from them.
+    let builtin = |l: &str| {
+        [
+            ":PREROUTING ",
+            ":INPUT ",
+            ":FORWARD ",
+            ":OUTPUT ",
+            ":POSTROUTING ",
+        ]
+        .iter()
+        .any(|p| l.starts_with(p))
+            || [
+                "-A PREROUTING ",
+                "-A INPUT ",
+                "-A FORWARD ",
+                "-A OUTPUT ",
+                "-A POSTROUTING ",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+    };
+    let restore: String = clean_dump()
+        .lines()
+        .filter(|l| !builtin(l) && !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let cluster = fs::read(support::root().join("testdata/duplicate-dnat-30080/cluster.json")).unwrap();
+    let dir = bundle(&[
+        ("iptables-nft-save.txt", restore.as_bytes()),
+        ("cluster.json", &cluster),
+    ]);
+    let (_, stdout, stderr) = run(&dir);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("{stderr}"));
+    let findings = report["findings"].as_array().unwrap();
+    assert!(
+        !findings
+            .iter()
+            .any(|f| f["kind"] == "missing-rule" && f["port"].is_null()),
+        "no node-wide missing-rule from a dump that never showed PREROUTING: {findings:#?}"
+    );
+    // What the dump does show is still judged: the hand-written duplicate on 30080.
+    assert!(
+        findings.iter().any(|f| f["kind"] == "duplicate-rule"),
+        "{findings:#?}"
+    );
+    let src = &report["sources"][0];
+    assert_eq!(src["status"], "partial", "{src}");
+    assert!(src["notes"].to_string().contains("table nat (line "), "{src}");
+    assert!(
+        src["notes"]
+            .to_string()
+            .contains("declares none of its built-in chains"),
+        "{src}"
+    );
+    assert_eq!(report["coverage"]["complete"], false);
+}

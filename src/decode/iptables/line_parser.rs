@@ -37,6 +37,7 @@ impl Parser {
             unparsed: Vec::new(),
             notes: Vec::new(),
             uncommitted: false,
+            builtins_declared: None,
             kube_rule_count: 0,
             listing: None,
             guessed_lines: 0,
@@ -294,6 +295,7 @@ impl Parser {
 
     pub(super) fn open_table(&mut self, number: u32, name: &str) {
         self.end_listing();
+        self.end_table_block();
         if self.table.is_some() {
             self.notes.push(format!(
                 "table {} (line {}) has no COMMIT",
@@ -308,6 +310,9 @@ impl Parser {
         });
         self.table_name = name.to_string();
         self.table_open_line = number;
+        // A live read comes from the tools themselves: a chain they leave out is absent.
+        let kube_proxy_table = matches!(self.table, Some(TableKind::Nat | TableKind::Filter));
+        self.builtins_declared = (kube_proxy_table && !self.hint.whole).then_some(false);
         self.note_table(self.table);
     }
 
@@ -316,15 +321,39 @@ impl Parser {
             self.end_listing();
             return;
         }
+        self.end_table_block();
         // A fragment that starts inside a table ends it with a COMMIT of its own.
         if self.table.take().is_none() && self.guessed_lines == 0 {
             self.unparsed(number, "COMMIT", "COMMIT outside a table");
         }
     }
 
+    /// The end of a `*table` block (its COMMIT, the next table, or the dump's end). A
+    /// block that declared none of its built-in chains is restore input (what kube-proxy
+    /// feeds iptables-restore, and logs), not a save: it holds the chains it changes, not
+    /// the table, so nothing is concluded from what it leaves out.
+    pub(super) fn end_table_block(&mut self) {
+        if self.builtins_declared.take() == Some(false) {
+            self.notes.push(format!(
+                "table {} (line {}) declares none of its built-in chains (:PREROUTING ACCEPT …), as restore input does, not iptables-save: only part of the table is shown",
+                self.table_name, self.table_open_line
+            ));
+            self.uncommitted = true;
+        }
+    }
+
     pub(super) fn declare_chain(&mut self, number: u32, text: &str) {
         let rest = &text[1..];
         let name = &rest[..memchr::memchr2(b' ', b'\t', rest.as_bytes()).unwrap_or(rest.len())];
+        // A built-in chain has a policy; a chain of one's own has `-`.
+        if self.builtins_declared.is_some()
+            && rest[name.len()..]
+                .split_ascii_whitespace()
+                .next()
+                .is_some_and(|p| p != "-")
+        {
+            self.builtins_declared = Some(true);
+        }
         if name.is_empty() {
             self.unparsed(number, text, "chain declaration without a name");
             return;

@@ -221,7 +221,12 @@ struct Parser {
     last_nat_chain: Option<(Arc<str>, u32)>,
     unparsed: Vec<Unparsed>,
     notes: Vec<String>,
+    /// Some table is not shown whole (no COMMIT, or no built-in chain declared).
     uncommitted: bool,
+    /// In a `*nat` or `*filter` block of a dump read from a file: whether it has
+    /// declared one of its built-in chains (`:PREROUTING ACCEPT [0:0]`), as iptables-save
+    /// always does and restore input need not. None outside such a block.
+    builtins_declared: Option<bool>,
     kube_rule_count: usize,
     /// `iptables -S` form: the table a run of `-P` lines named (None: not known).
     listing: Option<Listing>,

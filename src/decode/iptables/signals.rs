@@ -19,6 +19,7 @@ impl Parser {
     pub(super) fn finish(mut self) -> RuleSource {
         self.end_policies();
         self.end_listing();
+        self.end_table_block();
         if let Some(_open) = self.table.take() {
             self.notes.push(format!(
                 "table {} (line {}) has no COMMIT: the dump looks truncated",
