@@ -746,3 +746,61 @@ fn nodeport_rules_no_packet_reaches_are_one_critical_finding() {
         assert!(f["message"].as_str().unwrap().contains(says), "{f:#}");
     }
 }
+
+/// A squatter whose command line holds a token, started in the bundle's node.
+const TOKEN_SQUATTER: &str = r#"python3 -c 'import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 31080)); s.listen(); time.sleep(120)' --api-token=SUPERSECRET123 --password hunter2 >/dev/null 2>&1 &
+for i in $(seq 50); do grep -qi ':7968 ' /proc/net/tcp && exit 0; sleep 0.1; done; exit 1"#;
+
+#[test]
+fn a_squatters_secrets_never_reach_the_report() {
+    if !support::require_root("a squatter's command line") {
+        return;
+    }
+    let squatter = |scanned: &Scanned| -> Value {
+        scanned.live["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "squatter" && f["port"] == 31080)
+            .unwrap_or_else(|| panic!("no squatter on 31080: {:#}", scanned.live["findings"]))["process"]
+            .clone()
+    };
+    // By default the process is named without its arguments.
+    let plain = scan_live_after("haproxy-squatter", TOKEN_SQUATTER, None, &[]);
+    let process = squatter(&plain);
+    assert_eq!(process["name"], "python3", "{process}");
+    assert!(process["cmdline"].is_null(), "{process}");
+    assert_eq!(process["uid"], 0, "{process}");
+    assert!(
+        process["exe"].as_str().is_some_and(|e| e.contains("python3")),
+        "{process}"
+    );
+    // Asked for, the arguments come with every secret-looking value redacted.
+    let argv = scan_live_after("haproxy-squatter", TOKEN_SQUATTER, None, &["--process-argv"]);
+    let process = squatter(&argv);
+    let cmdline = process["cmdline"].as_str().unwrap_or_else(|| panic!("{process}"));
+    assert!(
+        cmdline.ends_with("--api-token=<redacted> --password <redacted>"),
+        "{cmdline}"
+    );
+    for scanned in [&plain, &argv] {
+        let text = scanned.live.to_string();
+        assert!(
+            !text.contains("SUPERSECRET123") && !text.contains("hunter2"),
+            "{text}"
+        );
+        // Nor in the snapshot, which is passed around.
+        let snapshot = std::fs::read_dir(&scanned.snapshot).unwrap();
+        for entry in snapshot.flatten() {
+            if let Ok(bytes) = std::fs::read(entry.path()) {
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains("SUPERSECRET123"),
+                    "{}",
+                    entry.path().display()
+                );
+            }
+        }
+    }
+}

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use portdrift::decode::proc_process::parse_cgroup;
+use portdrift::decode::proc_process::{ArgvEvidence, parse_cgroup};
 use portdrift::decode::sockets::parse_proc_net;
 use portdrift::heart::model::Protocol;
 use portdrift::sources::owners::{Owners, find_owners};
@@ -148,7 +148,7 @@ fn finds_a_real_listener_by_its_inode() {
     let squatter = Squatter::start(&python, false);
     let inode = squatter.inode();
 
-    let owners = find_owners(proc_root(), &set(&[inode]));
+    let owners = find_owners(proc_root(), &set(&[inode]), ArgvEvidence::Redacted);
     let owner = owners
         .by_inode
         .get(&inode)
@@ -191,7 +191,7 @@ fn a_shared_socket_belongs_to_the_parent() {
         "the forked worker does not hold {link}"
     );
 
-    let owners = find_owners(proc_root(), &set(&[inode]));
+    let owners = find_owners(proc_root(), &set(&[inode]), ArgvEvidence::Omitted);
     // pids grow, so the parent's is the lower one (unless pids wrapped in between).
     assert_eq!(owners.by_inode[&inode].pid, squatter.pid().min(squatter.worker));
     assert_eq!(owners.by_inode[&inode].pid, squatter.pid());
@@ -207,7 +207,7 @@ fn an_exited_process_is_simply_absent() {
     squatter.stop();
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
 
-    let owners = find_owners(proc_root(), &set(&[inode]));
+    let owners = find_owners(proc_root(), &set(&[inode]), ArgvEvidence::Omitted);
     assert!(owners.by_inode.is_empty(), "{:?}", owners.by_inode);
     assert_eq!(owners.failed, 0, "{:?}", owners.notes);
     // Only permission problems (when not root) may be told; an exit is not one.
@@ -250,7 +250,7 @@ fn walks_race_with_processes_that_come_and_go() {
     let mut walks = 0;
     while walks < 20 || Instant::now() < deadline {
         // u64::MAX is nobody's: every walk goes through every process.
-        let owners = find_owners(proc_root(), &set(&[inode, u64::MAX]));
+        let owners = find_owners(proc_root(), &set(&[inode, u64::MAX]), ArgvEvidence::Omitted);
         assert_eq!(owners.by_inode[&inode].name, "squatterd");
         assert_eq!(owners.failed, 0, "{:?}", owners.notes);
         walks += 1;
@@ -282,7 +282,7 @@ fn helper_unprivileged_walk() {
         processes,
         denied,
         failed,
-    } = find_owners(proc_root(), &set(&[inode]));
+    } = find_owners(proc_root(), &set(&[inode]), ArgvEvidence::Omitted);
     let result = serde_json::json!({
         "found": by_inode.contains_key(&inode),
         "notes": notes,

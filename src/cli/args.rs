@@ -436,6 +436,12 @@ pub struct LiveArgs {
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub proc_root: PathBuf,
 
+    /// Show a socket owner's command line in findings, with the values of
+    /// secret-looking arguments (token, password, secret, key, credential, auth)
+    /// redacted. Off: processes are named by comm, exe, pid, uid, container and pod.
+    #[arg(long)]
+    pub process_argv: bool,
+
     /// How long each dump tool (iptables-*-save, nft) may run before it is killed and
     /// reported as timed out: `10s`, `500ms`, `2m`.
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_timeout)]

@@ -61,6 +61,11 @@ impl LiveArgs {
                 IptablesViaArg::Netlink => IptablesVia::Netlink,
                 IptablesViaArg::Save => IptablesVia::Save,
             },
+            process_argv: if self.process_argv {
+                crate::decode::proc_process::ArgvEvidence::Redacted
+            } else {
+                crate::decode::proc_process::ArgvEvidence::Omitted
+            },
         }
     }
 }

@@ -67,10 +67,41 @@ pub fn boot_time(proc_stat: &str) -> Option<u64> {
 /// Longest command line kept, in characters.
 pub const MAX_CMDLINE_CHARS: usize = 256;
 
-/// NUL-separated arguments → one line, cut to [`MAX_CMDLINE_CHARS`] characters.
+/// What a process's command line may show: arguments are where secrets are passed
+/// (`--api-token=…`, `PGPASSWORD=…`), and findings are served and logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArgvEvidence {
+    /// No arguments at all: the process is named by comm, exe, pid, uid, container and
+    /// pod.
+    #[default]
+    Omitted,
+    /// The arguments, with the value of every secret-looking one replaced.
+    Redacted,
+}
+
+/// What a redacted value is shown as.
+pub const REDACTED: &str = "<redacted>";
+
+/// Words that make an argument's value secret, matched in its name case-insensitively.
+const SECRET_WORDS: [&str; 7] = [
+    "token",
+    "password",
+    "passwd",
+    "secret",
+    "key",
+    "credential",
+    "auth",
+];
+
+/// NUL-separated arguments → one line with secrets redacted ([`redact_args`]), cut to
+/// [`MAX_CMDLINE_CHARS`] characters; each byte that is not UTF-8 is named (`\xff`).
 pub fn format_cmdline(raw: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(raw);
-    let joined = text.replace('\0', " ");
+    let args: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(crate::heart::visible::visible_bytes)
+        .collect();
+    let joined = redact_args(&args).join(" ");
     let joined = joined.trim();
     if joined.is_empty() {
         return None;
@@ -79,6 +110,47 @@ pub fn format_cmdline(raw: &[u8]) -> Option<String> {
         Some((cut, _)) => joined[..cut].to_string(),
         None => joined.to_string(),
     })
+}
+
+/// The arguments with the value of each secret-looking one replaced by [`REDACTED`]:
+/// `--api-token=v` and `-password=v`, `--api-token v` (the next argument), and
+/// `DB_PASSWORD=v` as `env` passes it. The name stays, so the reader sees what was set.
+pub fn redact_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut next_is_secret = false;
+    for arg in args {
+        if std::mem::take(&mut next_is_secret) && !arg.starts_with('-') {
+            out.push(REDACTED.to_string());
+            continue;
+        }
+        let flag = arg.starts_with('-');
+        match arg.split_once('=') {
+            Some((name, _)) if is_secret_name(name) => out.push(format!("{name}={REDACTED}")),
+            None if flag && is_secret_name(arg) => {
+                next_is_secret = true;
+                out.push(arg.clone());
+            }
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
+fn is_secret_name(name: &str) -> bool {
+    let name = name.trim_start_matches('-').to_ascii_lowercase();
+    !name.is_empty() && SECRET_WORDS.iter().any(|w| name.contains(w))
+}
+
+/// The real user id from the text of `/proc/<pid>/status` (its `Uid:` line: real,
+/// effective, saved, filesystem).
+pub fn status_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_ascii_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The container and pod a process's cgroup places it in.

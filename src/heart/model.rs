@@ -522,9 +522,13 @@ pub struct ProcessInfo {
     pub container: Option<String>,
     /// The pod's UID (with dashes). None for a process outside any pod.
     pub pod: Option<String>,
-    /// The command line, arguments separated by spaces, cut to 256 characters; None
-    /// when unknown or empty (kernel threads, zombies).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The executable's path (`/proc/<pid>/exe`); None when it cannot be read.
+    pub exe: Option<String>,
+    /// The real user id (`/proc/<pid>/status`).
+    pub uid: Option<u32>,
+    /// The command line, only when asked for (`--process-argv`): arguments separated by
+    /// spaces, secret-looking values redacted, cut to 256 characters. None by default,
+    /// and when empty (kernel threads, zombies).
     pub cmdline: Option<String>,
 }
 

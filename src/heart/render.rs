@@ -130,7 +130,14 @@ fn render_finding(out: &mut String, f: &Finding) {
         let _ = writeln!(out, "           at    {}", v(at));
     }
     if let Some(p) = &f.process {
-        let mut who = format!("{} (pid {})", v(&p.name), p.pid);
+        let mut who = format!("{} (pid {}", v(&p.name), p.pid);
+        if let Some(uid) = p.uid {
+            let _ = write!(who, ", uid {uid}");
+        }
+        if let Some(exe) = &p.exe {
+            let _ = write!(who, ", {}", v(exe));
+        }
+        who.push(')');
         if let Some(c) = &p.container {
             let _ = write!(who, " container {}", v(c));
         }
@@ -138,6 +145,9 @@ fn render_finding(out: &mut String, f: &Finding) {
             let _ = write!(who, " pod {}", v(pod));
         }
         let _ = writeln!(out, "           owner {who}");
+        if let Some(args) = &p.cmdline {
+            let _ = writeln!(out, "           args  {}", v(args));
+        }
     }
     for e in &f.evidence {
         let _ = writeln!(out, "           {}", v(e));

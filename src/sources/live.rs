@@ -5,6 +5,7 @@
 //! so a live scan and a snapshot read the node through the same code as an offline
 //! scan reads a bundle directory.
 
+use crate::decode::proc_process::ArgvEvidence;
 use std::io::{self, BufRead, Cursor};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -46,6 +47,8 @@ pub struct LiveConfig {
     pub nftables_via: NftablesVia,
     /// How iptables-nft's tables are read.
     pub iptables_via: IptablesVia,
+    /// Whether a socket owner's command line is read (redacted) or left out.
+    pub process_argv: ArgvEvidence,
 }
 
 /// How the live node's iptables-nft tables are read.
@@ -93,6 +96,7 @@ impl Default for LiveConfig {
             cluster_state: None,
             nftables_via: NftablesVia::default(),
             iptables_via: IptablesVia::default(),
+            process_argv: ArgvEvidence::default(),
         }
     }
 }
@@ -567,6 +571,7 @@ impl Source for LiveNode {
         Some(crate::sources::owners::find_owners(
             &self.config.proc_root,
             inodes,
+            self.config.process_argv,
         ))
     }
 }

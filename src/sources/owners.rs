@@ -17,7 +17,7 @@ use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::decode::proc_process::{format_cmdline, parse_cgroup};
+use crate::decode::proc_process::{ArgvEvidence, format_cmdline, parse_cgroup, status_uid};
 use crate::heart::model::ProcessInfo;
 
 /// Bytes read from `cmdline`: enough for [`MAX_CMDLINE_CHARS`](crate::decode::proc_process::MAX_CMDLINE_CHARS) of any encoding.
@@ -26,6 +26,8 @@ const CMDLINE_READ_LIMIT: u64 = 4096;
 const COMM_READ_LIMIT: u64 = 256;
 /// Bytes read from `cgroup`: a v1 file lists one line per hierarchy, each a path.
 const CGROUP_READ_LIMIT: u64 = 64 * 1024;
+/// Bytes read from `status`: the `Uid:` line is in its first kilobyte.
+const STATUS_READ_LIMIT: u64 = 4096;
 
 /// What [`find_owners`] learned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,7 +51,7 @@ pub struct Owners {
 
 /// Finds the owners of the socket `inodes` by walking `<proc_root>/<pid>/fd/*`.
 /// Never fails: what could not be read is counted in [`Owners`] and told in its notes.
-pub fn find_owners(proc_root: &Path, inodes: &HashSet<u64>) -> Owners {
+pub fn find_owners(proc_root: &Path, inodes: &HashSet<u64>, argv: ArgvEvidence) -> Owners {
     let mut owners = Owners::default();
     if inodes.is_empty() {
         return owners;
@@ -107,7 +109,7 @@ pub fn find_owners(proc_root: &Path, inodes: &HashSet<u64>) -> Owners {
             if !inodes.contains(&inode) || owners.by_inode.contains_key(&inode) {
                 continue;
             }
-            let Some(info) = process.get_or_insert_with(|| read_process(&pid_dir, pid)) else {
+            let Some(info) = process.get_or_insert_with(|| read_process(&pid_dir, pid, argv)) else {
                 // Exited after its fd was read; another process may share the socket.
                 break;
             };
@@ -180,12 +182,22 @@ fn socket_inode(link: &[u8]) -> Option<u64> {
 
 /// The process's name, command line and cgroup identity; None when it has exited
 /// (no `comm` to read).
-fn read_process(pid_dir: &Path, pid: u32) -> Option<ProcessInfo> {
+fn read_process(pid_dir: &Path, pid: u32, argv: ArgvEvidence) -> Option<ProcessInfo> {
     let comm = read_bounded(&pid_dir.join("comm"), COMM_READ_LIMIT).ok()?;
     let name = String::from_utf8_lossy(&comm).trim_end_matches('\n').to_string();
-    let cmdline = read_bounded(&pid_dir.join("cmdline"), CMDLINE_READ_LIMIT)
+    // Arguments carry secrets (`--api-token=…`): read only when asked, then redacted.
+    let cmdline = match argv {
+        ArgvEvidence::Omitted => None,
+        ArgvEvidence::Redacted => read_bounded(&pid_dir.join("cmdline"), CMDLINE_READ_LIMIT)
+            .ok()
+            .and_then(|raw| format_cmdline(&raw)),
+    };
+    let exe = fs::read_link(pid_dir.join("exe"))
         .ok()
-        .and_then(|raw| format_cmdline(&raw));
+        .map(|p| crate::heart::visible::visible_bytes(p.as_os_str().as_bytes()));
+    let uid = read_bounded(&pid_dir.join("status"), STATUS_READ_LIMIT)
+        .ok()
+        .and_then(|raw| status_uid(&String::from_utf8_lossy(&raw)));
     let cgroup = read_bounded(&pid_dir.join("cgroup"), CGROUP_READ_LIMIT)
         .map(|raw| parse_cgroup(&String::from_utf8_lossy(&raw)))
         .unwrap_or_default();
@@ -194,6 +206,8 @@ fn read_process(pid_dir: &Path, pid: u32) -> Option<ProcessInfo> {
         name,
         container: cgroup.container,
         pod: cgroup.pod,
+        exe,
+        uid,
         cmdline,
     })
 }

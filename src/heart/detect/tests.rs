@@ -571,6 +571,8 @@ fn squatters_on_owned_and_free_ports_but_not_health_checks() {
             name: "haproxy".into(),
             container: None,
             pod: None,
+            exe: None,
+            uid: None,
             cmdline: None,
         },
     );

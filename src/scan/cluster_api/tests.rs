@@ -7,6 +7,8 @@ fn pod_uids_become_names_where_the_api_knows_them() {
         name: "squatterd".into(),
         container: None,
         pod: pod.map(str::to_string),
+        exe: None,
+        uid: None,
         cmdline: None,
     };
     let mut owners = HashMap::from([

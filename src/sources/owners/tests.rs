@@ -246,7 +246,51 @@ fn cmdlines_are_joined_and_cut() {
     let long = "é".repeat(1000);
     let cut = format_cmdline(long.as_bytes()).unwrap();
     assert_eq!(cut.chars().count(), MAX_CMDLINE_CHARS);
-    assert!(format_cmdline(b"a\xffb").unwrap().contains('\u{fffd}'));
+    assert_eq!(format_cmdline(b"a\xffb").as_deref(), Some("a\\xffb"));
+}
+
+#[test]
+fn secret_looking_arguments_are_redacted() {
+    let cmd = |args: &[&str]| {
+        let raw: Vec<u8> = args.iter().flat_map(|a| a.bytes().chain([0])).collect();
+        format_cmdline(&raw).unwrap()
+    };
+    assert_eq!(
+        cmd(&[
+            "agent",
+            "--api-token=SUPERSECRET123",
+            "--port",
+            "30080",
+            "--db-password",
+            "hunter2"
+        ]),
+        "agent --api-token=<redacted> --port 30080 --db-password <redacted>"
+    );
+    assert_eq!(
+        cmd(&[
+            "env",
+            "AWS_SECRET_ACCESS_KEY=abc",
+            "PGPASSWORD=pw",
+            "HOME=/root",
+            "run",
+            "-tlsKey=/k.pem"
+        ]),
+        "env AWS_SECRET_ACCESS_KEY=<redacted> PGPASSWORD=<redacted> HOME=/root run -tlsKey=<redacted>"
+    );
+    // A secret flag followed by another flag had no value to hide.
+    assert_eq!(cmd(&["x", "--token", "--verbose"]), "x --token --verbose");
+    assert_eq!(
+        cmd(&["x", "--Credentials-File", "/etc/creds"]),
+        "x --Credentials-File <redacted>"
+    );
+}
+
+#[test]
+fn the_command_line_is_left_out_unless_asked_for() {
+    let t = node();
+    let owners = find_owners(t.root(), &set(&[4001]), ArgvEvidence::Omitted);
+    let haproxy = &owners.by_inode[&4001];
+    assert_eq!((haproxy.pid, haproxy.cmdline.as_deref()), (4242, None));
 }
 
 // === find_owners on a fixture /proc tree ===
@@ -360,7 +404,11 @@ fn node() -> ProcTree {
 #[test]
 fn fixture_tree_attributes_sockets() {
     let t = node();
-    let owners = find_owners(t.root(), &set(&[4001, 4003, 5000, 5001, 6000, 7000, 9999]));
+    let owners = find_owners(
+        t.root(),
+        &set(&[4001, 4003, 5000, 5001, 6000, 7000, 9999]),
+        ArgvEvidence::Redacted,
+    );
 
     let haproxy = &owners.by_inode[&4001];
     // The master (lowest pid), not the worker that shares the socket.
@@ -404,7 +452,7 @@ fn fixture_tree_attributes_sockets() {
 fn zero_padded_pid_dirs_are_read_under_their_own_name() {
     // Not a shape the kernel writes; the point is that it is read, not mangled.
     let t = node();
-    let owners = find_owners(t.root(), &set(&[7001]));
+    let owners = find_owners(t.root(), &set(&[7001]), ArgvEvidence::Omitted);
     assert_eq!(owners.by_inode[&7001].pid, 42);
     assert_eq!(owners.by_inode[&7001].name, "zeropad");
 }
@@ -412,20 +460,24 @@ fn zero_padded_pid_dirs_are_read_under_their_own_name() {
 #[test]
 fn stops_once_every_inode_is_found() {
     let t = node();
-    let owners = find_owners(t.root(), &set(&[100]));
+    let owners = find_owners(t.root(), &set(&[100]), ArgvEvidence::Omitted);
     assert_eq!(owners.by_inode[&100].pid, 1);
     assert_eq!(owners.processes, 1);
 }
 
 #[test]
 fn nothing_asked_nothing_read() {
-    let owners = find_owners(Path::new("/nonexistent/proc"), &HashSet::new());
+    let owners = find_owners(
+        Path::new("/nonexistent/proc"),
+        &HashSet::new(),
+        ArgvEvidence::Omitted,
+    );
     assert_eq!(owners, Owners::default());
 }
 
 #[test]
 fn missing_proc_root_is_a_note() {
-    let owners = find_owners(Path::new("/nonexistent/proc"), &set(&[1]));
+    let owners = find_owners(Path::new("/nonexistent/proc"), &set(&[1]), ArgvEvidence::Omitted);
     assert!(owners.by_inode.is_empty());
     assert_eq!(owners.notes.len(), 1);
     assert!(
@@ -444,14 +496,14 @@ fn other_fd_errors_are_counted_and_told_once() {
         fs::create_dir_all(t.path(pid)).unwrap();
         fs::write(t.path(pid).join("fd"), "").unwrap();
     }
-    let owners = find_owners(t.root(), &set(&[1, 2]));
+    let owners = find_owners(t.root(), &set(&[1, 2]), ArgvEvidence::Omitted);
     assert_eq!(owners.by_inode[&1].pid, 10);
     assert_eq!((owners.denied, owners.failed), (0, 2));
     assert_eq!(owners.notes.len(), 1, "{:?}", owners.notes);
     assert!(owners.notes[0].starts_with("could not read the file descriptors of 2 processes ("));
 
     // When every inode was found, what could not be read did not matter.
-    let owners = find_owners(t.root(), &set(&[1]));
+    let owners = find_owners(t.root(), &set(&[1]), ArgvEvidence::Omitted);
     assert!(owners.notes.is_empty());
 }
 
@@ -461,7 +513,7 @@ fn unreadable_comm_means_gone_but_cgroup_and_cmdline_are_optional() {
     fs::create_dir_all(t.path("10/fd")).unwrap();
     symlink("socket:[1]", t.path("10/fd/1")).unwrap();
     fs::write(t.path("10/comm"), "bare\n").unwrap();
-    let owners = find_owners(t.root(), &set(&[1]));
+    let owners = find_owners(t.root(), &set(&[1]), ArgvEvidence::Omitted);
     let p = &owners.by_inode[&1];
     assert_eq!((p.pid, p.name.as_str()), (10, "bare"));
     assert_eq!((&p.container, &p.pod, &p.cmdline), (&None, &None, &None));
@@ -479,7 +531,7 @@ fn many_processes_and_fds() {
     }
     // Every worker shares every socket: the lowest pid owns them; 55 is nobody's, so
     // every process is read.
-    let owners = find_owners(t.root(), &set(&[10_000, 10_039, 55]));
+    let owners = find_owners(t.root(), &set(&[10_000, 10_039, 55]), ArgvEvidence::Omitted);
     assert_eq!(owners.by_inode[&10_000].pid, 100);
     assert_eq!(owners.by_inode[&10_039].pid, 100);
     assert_eq!(owners.processes, 30);
