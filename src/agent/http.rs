@@ -5,6 +5,7 @@
 //! to send its headers, and at most [`ServerConfig::max_connections`] connections are
 //! served at once (more wait in the listen backlog).
 
+use crate::heart::document::{Document, DocumentKind};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -127,7 +128,9 @@ impl Shared {
 
     /// Records a successful scan's report.
     pub fn set_report(&self, report: &ScanReport) {
-        let mut json = serde_json::to_vec_pretty(report).unwrap_or_else(|e| {
+        // Written when the scan ends: the document's time is the scan's.
+        let document = Document::new(DocumentKind::ScanReport, jiff::Timestamp::now(), report);
+        let mut json = serde_json::to_vec_pretty(&document).unwrap_or_else(|e| {
             // A report is plain data; this cannot happen, but must not kill the daemon.
             serde_json::to_vec(&serde_json::json!({ "error": e.to_string() })).unwrap_or_default()
         });

@@ -1,6 +1,7 @@
 //! Runs the parsed command: hands its config to the scan, the snapshot, repair or the
 //! agent, prints what came back, and maps it to the exit status.
 
+use crate::heart::document::{Document, DocumentKind};
 use std::io::Write;
 
 use anyhow::Context;
@@ -50,7 +51,11 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
         match args.format {
             Format::Text => stdout.write_all(pass.render_text().as_bytes())?,
             Format::Json => {
-                serde_json::to_writer_pretty(&mut stdout, &pass.to_json()?)?;
+                let json = pass.to_json()?;
+                serde_json::to_writer_pretty(
+                    &mut stdout,
+                    &Document::new(DocumentKind::ScanReport, jiff::Timestamp::now(), &json),
+                )?;
                 stdout.write_all(b"\n")?;
             }
         }
@@ -58,7 +63,7 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
         return Ok(pass.exit_code());
     }
     let report = run_oneshot(&args.oneshot_config())?;
-    print_view(args.format, &report, render_text)?;
+    print_view(args.format, DocumentKind::ScanReport, &report, render_text)?;
     Ok(report.exit_code())
 }
 
@@ -69,7 +74,12 @@ fn ports(args: PortsArgs) -> anyhow::Result<u8> {
         .context("cannot read the cluster's Services")?;
     let (claims, problems) = services.claims();
     let table = ports::allocation_table(claims, args.nodeport_range, args.next, problems);
-    print_view(args.format, &table, ports::render_table)?;
+    print_view(
+        args.format,
+        DocumentKind::PortAllocation,
+        &table,
+        ports::render_table,
+    )?;
     Ok(table.exit_code())
 }
 
@@ -94,7 +104,7 @@ fn lint(args: LintArgs) -> anyhow::Result<u8> {
         default_namespace: args.namespace,
     };
     let report = lint::lint(&services, &problems, live.as_deref(), &config);
-    print_view(args.format, &report, lint::render_lint)?;
+    print_view(args.format, DocumentKind::LintReport, &report, lint::render_lint)?;
     Ok(report.exit_code())
 }
 
@@ -113,7 +123,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
         }
         let source = format!("Prometheus at {url} (job {})", query.job);
         let view = fleet::prometheus::prometheus_view(&answers, source);
-        print_view(args.format, &view, fleet::render_fleet)?;
+        print_view(args.format, DocumentKind::FleetView, &view, fleet::render_fleet)?;
         return Ok(view.exit_code());
     }
     let query = fleet_client::FleetQuery {
@@ -145,17 +155,22 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
         None => (String::new(), None),
     };
     let view = fleet::fleet_view(&answers).with_nodes(source, summary, notes);
-    print_view(args.format, &view, fleet::render_fleet)?;
+    print_view(args.format, DocumentKind::FleetView, &view, fleet::render_fleet)?;
     Ok(view.exit_code())
 }
 
-/// Prints a view on stdout: rendered for a terminal, or as pretty JSON.
-fn print_view<T: serde::Serialize>(format: Format, view: &T, render: fn(&T) -> String) -> anyhow::Result<()> {
+/// Prints a view on stdout: rendered for a terminal, or as a pretty JSON document.
+fn print_view<T: serde::Serialize>(
+    format: Format,
+    kind: DocumentKind,
+    view: &T,
+    render: fn(&T) -> String,
+) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match format {
         Format::Text => stdout.write_all(render(view).as_bytes())?,
         Format::Json => {
-            serde_json::to_writer_pretty(&mut stdout, view)?;
+            serde_json::to_writer_pretty(&mut stdout, &Document::new(kind, jiff::Timestamp::now(), view))?;
             stdout.write_all(b"\n")?;
         }
     }

@@ -110,7 +110,11 @@ impl fmt::Display for Severity {
 pub type Identity = (String, Option<u16>, String, String, String, String);
 
 /// One difference between what the cluster says and what the node does.
+///
+/// In JSON every field is present (null, `[]` or `false` where it does not apply),
+/// after an `id` ([`Finding::id`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(remote = "Self")]
 pub struct Finding {
     pub kind: Kind,
     pub severity: Severity,
@@ -122,38 +126,50 @@ pub struct Finding {
     /// `namespace/name`.
     pub service: Option<String>,
     /// The Service's port name as kube-proxy names it (empty for an unnamed port).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub service_port: Option<String>,
     /// Every Service the finding concerns when there are several (a nodeport-collision's
     /// claimants; `service` holds the first).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<String>,
     /// Every NodePort the finding concerns when it is about several (a backend-split).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
     /// `ip:port` of a DNAT target, `[v6]:port` for IPv6.
     pub target: Option<String>,
     /// The rule as its backend prints it.
     pub rule: Option<String>,
     /// Where the rule was found: `file:line`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub rule_source: Option<String>,
     pub process: Option<ProcessInfo>,
     /// The socket inode of a squatting listener.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub inode: Option<u64>,
     /// Seconds left in the grace window when the difference is still settling (the
     /// Service changed recently); such a finding is `info` until then.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_seconds: Option<u64>,
     /// The finding was drawn from a cluster state that is no longer current.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub on_stale_cluster_state: bool,
     /// One human sentence: what is wrong and what to do.
     pub message: String,
     /// Supporting facts beyond the fields above (chain path, other rules), for people.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
+}
+
+/// A finding's JSON: its `id`, then its fields.
+impl Serialize for Finding {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct WithId<'a> {
+            id: String,
+            #[serde(flatten, serialize_with = "fields")]
+            finding: &'a Finding,
+        }
+        fn fields<S: serde::Serializer>(f: &&Finding, s: S) -> Result<S::Ok, S::Error> {
+            Finding::serialize(f, s)
+        }
+        WithId {
+            id: self.id(),
+            finding: self,
+        }
+        .serialize(serializer)
+    }
 }
 
 impl Finding {
@@ -180,6 +196,25 @@ impl Finding {
             message: message.into(),
             evidence: Vec::new(),
         }
+    }
+
+    /// A stable id: the first 16 hex digits of the SHA-256 of what identifies the
+    /// finding (kind, backend, family, protocol, port, Service, target), so the same
+    /// drift has the same id in every scan, on every node, in its JSON, Event and log
+    /// line, and across portdrift's versions.
+    pub fn id(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let parts = [
+            self.kind.as_str(),
+            self.backend.map(|b| b.as_str()).unwrap_or(""),
+            self.family.map(|f| f.as_str()).unwrap_or(""),
+            self.protocol.map(|p| p.as_str()).unwrap_or(""),
+            &self.port.map(|p| p.to_string()).unwrap_or_default(),
+            self.service.as_deref().unwrap_or(""),
+            self.target.as_deref().unwrap_or(""),
+        ];
+        let digest = Sha256::digest(parts.join("\0").as_bytes());
+        data_encoding::HEXLOWER.encode(&digest[..8])
     }
 
     /// The finding's identity across scans: what stays the same while the same drift

@@ -70,20 +70,15 @@ pub struct SourceStatus {
     pub status: SourceState,
     /// Where it was really read from when that is not the bundle file `source` names:
     /// the command or path on a live node (`iptables-nft-save`, `/proc/net/tcp`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<Backend>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub family: Option<Family>,
     /// NodePort rules read (rule sources), listeners (socket files), Service ports
     /// (cluster state).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub items: Option<usize>,
     /// Lines or objects that could not be understood.
     pub unparsed: usize,
     /// What went wrong or what the source itself said.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
 

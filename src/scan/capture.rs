@@ -5,6 +5,7 @@
 //! for every source whether it was read, empty, absent, failed, timed out or too large,
 //! so that the bundle says what could not be read and a scan of it reports the same.
 
+use crate::heart::document::{Document, DocumentKind};
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -204,7 +205,8 @@ pub fn write_snapshot<S: Source>(
     manifest.node = node;
 
     let path = out.join(MANIFEST_FILE);
-    let mut text = serde_json::to_string_pretty(&manifest).map_err(|e| write_error(&path)(e.into()))?;
+    let document = Document::new(DocumentKind::Snapshot, jiff::Timestamp::now(), &manifest);
+    let mut text = serde_json::to_string_pretty(&document).map_err(|e| write_error(&path)(e.into()))?;
     text.push('\n');
     fs::write(&path, text).map_err(write_error(&path))?;
     Ok(manifest)

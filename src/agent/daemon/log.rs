@@ -57,6 +57,7 @@ pub(super) fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanRepor
         if !now.contains_key(k) {
             // The target is in the message; the fields are what dashboards filter on.
             tracing::info!(
+                id = %f.id(),
                 kind = %f.kind,
                 port = f.port,
                 backend = f.backend.map(|b| b.as_str()),
@@ -84,6 +85,7 @@ fn log_finding(f: &Finding, what: &str) {
     macro_rules! emit {
         ($level:ident) => {
             tracing::$level!(
+                id = %f.id(),
                 kind = %f.kind,
                 severity = %f.severity,
                 protocol = f.protocol.map(|p| p.as_str()),

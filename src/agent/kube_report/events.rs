@@ -98,7 +98,12 @@ impl EventDraft {
             type_: event_type(f.severity)?,
             // Event notes are read with kubectl on terminals: nothing from the node
             // (a rule comment, a process name) may carry a control byte there.
-            note: truncate(&visible(&f.message), NOTE_LIMIT),
+            // The finding's id ends the note, as in its JSON and log line, so the Event
+            // can be matched with them; the message is cut to make room for it.
+            note: {
+                let id = format!(" [finding {}]", f.id());
+                truncate(&visible(&f.message), NOTE_LIMIT - id.len()) + &id
+            },
             regarding: regarding(f),
         })
     }

@@ -98,7 +98,8 @@ fn an_event_regards_its_object_in_its_namespace_and_names_the_node() {
     );
     assert_eq!(e.reporting_controller.as_deref(), Some("portdrift"));
     assert_eq!(e.reporting_instance.as_deref(), Some("worker-1"));
-    assert_eq!(e.note.as_deref(), Some(f.message.as_str()));
+    // The note is the message, then the finding's id, as its JSON and log line give it.
+    assert_eq!(e.note, Some(format!("{} [finding {}]", f.message, f.id())));
 
     let long_node = "n".repeat(300);
     let e = k8s_event(&draft, node_reference(&long_node), None, &long_node, stamp);
@@ -126,6 +127,9 @@ fn a_note_carries_no_control_byte_from_the_node() {
     let note = EventDraft::of(&f).unwrap().note;
     assert_eq!(
         note,
-        "tcp/30080 is held by \\x1b]0;owned\\x07\\x1b[31mevil\\x0d (pid 7)"
+        format!(
+            "tcp/30080 is held by \\x1b]0;owned\\x07\\x1b[31mevil\\x0d (pid 7) [finding {}]",
+            f.id()
+        )
     );
 }
