@@ -25,6 +25,7 @@ fn scan_10k(c: &mut Criterion) {
         nodeport_range: 20000..=32767,
         grace: None,
         cluster_state_stale: false,
+        acceptances: None,
     };
     let mut group = c.benchmark_group("10k-services");
     group.sample_size(20);

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
 
-const FINDING_FIELDS: [&str; 20] = [
+const FINDING_FIELDS: [&str; 21] = [
     "id",
     "kind",
     "severity",
@@ -29,6 +29,7 @@ const FINDING_FIELDS: [&str; 20] = [
     "on_stale_cluster_state",
     "message",
     "evidence",
+    "accepted",
 ];
 const SOURCE_FIELDS: [&str; 8] = [
     "source", "status", "origin", "backend", "family", "items", "unparsed", "notes",

@@ -367,6 +367,7 @@ fn findings(dir: &Path, rules: Vec<RuleSource>) -> serde_json::Value {
         nodeport_range: 20000..=32767,
         grace: None,
         cluster_state_stale: false,
+        acceptances: None,
     };
     let report = run_scan(input, &config);
     assert!(!report.findings.is_empty(), "the stale rule is found");

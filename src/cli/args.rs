@@ -382,6 +382,12 @@ pub struct ScanArgs {
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node: Option<String>,
 
+    /// Findings accepted as exceptions (JSON: `{"accept": [{"kind": "squatter", "port":
+    /// "tcp/30080", "reason": "…"}]}`): shown as accepted, never counted in the exit
+    /// status; each entry needs a reason and may expire.
+    #[arg(long, value_name = "FILE")]
+    pub accept: Option<PathBuf>,
+
     /// How long kube-proxy may take to apply a change: a difference about a Service or
     /// EndpointSlice that changed more recently (by the objects' own timestamps) is
     /// reported as pending, severity info. `0` turns it off.

@@ -82,6 +82,7 @@ impl ScanArgs {
             node: self.node.clone(),
             grace: self.grace,
             nodeport_range: self.nodeport_range.clone(),
+            acceptances: self.accept.clone(),
         }
     }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::heart::model::{Backend, Family, ProcessInfo, Protocol};
 
 /// The kinds of drift portdrift knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     StaleNodeport,
@@ -150,6 +150,8 @@ pub struct Finding {
     pub message: String,
     /// Supporting facts beyond the fields above (chain path, other rules), for people.
     pub evidence: Vec<String>,
+    /// Accepted by an acceptances file (`--accept`): shown, never counted.
+    pub accepted: Option<crate::heart::acceptance::Accepted>,
 }
 
 /// A finding's JSON: its `id`, then its fields.
@@ -195,6 +197,7 @@ impl Finding {
             on_stale_cluster_state: false,
             message: message.into(),
             evidence: Vec::new(),
+            accepted: None,
         }
     }
 

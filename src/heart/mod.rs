@@ -2,6 +2,7 @@
 //! detector, findings, coverage, repair planning and rendering. Values in, values out:
 //! no I/O, no clock, no async runtime.
 
+pub mod acceptance;
 pub mod coverage;
 pub mod desired;
 pub mod detect;

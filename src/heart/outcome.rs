@@ -12,12 +12,16 @@ pub use crate::heart::source_status::{SourceState, SourceStatus};
 /// The source name of a cluster state read from the API server (a live scan, the agent).
 pub const API_SOURCE: &str = "cluster (API server)";
 
-/// Counts of findings by severity.
+/// The source name of the acceptances file (`--accept`).
+pub const ACCEPTANCES_SOURCE: &str = "acceptances";
+
+/// Counts of findings by severity; accepted ones are counted apart, in none of these.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Summary {
     pub critical: usize,
     pub warning: usize,
     pub info: usize,
+    pub accepted: usize,
 }
 
 /// Everything one scan produced: the JSON of `scan --format json` and `GET /findings`.
@@ -68,10 +72,22 @@ pub fn run_scan_keeping_inputs(
         proxy: &detection.proxy,
         cluster_state_stale: config.cluster_state_stale,
     });
-    let findings = detection.findings;
+    let mut findings = detection.findings;
+    let mut sources = input.sources;
+    if let Some((accepted, now)) = &config.acceptances {
+        let expired = accepted.apply(&mut findings, *now);
+        // Said where the file is listed, so an exception that lapsed is noticed.
+        if let Some(status) = sources.iter_mut().find(|s| s.source == ACCEPTANCES_SOURCE) {
+            status.notes.extend(expired);
+        }
+    }
     let rules = std::mem::take(&mut input.observed.sources);
     let mut summary = Summary::default();
     for f in &findings {
+        if f.accepted.is_some() {
+            summary.accepted += 1;
+            continue;
+        }
         match f.severity {
             Severity::Critical => summary.critical += 1,
             Severity::Warning => summary.warning += 1,
@@ -82,7 +98,7 @@ pub fn run_scan_keeping_inputs(
         node: input.node,
         summary,
         findings,
-        sources: input.sources,
+        sources,
         coverage,
         kube_proxy: input.observed.kube_proxy_health,
     };

@@ -23,7 +23,10 @@ pub fn render_text(report: &ScanReport) -> String {
     let mut out = String::new();
     let node = v(report.node.as_deref().unwrap_or("(node unknown)"));
     let s = report.summary;
-    let counts = format!("{} critical, {} warning, {} info", s.critical, s.warning, s.info);
+    let mut counts = format!("{} critical, {} warning, {} info", s.critical, s.warning, s.info);
+    if s.accepted > 0 {
+        let _ = write!(counts, ", {} accepted", s.accepted);
+    }
     let coverage = &report.coverage;
     if coverage.complete {
         let _ = writeln!(out, "portdrift: node {node}: {counts}");
@@ -115,14 +118,21 @@ fn render_finding(out: &mut String, f: &Finding) {
     if let Some(t) = &f.target {
         context.push(format!("→ {}", v(t)));
     }
-    let _ = writeln!(
-        out,
-        "  {:<8} {}  {}",
-        f.severity.as_str().to_uppercase(),
-        f.kind,
-        context.join("  ")
-    );
+    // An accepted finding says so where its severity would be: it counts for nothing.
+    let label = match &f.accepted {
+        Some(_) => "ACCEPTED".to_string(),
+        None => f.severity.as_str().to_uppercase(),
+    };
+    let _ = writeln!(out, "  {label:<8} {}  {}", f.kind, context.join("  "));
     let _ = writeln!(out, "           {}", v(&f.message));
+    if let Some(a) = &f.accepted {
+        let until = a
+            .expires
+            .as_deref()
+            .map(|e| format!(" (until {e})"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "           accepted: {}{until}", v(&a.reason));
+    }
     if let Some(rule) = &f.rule {
         let at = f.rule_source.as_deref().unwrap_or("");
         let _ = writeln!(out, "           rule  {}  {}", v(at), v(rule));

@@ -2,6 +2,8 @@
 //! from a file or the API server, or a bundle captured earlier; and the capture of this
 //! node into a bundle (`portdrift snapshot`).
 
+use crate::heart::acceptance::{AcceptanceError, Acceptances};
+use crate::heart::outcome::{ACCEPTANCES_SOURCE, SourceStatus};
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,6 +40,8 @@ pub struct OneshotConfig {
     pub grace: Duration,
     /// The cluster's NodePort range.
     pub nodeport_range: RangeInclusive<u16>,
+    /// The acceptances file (`--accept`).
+    pub acceptances: Option<PathBuf>,
 }
 
 /// Why a one-shot command could not run at all (exit status 2).
@@ -59,6 +63,14 @@ pub enum OneshotError {
     /// Listing the snapshot's cluster state from the API failed.
     #[error(transparent)]
     ListCluster(#[from] ListToFileError),
+    /// The acceptances file cannot be read or used: an exception silently dropped
+    /// would turn into a page, one silently widened would hide drift.
+    #[error("cannot use the acceptances file {}", path.display())]
+    Acceptances {
+        path: PathBuf,
+        #[source]
+        source: AcceptancesFileError,
+    },
     /// The bundle could not be written.
     #[error("cannot write a snapshot to {}", path.display())]
     Snapshot {
@@ -87,7 +99,33 @@ pub fn run_oneshot(config: &OneshotConfig) -> Result<ScanReport, OneshotError> {
                 })?,
             None => read_live(config)?.input,
         };
-    Ok(run_scan(input, &detect_config(config)))
+    let mut input = input;
+    let mut detect = detect_config(config);
+    if let Some(path) = &config.acceptances {
+        let accepted = read_acceptances(path).map_err(|source| OneshotError::Acceptances {
+            path: path.clone(),
+            source,
+        })?;
+        let mut status = SourceStatus::new(ACCEPTANCES_SOURCE, SourceState::Ok);
+        status.origin = Some(path.display().to_string());
+        status.items = Some(accepted.accept.len());
+        input.sources.push(status);
+        detect.acceptances = Some((accepted, jiff::Timestamp::now()));
+    }
+    Ok(run_scan(input, &detect))
+}
+
+/// Why an acceptances file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptancesFileError {
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    #[error(transparent)]
+    Invalid(#[from] AcceptanceError),
+}
+
+fn read_acceptances(path: &std::path::Path) -> Result<Acceptances, AcceptancesFileError> {
+    Ok(Acceptances::parse(&std::fs::read(path)?)?)
 }
 
 /// The detector's settings for a scan made now.
@@ -99,6 +137,7 @@ pub fn detect_config(config: &OneshotConfig) -> DetectConfig {
         }),
         // A one-shot scan lists the cluster state itself: it is current by construction.
         cluster_state_stale: false,
+        acceptances: None,
         nodeport_range: config.nodeport_range.clone(),
     }
 }

@@ -104,6 +104,7 @@ pub(super) async fn scan_once(
                     window: grace,
                 }),
                 cluster_state_stale: stale,
+                acceptances: None,
                 nodeport_range: range,
             };
             let (report, rules, desired) = run_scan_keeping_inputs(input, &detect);

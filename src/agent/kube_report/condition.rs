@@ -44,7 +44,7 @@ impl ConditionSummary {
 pub fn summarize(findings: &[Finding]) -> ConditionSummary {
     let critical: Vec<&Finding> = findings
         .iter()
-        .filter(|f| f.severity == Severity::Critical)
+        .filter(|f| f.severity == Severity::Critical && f.accepted.is_none())
         .collect();
     if critical.is_empty() {
         return ConditionSummary {

@@ -93,6 +93,9 @@ pub struct EventDraft {
 impl EventDraft {
     /// The draft for a finding, `None` when it makes no Event (see [`event_type`]).
     pub fn of(f: &Finding) -> Option<EventDraft> {
+        if f.accepted.is_some() {
+            return None;
+        }
         Some(EventDraft {
             reason: reason(f.kind),
             type_: event_type(f.severity)?,

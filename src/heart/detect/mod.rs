@@ -52,6 +52,8 @@ pub struct DetectConfig {
     /// is failing or silent): findings that depend on it are marked, so nobody —
     /// least of all repair — acts on them as if they were fresh.
     pub cluster_state_stale: bool,
+    /// Findings accepted as exceptions, and the time their expiry is judged at.
+    pub acceptances: Option<(crate::heart::acceptance::Acceptances, jiff::Timestamp)>,
 }
 
 /// kube-proxy applies API changes seconds late: a difference about a Service that
@@ -69,6 +71,7 @@ impl Default for DetectConfig {
             nodeport_range: 30000..=32767,
             grace: None,
             cluster_state_stale: false,
+            acceptances: None,
         }
     }
 }

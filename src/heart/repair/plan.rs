@@ -184,6 +184,9 @@ impl Planner<'_> {
         if f.pending_seconds.is_some() {
             return Err("the Service changed within the grace window".into());
         }
+        if let Some(a) = &f.accepted {
+            return Err(format!("accepted as an exception ({})", a.reason));
+        }
         if f.service.as_deref() == Some(KUBERNETES_SERVICE) {
             return Err("the API server's own Service (default/kubernetes) is never touched".into());
         }
