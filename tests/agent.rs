@@ -102,6 +102,17 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
     if let Some((ok, said)) = support::promtool::check(&metrics) {
         assert!(ok, "promtool check metrics: {said}\n{metrics}");
     }
+    // No kube-proxy runs in the bundle's node: its metrics server, asked by default,
+    // does not answer, which is a 0 rather than a missing series; its health endpoint,
+    // turned off, is not asked and has no series.
+    assert!(
+        metrics.contains("portdrift_kube_proxy_reachable{endpoint=\"proxyMode\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("portdrift_kube_proxy_reachable{endpoint=\"healthz\"}"),
+        "{metrics}"
+    );
 
     // The finding's Event, on its Service (with the UID the cluster state gives it).
     let events: serde_json::Value = serde_json::from_str(&read(dir, "events.json"))

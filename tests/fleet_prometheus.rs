@@ -38,6 +38,7 @@ fn report(findings: Vec<Finding>, coverage: Coverage) -> ScanReport {
         sources: Vec::new(),
         coverage,
         kube_proxy: None,
+        kube_proxy_answered: Default::default(),
     }
 }
 

@@ -108,5 +108,18 @@ pub fn metrics_reference() -> String {
             doc.help.replace('|', "\\|")
         ));
     }
+    out.push_str(
+        "\n## kube-proxy: reachable, then healthy\n\n\
+         A kube-proxy that answers nothing is exported as such,\n\
+         `portdrift_kube_proxy_reachable{endpoint=\"healthz\"} 0` (and `endpoint=\"proxyMode\"` for\n\
+         its metrics server), not as a missing series. `portdrift_kube_proxy_healthy` stays\n\
+         what `/healthz` answered, and is absent while it answers nothing. They are two series\n\
+         rather than one `healthy 0` because they call for different action, each with its own\n\
+         alert: a kube-proxy that answers 503 runs but does not sync its rules\n\
+         (`PortdriftKubeProxyUnhealthy`); one that answers nothing is not running, listens\n\
+         elsewhere, or is not there by design (`PortdriftKubeProxyUnreachable`). On nodes where a\n\
+         kube-proxy replacement handles Services, `--kube-proxy-healthz off --kube-proxy-metrics\n\
+         off` stops asking, and `portdrift_kube_proxy_reachable` has no series.\n",
+    );
     out
 }

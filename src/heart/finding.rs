@@ -260,3 +260,6 @@ fn position(at: &str) -> (&str, u64) {
         _ => (at, 0),
     }
 }
+
+#[cfg(test)]
+mod tests;

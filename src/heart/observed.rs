@@ -24,9 +24,23 @@ pub struct Observed {
     /// The mode kube-proxy's `/proxyMode` named (`iptables`, `ipvs`, `nftables`), when
     /// it answered.
     pub kube_proxy_mode: Option<String>,
+    /// Which of kube-proxy's endpoints answered when asked.
+    pub kube_proxy_answered: KubeProxyAnswered,
     /// IPVS mode's traces outside netfilter, when `/proc/net/dev` or `/proc/net/ip_vs`
     /// was read.
     pub ipvs: Option<IpvsTraces>,
+}
+
+/// Whether each of kube-proxy's endpoints gave an HTTP answer, of any status, when it
+/// was asked (in a bundle: whether its file was read); None where it was not asked. A
+/// kube-proxy that is down, or bound elsewhere, answers neither: the agent exports that
+/// as such rather than as a missing health series.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KubeProxyAnswered {
+    /// `/healthz` (`--kube-proxy-healthz`).
+    pub healthz: Option<bool>,
+    /// `/proxyMode` on its metrics server (`--kube-proxy-metrics`).
+    pub proxy_mode: Option<bool>,
 }
 
 /// The kernel's ephemeral-port settings (`net.ipv4.ip_local_port_range`,

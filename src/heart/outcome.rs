@@ -6,7 +6,7 @@ use crate::heart::coverage::{self, Coverage, CoverageInput};
 use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, examine};
 use crate::heart::finding::{Finding, Severity};
-use crate::heart::observed::{KubeProxyHealth, Observed};
+use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth, Observed};
 pub use crate::heart::source_status::{SourceState, SourceStatus};
 
 /// The source name of a cluster state read from the API server (a live scan, the agent).
@@ -37,6 +37,10 @@ pub struct ScanReport {
     /// the `kube-proxy-healthz.json` source's notes already say it for people.
     #[serde(skip)]
     pub kube_proxy: Option<KubeProxyHealth>,
+    /// Which of kube-proxy's endpoints answered, for the agent's metrics. Not in the
+    /// JSON either: the sources' states say it.
+    #[serde(skip)]
+    pub kube_proxy_answered: KubeProxyAnswered,
 }
 
 /// What one scan reads: desired and observed state plus how reading went.
@@ -101,6 +105,7 @@ pub fn run_scan_keeping_inputs(
         sources,
         coverage,
         kube_proxy: input.observed.kube_proxy_health,
+        kube_proxy_answered: input.observed.kube_proxy_answered,
     };
     (report, rules, input.desired)
 }

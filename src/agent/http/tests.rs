@@ -82,6 +82,7 @@ async fn endpoints_over_real_http() {
         sources: Vec::new(),
         coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
         kube_proxy: None,
+        kube_proxy_answered: Default::default(),
     };
     report.summary.critical = 1;
     shared.set_report(&report);
@@ -186,6 +187,7 @@ fn empty_report() -> ScanReport {
         sources: Vec::new(),
         coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
         kube_proxy: None,
+        kube_proxy_answered: Default::default(),
     }
 }
 

@@ -84,6 +84,13 @@ pub struct ModeLabel {
     pub mode: &'static str,
 }
 
+/// `endpoint` of `portdrift_kube_proxy_reachable`: `healthz` or `proxyMode`, kube-proxy's
+/// paths.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabel {
+    pub endpoint: &'static str,
+}
+
 /// `resource` of the `portdrift_api_watch_*` families.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabel {

@@ -27,8 +27,8 @@ use crate::agent::watch::{ViewStatus, WatchStatus};
 use crate::heart::coverage::Coverage;
 use crate::heart::finding::{Finding, Kind};
 use crate::heart::model::{Backend, Family as IpFamily};
-use crate::heart::observed::KubeProxyHealth;
 use crate::heart::observed::SOCKET_FILES;
+use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth};
 use crate::heart::outcome::{API_SOURCE, ScanReport, SourceStatus};
 
 pub mod described;
@@ -43,8 +43,8 @@ use crate::sources::bundle::{
     PROXY_MODE_FILE, RESERVED_PORTS_FILE,
 };
 pub use labels::{
-    BackendFamilyLabel, BuildLabel, FindingLabel, KindBackendLabel, KindLabel, KindSeverityLabel, ModeLabel,
-    PhaseLabel, ProtocolFamilyLabel, ResourceLabel, ResultLabel, SourceLabel,
+    BackendFamilyLabel, BuildLabel, EndpointLabel, FindingLabel, KindBackendLabel, KindLabel,
+    KindSeverityLabel, ModeLabel, PhaseLabel, ProtocolFamilyLabel, ResourceLabel, ResultLabel, SourceLabel,
 };
 use labels::{NoLabels, socket_label};
 use last_scan::LastScan;
@@ -135,6 +135,7 @@ pub struct Metrics {
     nodeport_rules: Family<BackendFamilyLabel, Gauge>,
     listeners: Family<ProtocolFamilyLabel, Gauge>,
     kube_proxy_healthy: LastScan<NoLabels>,
+    kube_proxy_reachable: LastScan<EndpointLabel>,
     kube_proxy_sync_age: LastScan<NoLabels, f64, AtomicU64>,
     kube_proxy_node_eligible: LastScan<NoLabels>,
     coverage_complete: LastScan<NoLabels>,
@@ -180,7 +181,7 @@ impl Metrics {
     pub fn scan_done(&self, report: &ScanReport, times: &ScanTimes, finished_unix: f64) {
         self.record_findings(&report.findings);
         self.record_sources(&report.sources);
-        self.record_kube_proxy(report.kube_proxy.as_ref());
+        self.record_kube_proxy(report.kube_proxy.as_ref(), report.kube_proxy_answered);
         self.record_coverage(&report.coverage);
         self.scans.inc();
         self.scan_duration.observe(times.total.as_secs_f64());
@@ -268,8 +269,13 @@ impl Metrics {
         }
     }
 
-    fn record_kube_proxy(&self, health: Option<&KubeProxyHealth>) {
+    fn record_kube_proxy(&self, health: Option<&KubeProxyHealth>, answered: KubeProxyAnswered) {
         let one = |v: Option<i64>| v.map(|v| (NoLabels::new(), v));
+        self.kube_proxy_reachable.replace(
+            [("healthz", answered.healthz), ("proxyMode", answered.proxy_mode)]
+                .into_iter()
+                .filter_map(|(endpoint, answered)| Some((EndpointLabel { endpoint }, i64::from(answered?)))),
+        );
         self.kube_proxy_healthy
             .replace(one(health.map(|h| i64::from(h.healthy))));
         self.kube_proxy_node_eligible

@@ -155,8 +155,15 @@ impl Metrics {
         kube_proxy_healthy.register(
             &mut registry,
             "kube_proxy_healthy",
-            "1 when kube-proxy's /healthz answered 200 at the last scan, 0 when it did not; absent when not read",
+            "1 when kube-proxy's /healthz answered 200 at the last scan, 0 when it answered otherwise; absent when it gave no answer (see portdrift_kube_proxy_reachable) or was not asked",
             None, &[],
+        );
+        let kube_proxy_reachable = LastScan::new();
+        kube_proxy_reachable.register(
+            &mut registry,
+            "kube_proxy_reachable",
+            "1 when kube-proxy's endpoint (healthz, proxyMode) gave an HTTP answer of any status at the last scan, 0 when nothing answered (refused, timed out, not HTTP); absent when it is not asked (--kube-proxy-healthz off, --kube-proxy-metrics off)",
+            None, &["endpoint"],
         );
         let kube_proxy_sync_age = LastScan::new();
         kube_proxy_sync_age.register(
@@ -294,6 +301,7 @@ impl Metrics {
             nodeport_rules,
             listeners,
             kube_proxy_healthy,
+            kube_proxy_reachable,
             kube_proxy_sync_age,
             kube_proxy_node_eligible,
             coverage_complete,

@@ -20,6 +20,7 @@ fn report(findings: Vec<Finding>) -> ScanReport {
         sources: Vec::new(),
         coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
         kube_proxy: None,
+        kube_proxy_answered: Default::default(),
     }
 }
 
@@ -442,6 +443,7 @@ fn the_reference_lists_every_metric_as_it_is_exposed() {
         node_eligible: Some(true),
         ..Default::default()
     });
+    r.kube_proxy_answered.healthz = Some(true);
     m.scan_done(&r, &times(4), 1.7e9);
     m.set_api_watches(
         &ViewStatus {
@@ -505,4 +507,55 @@ fn the_reference_lists_every_metric_as_it_is_exposed() {
     }
     let listed: std::collections::BTreeSet<String> = docs.iter().map(|d| d.name.clone()).collect();
     assert_eq!(seen, listed, "every metric in the reference has series here");
+}
+
+/// A kube-proxy that answers nothing is a 0 per endpoint, not a missing series; its
+/// health stays unknown. An answer of any status is reachable. An endpoint not asked
+/// has no series.
+#[test]
+fn an_unreachable_kube_proxy_is_a_zero_not_a_missing_series() {
+    let m = Metrics::new();
+    let mut r = report(vec![]);
+    r.kube_proxy_answered = KubeProxyAnswered {
+        healthz: Some(false),
+        proxy_mode: Some(false),
+    };
+    m.scan_done(&r, &times(4), 1.7e9);
+    let text = m.encode_text().unwrap();
+    for needle in [
+        "portdrift_kube_proxy_reachable{endpoint=\"healthz\"} 0",
+        "portdrift_kube_proxy_reachable{endpoint=\"proxyMode\"} 0",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    assert!(series(&text, "portdrift_kube_proxy_healthy").is_empty(), "{text}");
+    assert_promtool(&text);
+
+    r.kube_proxy = Some(KubeProxyHealth {
+        healthy: false,
+        ..Default::default()
+    });
+    r.kube_proxy_answered = KubeProxyAnswered {
+        healthz: Some(true),
+        proxy_mode: None,
+    };
+    m.scan_done(&r, &times(4), 1.7e9);
+    let text = m.encode_text().unwrap();
+    assert_eq!(
+        series(&text, "portdrift_kube_proxy_reachable"),
+        ["portdrift_kube_proxy_reachable{endpoint=\"healthz\"}"],
+        "{text}"
+    );
+    assert!(
+        text.contains("portdrift_kube_proxy_reachable{endpoint=\"healthz\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("portdrift_kube_proxy_healthy 0"), "{text}");
+
+    m.scan_done(&report(vec![]), &times(4), 1.7e9);
+    let text = m.encode_text().unwrap();
+    assert!(
+        series(&text, "portdrift_kube_proxy_reachable").is_empty(),
+        "{text}"
+    );
 }

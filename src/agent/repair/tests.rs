@@ -28,6 +28,7 @@ fn report(findings: Vec<Finding>, status: SourceState) -> ScanReport {
         sources: vec![source],
         coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
         kube_proxy: None,
+        kube_proxy_answered: Default::default(),
     }
 }
 

@@ -88,6 +88,7 @@ pub(super) fn read_healthz<S: Source>(src: &mut S, input: &mut ScanInput) -> boo
     let Some(settled) = settle(src, HEALTHZ_FILE, fetched) else {
         return false;
     };
+    input.observed.kube_proxy_answered.healthz = Some(settled.value.is_some());
     let mut status = settled.status;
     if let Some(body) = settled.value
         && matches!(
@@ -117,6 +118,7 @@ pub(super) fn read_proxy_mode<S: Source>(src: &mut S, input: &mut ScanInput) -> 
     let Some(settled) = settle(src, PROXY_MODE_FILE, fetched) else {
         return false;
     };
+    input.observed.kube_proxy_answered.proxy_mode = Some(settled.value.is_some());
     let mut status = settled.status;
     if let Some(body) = settled.value
         && status.status == SourceState::Ok

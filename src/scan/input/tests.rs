@@ -509,3 +509,97 @@ fn a_dump_not_read_whole_is_never_replayed() {
             .any(|n| n.contains("not read again"))
     );
 }
+
+/// The live node's kube-proxy endpoints alone; every other file is not there.
+struct KubeProxyOnly(crate::sources::live::LiveNode);
+
+impl Source for KubeProxyOnly {
+    fn fetch<T, F>(&mut self, name: &str, consume: F) -> Fetched<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+    {
+        if name == HEALTHZ_FILE || name == crate::sources::bundle::PROXY_MODE_FILE {
+            self.0.fetch(name, consume)
+        } else {
+            Fetched::not_present()
+        }
+    }
+
+    fn label(&self, name: &str) -> String {
+        self.0.label(name)
+    }
+}
+
+/// A loopback port that answers every request with `status` and an empty JSON body.
+fn answering(status: &'static str) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+            );
+        }
+    });
+    addr
+}
+
+/// A loopback port where nothing listens (free a moment ago: connections are refused).
+fn silent() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Over real loopback HTTP: a kube-proxy that is down answers neither endpoint, which is
+/// said as such (not as an unknown); one that answers 503 answered, unhealthy; an
+/// endpoint turned off is not asked.
+#[test]
+fn kube_proxys_endpoints_are_answered_unanswered_or_not_asked() {
+    use crate::heart::observed::KubeProxyAnswered;
+    use crate::sources::live::{LiveConfig, LiveNode};
+    let read = |healthz, metrics| {
+        let config = LiveConfig {
+            kube_proxy_healthz: healthz,
+            kube_proxy_metrics: metrics,
+            ..LiveConfig::default()
+        };
+        read_input(&mut KubeProxyOnly(LiveNode::new(config)), None).unwrap()
+    };
+
+    let down = read(Some(silent()), Some(silent()));
+    assert_eq!(
+        down.observed.kube_proxy_answered,
+        KubeProxyAnswered {
+            healthz: Some(false),
+            proxy_mode: Some(false)
+        }
+    );
+    assert_eq!(down.observed.kube_proxy_health, None);
+    assert_eq!(status(&down, HEALTHZ_FILE).status, SourceState::Error);
+
+    let unhealthy = read(Some(answering("503 Service Unavailable")), None);
+    assert_eq!(
+        unhealthy.observed.kube_proxy_answered,
+        KubeProxyAnswered {
+            healthz: Some(true),
+            proxy_mode: None
+        }
+    );
+    assert!(!unhealthy.observed.kube_proxy_health.unwrap().healthy);
+
+    let off = read(None, Some(silent()));
+    assert_eq!(
+        off.observed.kube_proxy_answered,
+        KubeProxyAnswered {
+            healthz: None,
+            proxy_mode: Some(false)
+        }
+    );
+}
