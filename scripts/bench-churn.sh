@@ -173,7 +173,7 @@ if [[ ${1:-} == --inside ]]; then
   for _ in $(seq 600); do [[ -f $work/api/kubeconfig ]] && break; sleep 0.1; done
   [[ -f $work/api/kubeconfig ]] || { echo "the fake API server did not start" >&2; exit 1; }
   "$portdrift" run --node worker-1 \
-    --listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
+    --listen 127.0.0.1:9741 --findings-listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
     --kube-proxy-healthz off --startup-jitter 0s --nodeport-range 20000-32767 2>"$work/agent.log" &
   agent=$!
   scans() { curl -s 127.0.0.1:9741/metrics | awk '/^portdrift_scans_total/ {print $2}'; }

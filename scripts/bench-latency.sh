@@ -44,7 +44,7 @@ if [[ ${1:-} == --inside ]]; then
   api=$!
   for _ in $(seq 600); do [[ -f $work/api-$mode/kubeconfig ]] && break; sleep 0.1; done
   [[ -f $work/api-$mode/kubeconfig ]] || { echo "the fake API server did not start" >&2; exit 1; }
-  target/release/portdrift run --node worker-1 --listen "$listen" --interval 5m \
+  target/release/portdrift run --node worker-1 --listen "$listen" --findings-listen "$listen" --interval 5m \
     --kubeconfig "$work/api-$mode/kubeconfig" --kube-proxy-healthz off --startup-jitter 0s \
     --nodeport-range 20000-32767 2>"$work/agent-$mode.log" &
   agent=$!

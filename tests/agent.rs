@@ -32,6 +32,8 @@ wait_for 15 ready
 status /readyz >"$dir/readyz"
 status /healthz >"$dir/healthz"
 get /findings >"$dir/findings.json"
+# Not on the node's network: the public listener answers 404 for it.
+curl -s -m 2 -o /dev/null -w '%{http_code}' "$url/findings" >"$dir/public-findings"
 # The Event and the condition are written after the scan, on tasks of their own.
 reported() {
   curl -s -m 2 "http://$api/apis/events.k8s.io/v1/events" >"$dir/events.json"
@@ -79,6 +81,8 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
     assert_eq!(read(dir, "readyz"), "200", "never ready; agent log:\n{log}");
     assert_eq!(read(dir, "healthz"), "200");
     assert_eq!(read(dir, "post"), "405");
+    // By default /findings is served on the loopback listener only, not on --listen.
+    assert_eq!(read(dir, "public-findings"), "404");
 
     let findings = read_json(dir, "findings.json");
     assert_eq!(findings["node"], node.as_str());

@@ -149,6 +149,16 @@ impl Rendered {
             .to_string()
     }
 
+    /// The agent's `--findings-listen` address; None when it is `off`.
+    fn findings_listen(&self) -> Option<String> {
+        let addr = self
+            .args()
+            .iter()
+            .find_map(|a| a.strip_prefix("--findings-listen=").map(str::to_string))
+            .unwrap_or_else(|| portdrift::agent::http::DEFAULT_FINDINGS_LISTEN.to_string());
+        (addr != "off").then_some(addr)
+    }
+
     /// The container that serves the node's HTTP port (the agent, or kube-rbac-proxy
     /// in front of it), and that port.
     fn serving(&self) -> (&Value, u64) {
@@ -706,6 +716,72 @@ fn the_rbac_proxy_component_guards_every_endpoint_but_the_probes() {
     assert_eq!(of_kind(&r.docs, "ServiceMonitor").len(), 1);
 }
 
+/// By default nothing that names pods, addresses or processes is served without
+/// authentication on the node's network: in every overlay `/findings` is on the node's
+/// loopback only. Without the proxy the listener on the node's network (`--listen`) is
+/// another one, which the agent, run with the overlay's arguments, makes answer 404 for
+/// `/findings` while the loopback one serves it; behind kube-rbac-proxy one loopback
+/// listener serves everything, and it is the proxy's upstream.
+#[test]
+fn findings_are_served_on_the_nodes_loopback_only() {
+    if !support::require_tool("kubectl", "rendering the kustomizations") {
+        return;
+    }
+    let base = Rendered::of("base");
+    assert_eq!(base.listen(), "0.0.0.0:9741");
+    assert_eq!(base.findings_listen().as_deref(), Some("127.0.0.1:9742"));
+    let runs = runs();
+    for rel in kustomizations() {
+        let r = Rendered::of(&rel);
+        let ctx = format!("deploy/{rel}");
+        let listen = r.listen();
+        let findings = r
+            .findings_listen()
+            .unwrap_or_else(|| panic!("{ctx}: /findings is served nowhere"));
+        assert!(findings.starts_with("127.0.0.1:"), "{ctx}: {findings}");
+        let one_listener = listen == findings;
+        match r.rbac_proxy() {
+            Some(proxy) => {
+                assert!(
+                    one_listener,
+                    "{ctx}: the proxy fronts one listener: {listen} {findings}"
+                );
+                assert!(
+                    strings(&proxy["args"]).contains(&format!("--upstream=http://{findings}/")),
+                    "{ctx}"
+                );
+            }
+            None => {
+                assert!(
+                    !listen.starts_with("127."),
+                    "{ctx}: {listen} is scraped from the node's network"
+                );
+                assert!(!one_listener, "{ctx}: /findings on the node's network");
+            }
+        }
+        // The declared ports (host ports, with hostNetwork) are never the findings port.
+        let findings_port: u64 = findings.rsplit(':').next().unwrap().parse().unwrap();
+        let containers = r.daemonset()["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap();
+        for c in containers {
+            for p in c["ports"].as_array().into_iter().flatten() {
+                assert_ne!(p["containerPort"], findings_port, "{ctx}: {}", c["name"]);
+            }
+        }
+        // The agent as deployed: /findings where each listener says.
+        if let Some(runs) = runs {
+            let (on_listen, on_findings) = &runs.findings_status[&r.args()];
+            let want = if one_listener { "200" } else { "404" };
+            assert_eq!(on_listen, want, "{ctx}: /findings on --listen {listen}");
+            assert_eq!(
+                on_findings, "200",
+                "{ctx}: /findings on --findings-listen {findings}"
+            );
+        }
+    }
+}
+
 #[test]
 fn every_flag_the_daemonsets_pass_is_in_run_help() {
     if !support::require_tool("kubectl", "rendering the kustomizations") {
@@ -876,9 +952,13 @@ fn the_dockerfile_passes_hadolint_and_labels_the_crates_version() {
 /// written when their flags ask for them, /metrics is saved and everything stops.
 const RUN_AS_DEPLOYED: &str = r#"
 log=$1; shift
-# Ask the agent where its --listen says (behind kube-rbac-proxy, a loopback port).
+# Ask the agent where its --listen and --findings-listen say (behind kube-rbac-proxy, one
+# loopback port for both).
 for arg in "$@"; do
-  case $arg in --listen=*) url=http://${arg#--listen=}; url=${url/0.0.0.0/127.0.0.1} ;; esac
+  case $arg in
+    --listen=*) url=http://${arg#--listen=}; url=${url/0.0.0.0/127.0.0.1} ;;
+    --findings-listen=*) findings_url=http://${arg#--findings-listen=}; findings_url=${findings_url/0.0.0.0/127.0.0.1} ;;
+  esac
 done
 python3 "$dir/kube-proxy.py" >"$dir/kube-proxy.log" 2>&1 &
 stand_in_up() { curl -s -m 1 -o /dev/null http://127.0.0.1:10299/healthz; }
@@ -898,6 +978,10 @@ case " $* " in *" --node-condition "*) wait_for 10 condition_set || fail "no con
 kube_proxy_read() { get /metrics | grep -q '^portdrift_kube_proxy_healthy 1'; }
 wait_for 10 kube_proxy_read || fail "the kube-proxy stand-in was never read"
 get /metrics >"$dir/metrics-$log.txt"
+# /findings, on each listener: the --listen one (the node's network, unless loopback) and
+# the --findings-listen one.
+curl -s -m 2 -o /dev/null -w '%{http_code}' "$url/findings" >"$dir/findings-listen-$log"
+curl -s -m 2 -o /dev/null -w '%{http_code}' "$findings_url/findings" >"$dir/findings-private-$log"
 stop_agent
 stop_api
 "#;
@@ -918,6 +1002,9 @@ stop_api
 /// the most flags. None when the runs cannot happen here (no root, outside CI).
 struct Runs {
     by_args: BTreeMap<Vec<String>, BTreeSet<Triple>>,
+    /// Per argument list, the HTTP status of `/findings` on the `--listen` listener and
+    /// on the `--findings-listen` one.
+    findings_status: BTreeMap<Vec<String>, (String, String)>,
     scan: BTreeSet<Triple>,
     metrics: String,
 }
@@ -951,6 +1038,7 @@ fn runs() -> Option<&'static Runs> {
         );
         std::fs::write(dir.join("kube-proxy.py"), stand_in).unwrap();
         let mut by_args = BTreeMap::new();
+        let mut findings_status = BTreeMap::new();
         // The dashboard is checked against the run with the most features on.
         let (mut metrics, mut most_args) = (String::new(), 0);
         for (i, args) in arg_lists.iter().enumerate() {
@@ -966,6 +1054,13 @@ fn runs() -> Option<&'static Runs> {
             );
             assert_ran(&out, dir);
             by_args.insert(args.clone(), triples(&read_raw(dir, &log)));
+            findings_status.insert(
+                args.clone(),
+                (
+                    read_raw(dir, &format!("findings-listen-{log}")),
+                    read_raw(dir, &format!("findings-private-{log}")),
+                ),
+            );
             if args.len() > most_args {
                 most_args = args.len();
                 metrics = read_raw(dir, &format!("metrics-{log}.txt"));
@@ -990,6 +1085,7 @@ fn runs() -> Option<&'static Runs> {
         assert!(pod_named, "the scan found no squatter in a pod: {report:#}");
         Some(Runs {
             by_args,
+            findings_status,
             scan: triples(&read_raw(dir, "requests-scan")),
             metrics,
         })

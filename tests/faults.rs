@@ -10,9 +10,26 @@ use std::time::{Duration, Instant};
 fn a_listen_port_already_taken_is_a_clear_error_and_a_non_zero_exit() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
+    let free = "127.0.0.1:0";
+    // Either listener: the public one, then the loopback one of /findings.
+    for (listen, findings, flag) in [
+        (addr.as_str(), "off", ""),
+        (free, addr.as_str(), " (--findings-listen)"),
+    ] {
+        refused_at_once(
+            &["--listen", listen, "--findings-listen", findings],
+            &format!("cannot listen on {addr}{flag}"),
+        );
+    }
+    drop(taken);
+}
+
+/// `portdrift run ARGS` exits 2 at once, saying `said` and that the address is in use.
+fn refused_at_once(args: &[&str], said: &str) {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_portdrift"))
-        .args(["run", "--node", "node-1", "--listen", &addr, "--interval", "1s"])
+        .args(["run", "--node", "node-1", "--interval", "1s"])
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -31,12 +48,8 @@ fn a_listen_port_already_taken_is_a_clear_error_and_a_non_zero_exit() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&format!("cannot listen on {addr}")) && stderr.contains("in use"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(said) && stderr.contains("in use"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    drop(taken);
 }
 
 #[test]

@@ -8,10 +8,13 @@
 //! - node-c: a real HTTP server serving the `/findings` that `portdrift scan --from`
 //!   gives for another bundle (a node with other drift);
 //! - node-d: accepts connections and never answers (hangs);
-//! - node-e: gone (nothing listens on its address).
+//! - node-e: gone (nothing listens on its address);
+//! - node-f: a real agent as deployed by default, whose `/findings` is on its node's
+//!   loopback, out of the pod proxy's reach: the view says so and points at
+//!   `--prometheus`.
 //!
-//! node-c, node-d and node-e have no Node in the fake, so the view asks their agents
-//! too (a pod on a node the list lacks is never taken as clean).
+//! node-c to node-f have no Node in the fake, so the view asks their agents too (a pod
+//! on a node the list lacks is never taken as clean).
 //!
 //! The view must put each finding on exactly the nodes whose own `/findings` have it,
 //! list node-d and node-e as not answering, and finish within about one timeout even
@@ -41,13 +44,19 @@ ready() { [ "$(curl -s -m 2 -o /dev/null -w '%{http_code}' "http://$1:9741/ready
 "$fake" --objects "$BUNDLE/cluster.json" --node node-a --node node-b --dir "$dir" --listen 127.0.0.1:6443 \
   --agent-pod node-a@127.0.0.2:9741 --agent-pod node-b@127.0.0.3:9741 \
   --agent-pod node-c@127.0.0.4:9741 --agent-pod node-d@127.0.0.5:9741 \
-  --agent-pod node-e@127.0.0.6:9741 2>>"$dir/server.log" < <(sleep 300) &
+  --agent-pod node-e@127.0.0.6:9741 --agent-pod node-f@127.0.0.7:9741 2>>"$dir/server.log" < <(sleep 300) &
 wait_for 10 test -f "$dir/kubeconfig" || fail "the fake API server did not start"
 
+# The pod proxy reaches an agent at its pod's address: these serve /findings there too,
+# as an agent given its --listen address as --findings-listen does.
 for n in a:2 b:3; do
-  "$pd" run --node "node-${n%:*}" --listen "127.0.0.${n#*:}:9741" --interval 1s --node-condition \
+  "$pd" run --node "node-${n%:*}" --listen "127.0.0.${n#*:}:9741" --findings-listen "127.0.0.${n#*:}:9741" \
+    --interval 1s --node-condition \
     --kubeconfig "$dir/kubeconfig" --kube-proxy-healthz off --startup-jitter 0s 2>>"$dir/agent-${n%:*}.log" &
 done
+# node-f: --findings-listen left at its default, the node's loopback.
+"$pd" run --node node-f --listen 127.0.0.7:9741 --interval 1s \
+  --kubeconfig "$dir/kubeconfig" --kube-proxy-healthz off --startup-jitter 0s 2>>"$dir/agent-f.log" &
 mkdir -p "$dir/static"
 "$pd" scan --from "$other" --format json >"$dir/static/findings"
 python3 -m http.server --bind 127.0.0.4 9741 --directory "$dir/static" 2>/dev/null &
@@ -56,6 +65,7 @@ s = socket.socket(); s.bind(("127.0.0.5", 9741)); s.listen(16); time.sleep(300)'
 wait_for 20 ready 127.0.0.2 || fail "agent node-a not ready"
 wait_for 20 ready 127.0.0.3 || fail "agent node-b not ready"
 wait_for 10 curl -sf -m 1 -o /dev/null http://127.0.0.4:9741/findings || fail "node-c's server"
+wait_for 10 curl -sf -m 1 -o /dev/null http://127.0.0.7:9741/healthz || fail "node-f's agent"
 # The real agents' NodePortDrift conditions, as the fleet view reads them.
 has_condition() { curl -sf -m 2 "http://127.0.0.1:6443/api/v1/nodes/$1" | grep -q '"NodePortDrift"'; }
 wait_for 20 has_condition node-a || fail "node-a's condition"
@@ -126,7 +136,7 @@ fn the_fleet_view_groups_real_agents_findings_and_names_the_silent_ones() {
     assert_eq!(read(dir, "fleet.exit").trim(), "1", "{}", read(dir, "fleet.err"));
     assert_eq!(
         (view["agents"].as_u64(), view["answered"].as_u64()),
-        (Some(5), Some(3))
+        (Some(6), Some(3))
     );
 
     // The real agents' conditions say drift on node-a and node-b; the other pods'
@@ -190,12 +200,17 @@ fn the_fleet_view_groups_real_agents_findings_and_names_the_silent_ones() {
             )
         })
         .collect();
-    assert_eq!(silent.len(), 2, "{silent:?}");
+    assert_eq!(silent.len(), 3, "{silent:?}");
     assert_eq!(silent[0].0, "node-d");
     assert!(silent[0].1.contains("no answer within 3s"), "{silent:?}");
     assert_eq!(silent[1].0, "node-e");
     assert!(
         silent[1].1.contains("503") && silent[1].1.contains("127.0.0.6:9741"),
+        "{silent:?}"
+    );
+    assert_eq!(silent[2].0, "node-f");
+    assert!(
+        silent[2].1.contains("loopback only") && silent[2].1.contains("--prometheus"),
         "{silent:?}"
     );
 
@@ -208,8 +223,8 @@ fn the_fleet_view_groups_real_agents_findings_and_names_the_silent_ones() {
         text.starts_with("2 nodes by their NodePortDrift condition: 2 drift, 0 clean, 0 unknown\n"),
         "{text}"
     );
-    assert!(text.contains("3 of 5 agents answered"), "{text}");
-    assert!(text.contains(": 2 of 5 nodes: node-a, node-b"), "{text}");
+    assert!(text.contains("3 of 6 agents answered"), "{text}");
+    assert!(text.contains(": 2 of 6 nodes: node-a, node-b"), "{text}");
     assert!(
         text.contains("node-d (portdrift-node-d): no answer within 3s"),
         "{text}"

@@ -178,6 +178,8 @@ async fn context_picks_the_server_the_kubeconfig_names_for_it() {
             "worker-1",
             "--listen",
             "127.0.0.1:0",
+            "--findings-listen",
+            "off",
             "--kubeconfig",
             path,
             "--context",

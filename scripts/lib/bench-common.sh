@@ -67,7 +67,7 @@ bench_start_agent() {
   local work=$1
   shift
   "$@" target/release/portdrift run --node worker-1 \
-    --listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
+    --listen 127.0.0.1:9741 --findings-listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
     --kube-proxy-healthz off --startup-jitter 0s --nodeport-range 20000-32767 2>"$work/agent.log" &
   # shellcheck disable=SC2034 # read by the caller
   agent_job=$!

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch as signal_watch;
 
-use crate::agent::http::{ServerConfig, Shared};
+use crate::agent::http::{Endpoints, ServerConfig, Shared};
 use crate::agent::kube_report::{KubeReporter, ReportConfig};
 use crate::agent::metrics::Metrics;
 use crate::agent::repair::RepairConfig;
@@ -29,6 +29,9 @@ use scan_loop::scan_loop;
 pub struct AgentConfig {
     pub node: String,
     pub listen: SocketAddr,
+    /// Where `/findings` is served besides the other endpoints (None: nowhere); see
+    /// [`crate::agent::http`].
+    pub findings_listen: Option<SocketAddr>,
     pub interval: Duration,
     /// Zero: no grace window.
     pub grace: Duration,
@@ -75,9 +78,19 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
 
+    // One address for both (a fixed port): one listener serves everything there.
+    let shared_address = config.findings_listen == Some(config.listen) && config.listen.port() != 0;
     let listener = crate::agent::http::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let findings_listener = match config.findings_listen.filter(|_| !shared_address) {
+        Some(addr) => Some(
+            crate::agent::http::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--findings-listen)"))?,
+        ),
+        None => None,
+    };
     let kube = config.api.config().await.context("no API server configured")?;
     let api = kube.cluster_url.to_string();
     let shared = Arc::new(Shared::with_metrics(
@@ -108,9 +121,15 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         ClusterView::start(kube, Some(&config.node), options).context("cannot watch the API server")?;
     let probed = view.clone();
     shared.probe_api(move || (probed.synced(), probed.fresh()));
+    let findings_at = match (&findings_listener, shared_address) {
+        (Some(l), _) => l.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+        (None, true) => "the same listener".to_string(),
+        (None, false) => "off".to_string(),
+    };
     tracing::info!(
         node = %config.node,
         listen = %listener.local_addr().unwrap_or(config.listen),
+        findings_listen = %findings_at,
         api = %api,
         interval = ?config.interval,
         "portdrift agent started"
@@ -118,13 +137,30 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
 
     let server = tokio::spawn(crate::agent::http::serve(
         listener,
+        if shared_address {
+            Endpoints::All
+        } else {
+            Endpoints::Public
+        },
         shared.clone(),
         ServerConfig::default(),
         stopped(stop_rx.clone()),
     ));
+    let findings_server = findings_listener.map(|listener| {
+        tokio::spawn(crate::agent::http::serve(
+            listener,
+            Endpoints::All,
+            shared.clone(),
+            ServerConfig::default(),
+            stopped(stop_rx.clone()),
+        ))
+    });
 
     scan_loop(&config, &view, &shared, reporter, stop_rx).await;
     let _ = server.await;
+    if let Some(findings_server) = findings_server {
+        let _ = findings_server.await;
+    }
     tracing::info!("portdrift agent stopped");
     Ok(())
 }

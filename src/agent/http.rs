@@ -1,6 +1,11 @@
 //! The daemon's HTTP endpoints (hyper 1, HTTP/1.1 only): `/metrics`, `/healthz`,
 //! `/readyz`, `/findings`. GET and HEAD only; anything else is 405 with `Allow`.
 //!
+//! Two listeners: `--listen` (the node's network) serves [`Endpoints::Public`], counts
+//! and states that name no pod, address or process; `--findings-listen` (loopback by
+//! default) serves [`Endpoints::All`], `/findings` among them (SECURITY.md says why).
+//! Given one address for both, one listener serves everything there.
+//!
 //! Small by design: a slow or hostile client gets [`ServerConfig::header_read_timeout`]
 //! to send its headers, and at most [`ServerConfig::max_connections`] connections are
 //! served at once (more wait in the listen backlog).
@@ -30,6 +35,22 @@ use crate::heart::outcome::ScanReport;
 /// The default `--listen` address. No common node agent uses 9741 (node_exporter is
 /// 9100, kube-proxy 10249/10256, the kubelet 10250, Cilium 9962-9965, Calico 9091).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9741";
+
+/// The default `--findings-listen` address: the node's loopback (the pod has
+/// `hostNetwork`), which only processes on the node, `kubectl port-forward` and
+/// kube-rbac-proxy beside the agent reach.
+pub const DEFAULT_FINDINGS_LISTEN: &str = "127.0.0.1:9742";
+
+/// Which endpoints a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoints {
+    /// `/metrics`, `/healthz`, `/readyz`: safe on the node's network (every label of
+    /// the metrics is bounded, and none holds an address or a process).
+    Public,
+    /// Those and `/findings`, which holds pods' addresses, rule text and processes'
+    /// command lines.
+    All,
+}
 
 /// How the server treats its clients.
 #[derive(Debug, Clone)]
@@ -166,6 +187,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// dropped with the runtime.
 pub async fn serve(
     listener: TcpListener,
+    endpoints: Endpoints,
     shared: Arc<Shared>,
     config: ServerConfig,
     shutdown: impl Future<Output = ()>,
@@ -198,7 +220,7 @@ pub async fn serve(
             let _permit = permit;
             let service = service_fn(move |req| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(&req, &shared)) }
+                async move { Ok::<_, Infallible>(handle(&req, endpoints, &shared)) }
             });
             let served = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -224,8 +246,15 @@ fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Re
 
 const PLAIN: &str = "text/plain; charset=utf-8";
 
-fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
+fn handle(req: &Request<Incoming>, endpoints: Endpoints, shared: &Shared) -> Response<Full<Bytes>> {
     let path = req.uri().path();
+    if path == "/findings" && endpoints == Endpoints::Public {
+        return respond(
+            StatusCode::NOT_FOUND,
+            PLAIN,
+            "not found: /findings is served on the agent's --findings-listen address only (the node's loopback by default); see SECURITY.md\n",
+        );
+    }
     if !matches!(path, "/metrics" | "/healthz" | "/readyz" | "/findings") {
         return respond(StatusCode::NOT_FOUND, PLAIN, "not found\n");
     }

@@ -247,9 +247,17 @@ pub struct RunArgs {
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node: Option<String>,
 
-    /// Where to serve HTTP.
+    /// Where to serve /metrics, /healthz and /readyz: counts and states, which name no
+    /// pod, address or process.
     #[arg(long, value_name = "ADDR:PORT", default_value = crate::agent::http::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
+
+    /// Where to serve /findings (which names pods' addresses, rules and processes) with
+    /// the other endpoints: the node's loopback by default (reach it with `kubectl
+    /// port-forward`, or kube-rbac-proxy), or `off`. The address of --listen serves
+    /// everything on one listener (see SECURITY.md).
+    #[arg(long, value_name = "ADDR:PORT", default_value = crate::agent::http::DEFAULT_FINDINGS_LISTEN, value_parser = parse_healthz_addr)]
+    pub findings_listen: HealthzAddr,
 
     /// Time between scans.
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_timeout)]

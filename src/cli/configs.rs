@@ -138,6 +138,7 @@ impl RunArgs {
         Ok(AgentConfig {
             node,
             listen: self.listen,
+            findings_listen: self.findings_listen.0,
             interval: self.interval,
             grace: self.grace,
             api: api_target(&self.kubeconfig, &self.context),

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-/// `--kube-proxy-healthz`: an address, or off.
+/// An address, or off: `--kube-proxy-healthz`, `--kube-proxy-metrics`, `--findings-listen`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HealthzAddr(pub Option<SocketAddr>);
 

@@ -307,6 +307,14 @@ async fn fetch_findings(client: Client, query: &FleetQuery, pod: &str) -> Result
         .map_err(|e| e.to_string())?;
     let text = match tokio::time::timeout(query.timeout, client.request_text(request)).await {
         Err(_) => return Err(format!("no answer within {:?}", query.timeout)),
+        // The agent's own 404 for a /findings it keeps off the node's network.
+        Ok(Err(kube::Error::Api(status)))
+            if status.code == 404 && status.message.contains("--findings-listen") =>
+        {
+            return Err(
+                "serves /findings on its node's loopback only (--findings-listen, the default; see SECURITY.md), which the pod proxy does not reach: read the details with portdrift fleet --prometheus URL".to_string(),
+            );
+        }
         Ok(Err(kube::Error::Api(status))) => {
             return Err(format!("{} from the pod proxy: {}", status.code, status.message));
         }

@@ -15,11 +15,15 @@ pub const PRELUDE: &str = r#"
 set -u
 pd=$1; fake=$2; dir=$3; node=$4; shift 4
 url=http://127.0.0.1:9741
+# /findings is on the agent's loopback listener (--findings-listen, by default).
+findings_url=http://127.0.0.1:9742
 # A fixed address, so that a stopped API server can come back where the kubeconfig points.
 api=127.0.0.1:6443
-status() { curl -s -m 2 -o /dev/null -w '%{http_code}' "$url$1"; }
+# Where a path is served: /findings on the findings listener, the rest on --listen.
+at() { case $1 in /findings) echo "$findings_url$1" ;; *) echo "$url$1" ;; esac; }
+status() { curl -s -m 2 -o /dev/null -w '%{http_code}' "$(at "$1")"; }
 # The body of a 200 answer (nothing, and false, for any other).
-get() { curl -s -f -m 2 "$url$1"; }
+get() { curl -s -f -m 2 "$(at "$1")"; }
 ready() { [ "$(status /readyz)" = 200 ]; }
 # The fake API server with the bundle's cluster state. It writes the kubeconfig once
 # everything is served, and stops when its stdin closes: a long sleep holds that open

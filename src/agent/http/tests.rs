@@ -29,18 +29,27 @@ async fn request(addr: SocketAddr, method: &str, path: &str, headers: &str) -> R
 }
 
 async fn start(interval: Duration) -> (SocketAddr, Arc<Shared>, tokio::sync::oneshot::Sender<()>) {
+    let shared = Arc::new(Shared::new(interval));
+    let (addr, tx) = start_on(Endpoints::All, shared.clone()).await;
+    (addr, shared, tx)
+}
+
+/// A listener on a free loopback port serving `endpoints` of `shared`.
+async fn start_on(
+    endpoints: Endpoints,
+    shared: Arc<Shared>,
+) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shared = Arc::new(Shared::new(interval));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let config = ServerConfig {
         header_read_timeout: Duration::from_millis(300),
         max_connections: 4,
     };
-    tokio::spawn(serve(listener, shared.clone(), config, async move {
+    tokio::spawn(serve(listener, endpoints, shared, config, async move {
         let _ = rx.await;
     }));
-    (addr, shared, tx)
+    (addr, tx)
 }
 
 #[tokio::test]
@@ -220,4 +229,77 @@ async fn readiness_expires_after_three_intervals() {
     assert_eq!(request(addr, "GET", "/readyz", "").await.status, 200);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(request(addr, "GET", "/readyz", "").await.status, 503);
+}
+
+/// What names pods, addresses and processes stays off the public listener: `/findings`
+/// is not there (a 404 that says where it is), and `/metrics`, which is, holds none of a
+/// finding's target, rule, process or container. The private listener serves it all.
+#[tokio::test]
+async fn findings_are_served_on_the_private_listener_only() {
+    let shared = Arc::new(Shared::new(Duration::from_secs(30)));
+    let (public, _stop_public) = start_on(Endpoints::Public, shared.clone()).await;
+    let (private, _stop_private) = start_on(Endpoints::All, shared.clone()).await;
+    let mut squatter = crate::heart::finding::Finding::new(
+        crate::heart::finding::Kind::Squatter,
+        crate::heart::finding::Severity::Critical,
+        "a process listens on tcp/30080",
+    );
+    squatter.port = Some(30080);
+    squatter.service = Some("shop/web".into());
+    squatter.target = Some("10.244.7.19:8080".into());
+    squatter.rule =
+        Some("-A KUBE-NODEPORTS -p tcp --dport 30080 -j DNAT --to-destination 10.244.7.19:8080".into());
+    squatter.process = Some(crate::heart::model::ProcessInfo {
+        pid: 4242,
+        name: "haproxy".into(),
+        container: Some("containerd://0123abcd".into()),
+        pod: Some("5e0f1b7a-0c1d-4e2f-8a9b-0c1d2e3f4a5b".into()),
+        exe: None,
+        uid: None,
+        cmdline: Some("haproxy -f /etc/haproxy/secret-frontend.cfg".into()),
+    });
+    let mut report = empty_report();
+    report.findings = vec![squatter];
+    shared.set_report(&report);
+    shared.metrics.scan_done(&report, &Default::default(), 1.7e9);
+    shared.set_api(true, true);
+
+    let r = request(public, "GET", "/findings", "").await;
+    assert_eq!(r.status, 404);
+    assert!(r.body.contains("--findings-listen"), "{}", r.body);
+    assert_eq!(request(public, "HEAD", "/findings", "").await.status, 404);
+    assert_eq!(request(public, "GET", "/healthz", "").await.status, 200);
+    assert_eq!(request(public, "GET", "/readyz", "").await.status, 200);
+    let metrics = request(public, "GET", "/metrics", "").await;
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics.body.contains("kind=\"squatter\"") && metrics.body.contains("port=\"30080\""),
+        "{}",
+        metrics.body
+    );
+    for secret in [
+        "10.244.7.19",
+        "haproxy",
+        "4242",
+        "0123abcd",
+        "5e0f1b7a",
+        "secret-frontend",
+    ] {
+        assert!(
+            !metrics.body.contains(secret),
+            "/metrics names {secret}:\n{}",
+            metrics.body
+        );
+    }
+
+    let r = request(private, "GET", "/findings", "").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body.contains("10.244.7.19") && r.body.contains("haproxy"),
+        "{}",
+        r.body
+    );
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        assert_eq!(request(private, "GET", path, "").await.status, 200, "{path}");
+    }
 }
