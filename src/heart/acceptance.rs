@@ -3,9 +3,9 @@
 //! reason, and stops paging, failing `scan` and crowding the report, while staying
 //! visible as `accepted`. Nothing else on the node is hidden, as a silence would.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::finding::{Accepted, Finding, Kind, Severity};
 use crate::heart::model::Protocol;
 
 /// One exception: every field given must match the finding; `reason` is required.
@@ -63,14 +63,6 @@ impl TryFrom<String> for PortMatch {
 #[serde(deny_unknown_fields)]
 pub struct Acceptances {
     pub accept: Vec<Acceptance>,
-}
-
-/// How a finding is accepted, in its JSON and report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Accepted {
-    pub reason: String,
-    /// RFC 3339, or null when it does not expire.
-    pub expires: Option<String>,
 }
 
 /// Why an acceptances file cannot be used.

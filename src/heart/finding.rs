@@ -106,6 +106,15 @@ impl fmt::Display for Severity {
     }
 }
 
+/// How a finding is accepted as an exception (`heart::acceptance`), in its JSON and
+/// report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Accepted {
+    pub reason: String,
+    /// RFC 3339, or null when it does not expire.
+    pub expires: Option<String>,
+}
+
 /// See [`Finding::identity`].
 pub type Identity = (String, Option<u16>, String, String, String, String);
 
@@ -151,7 +160,7 @@ pub struct Finding {
     /// Supporting facts beyond the fields above (chain path, other rules), for people.
     pub evidence: Vec<String>,
     /// Accepted by an acceptances file (`--accept`): shown, never counted.
-    pub accepted: Option<crate::heart::acceptance::Accepted>,
+    pub accepted: Option<Accepted>,
 }
 
 /// A finding's JSON: its `id`, then its fields.
