@@ -132,7 +132,8 @@ async fn a_new_finding_makes_one_event_on_its_service_and_a_persisting_one_none(
         assert_eq!(e["metadata"]["namespace"], "shop");
         assert_eq!(e["reason"], "StaleEndpointRule");
         assert_eq!(e["type"], "Warning");
-        assert_eq!(e["note"], f.message.as_str());
+        // The message, then the id the finding has in the JSON and the log.
+        assert_eq!(e["note"], format!("{} [finding {}]", f.message, f.id()));
         assert_eq!(e["action"], "Scan");
         assert_eq!(e["reportingController"], "portdrift");
         assert_eq!(e["reportingInstance"], NODE);
