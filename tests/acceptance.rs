@@ -28,6 +28,16 @@ fn scan(accept: &str, format: &str) -> (i32, String, String) {
     )
 }
 
+/// The report's status of the acceptances file.
+fn acceptances_source(report: &serde_json::Value) -> &serde_json::Value {
+    report["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "acceptances")
+        .unwrap_or_else(|| panic!("no acceptances source: {report:#}"))
+}
+
 const EDGE: &str = r#"{"accept": [{"kind": "squatter", "port": "tcp/30080",
     "reason": "the edge haproxy listens on 30080 by design (INFRA-123)"}]}"#;
 
@@ -58,12 +68,7 @@ fn an_accepted_finding_is_shown_with_its_reason_and_no_longer_counts() {
         edge["accepted"]["reason"],
         "the edge haproxy listens on 30080 by design (INFRA-123)"
     );
-    let source = report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == "acceptances")
-        .unwrap();
+    let source = acceptances_source(&report);
     assert_eq!((&source["status"], &source["items"]), (&"ok".into(), &1.into()));
 
     let (_, text, _) = scan(EDGE, "text");
@@ -90,12 +95,7 @@ fn an_expired_acceptance_counts_again_and_says_so() {
     let (code, json, _) = scan(lapsed, "json");
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!((code, &report["summary"]["critical"]), (1, &1.into()));
-    let source = report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == "acceptances")
-        .unwrap();
+    let source = acceptances_source(&report);
     assert!(
         source["notes"]
             .to_string()

@@ -16,7 +16,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use portdrift::heart::finding::Kind;
 use serde_json::{Value, json};
@@ -146,17 +145,7 @@ fn check_pages(rules: &Value, kinds: &[&str]) -> (bool, String) {
     std::fs::write(&rules_file, serde_yaml_ng::to_string(&rules).unwrap()).unwrap();
     let test_file = scratch.path().join("pages_test.yaml");
     std::fs::write(&test_file, generated_test(&rules_file, &alerts, &pages)).unwrap();
-    let out = Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(&test_file)
-        .output()
-        .expect("promtool runs");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
+    support::promtool(&["test", "rules", test_file.to_str().unwrap()])
 }
 
 fn every_kind() -> Vec<&'static str> {

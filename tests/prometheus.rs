@@ -24,28 +24,13 @@ fn rules_dir() -> PathBuf {
     support::root().join("deploy/prometheus")
 }
 
-/// Runs promtool with `args`: whether it passed, and what it said.
-fn promtool(args: &[&str]) -> (bool, String) {
-    let out = Command::new("promtool")
-        .args(args)
-        .current_dir(support::root())
-        .output()
-        .expect("promtool runs");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
-}
-
 #[test]
 fn the_alert_rules_pass_promtool_check_rules() {
     if !support::require_tool("promtool", "the alert rules check") {
         return;
     }
     let rules = rules_dir().join("portdrift-alerts.yaml");
-    let (ok, said) = promtool(&["check", "rules", "--lint-fatal", rules.to_str().unwrap()]);
+    let (ok, said) = support::promtool(&["check", "rules", "--lint-fatal", rules.to_str().unwrap()]);
     assert!(ok, "promtool check rules: {said}");
     assert!(said.contains("SUCCESS"), "{said}");
 }
@@ -56,7 +41,7 @@ fn the_alert_rules_pass_their_unit_tests() {
         return;
     }
     let tests = rules_dir().join("portdrift-alerts_test.yaml");
-    let (ok, said) = promtool(&["test", "rules", tests.to_str().unwrap()]);
+    let (ok, said) = support::promtool(&["test", "rules", tests.to_str().unwrap()]);
     assert!(ok, "promtool test rules: {said}");
 }
 

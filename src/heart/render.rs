@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::outcome::{ScanReport, SourceState};
-use crate::heart::visible::{visible as v, visible_lines};
+use crate::heart::visible::{into_visible_lines, visible as v};
 use crate::heart::words::count_of;
 
 /// Above this many info findings, they are summarised by kind.
@@ -101,10 +101,7 @@ pub fn render_text(report: &ScanReport) -> String {
         );
     }
     render_sources(&mut out, report);
-    match visible_lines(&out) {
-        std::borrow::Cow::Borrowed(_) => out,
-        std::borrow::Cow::Owned(escaped) => escaped,
-    }
+    into_visible_lines(out)
 }
 
 fn render_finding(out: &mut String, f: &Finding) {

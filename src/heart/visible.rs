@@ -23,6 +23,15 @@ pub fn visible_lines(s: &str) -> Cow<'_, str> {
     escape(s, true)
 }
 
+/// [`visible_lines`] of a text already owned: returned as it is when it holds no
+/// control character.
+pub fn into_visible_lines(text: String) -> String {
+    match visible_lines(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(escaped) => escaped,
+    }
+}
+
 /// Bytes that should be UTF-8 text, as [`visible`] text: each byte that is not part of a
 /// valid character is shown as `\xNN` too, where a lossy decoding would show `�` and
 /// lose which byte it was.

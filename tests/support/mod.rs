@@ -312,3 +312,18 @@ impl<'de> serde::Deserialize<'de> for Unique {
         d.deserialize_any(Visit)
     }
 }
+
+/// Runs promtool with `args`: whether it passed, and what it said.
+pub fn promtool(args: &[&str]) -> (bool, String) {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("promtool runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}

@@ -3,7 +3,7 @@
 //! then the asked agents' `/findings` grouped by finding, with the nodes that have each,
 //! and the agents that did not answer. Pure: answers in, a view out.
 
-use crate::heart::visible::{visible as v, visible_lines};
+use crate::heart::visible::{into_visible_lines, visible as v};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -232,10 +232,7 @@ fn key_of(finding: &Value) -> Option<FindingKey> {
 pub fn render_fleet(view: &FleetView) -> String {
     let mut out = String::new();
     render_fleet_into(&mut out, view);
-    match visible_lines(&out) {
-        std::borrow::Cow::Borrowed(_) => out,
-        std::borrow::Cow::Owned(escaped) => escaped,
-    }
+    into_visible_lines(out)
 }
 
 fn render_fleet_into(out: &mut String, view: &FleetView) {
