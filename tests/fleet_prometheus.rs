@@ -39,6 +39,7 @@ fn report(findings: Vec<Finding>, coverage: Coverage) -> ScanReport {
         coverage,
         kube_proxy: None,
         kube_proxy_answered: Default::default(),
+        acceptance_use: Vec::new(),
     }
 }
 

@@ -48,6 +48,8 @@ pub struct AgentConfig {
     pub repair: Option<RepairConfig>,
     /// The first list waits a random delay up to this (`--startup-jitter`).
     pub startup_jitter: Duration,
+    /// The acceptances file (`--accept`), read again when it changes.
+    pub acceptances: Option<std::path::PathBuf>,
 }
 
 /// How long a scan still running at shutdown may delay the exit.

@@ -1,6 +1,7 @@
 //! The daemon: its loops, the API watch, HTTP, metrics, Events and the node condition,
 //! and repair's execution.
 
+pub mod acceptances;
 pub mod daemon;
 pub mod http;
 pub mod kube_report;

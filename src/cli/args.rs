@@ -310,6 +310,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", default_value = STARTUP_JITTER, value_parser = parse_duration)]
     pub startup_jitter: Duration,
 
+    /// Findings accepted as exceptions (the JSON of `scan --accept`; mount it from a
+    /// ConfigMap): read again when it changes, and while it is bad the last good one
+    /// still applies. Services' own `portdrift.io/accept` annotations apply without it.
+    #[arg(long, env = "PORTDRIFT_ACCEPT", value_name = "FILE")]
+    pub accept: Option<PathBuf>,
+
     #[command(flatten)]
     pub repair: RunRepairArgs,
 

@@ -148,6 +148,7 @@ impl RunArgs {
             events: self.events,
             node_condition: self.node_condition,
             startup_jitter: self.startup_jitter,
+            acceptances: self.accept,
             repair: self.repair.enabled.then(|| RepairConfig {
                 max_actions: self.repair.repair_max,
                 min_scans: 2,

@@ -32,10 +32,12 @@ pub enum Kind {
     /// A NodePort rule commented as its port's owner whose chain name no kube-proxy
     /// release gives that owner, with nothing else showing whose it is: left alone.
     UnattributedRule,
+    /// An accepted exception that has accepted no finding for a week (the agent).
+    IdleAcceptance,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::StaleNodeport,
         Kind::StaleEndpoint,
         Kind::MissingEndpoint,
@@ -50,6 +52,7 @@ impl Kind {
         Kind::PortRangeOverlap,
         Kind::MalformedRule,
         Kind::UnattributedRule,
+        Kind::IdleAcceptance,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -68,6 +71,7 @@ impl Kind {
             Kind::PortRangeOverlap => "port-range-overlap",
             Kind::MalformedRule => "malformed-rule",
             Kind::UnattributedRule => "unattributed-rule",
+            Kind::IdleAcceptance => "idle-acceptance",
         }
     }
 }
@@ -113,6 +117,9 @@ pub struct Accepted {
     pub reason: String,
     /// RFC 3339, or null when it does not expire.
     pub expires: Option<String>,
+    /// Where the acceptance was stated: `acceptances entry 2`, or a Service's
+    /// annotation.
+    pub by: String,
 }
 
 /// See [`Finding::identity`].
@@ -159,7 +166,8 @@ pub struct Finding {
     pub message: String,
     /// Supporting facts beyond the fields above (chain path, other rules), for people.
     pub evidence: Vec<String>,
-    /// Accepted by an acceptances file (`--accept`): shown, never counted.
+    /// Accepted as an exception (an acceptances file, a Service's annotation): shown,
+    /// never counted.
     pub accepted: Option<Accepted>,
 }
 

@@ -2,12 +2,14 @@
 
 use serde::Serialize;
 
+use crate::heart::acceptance::{ANNOTATION_ACCEPT, Acceptance, AcceptanceInput};
 use crate::heart::coverage::{self, Coverage, CoverageInput};
 use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, examine};
 use crate::heart::finding::{Finding, Severity};
 use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth, Observed};
 pub use crate::heart::source_status::{SourceState, SourceStatus};
+use crate::heart::words::count_of;
 
 /// The source name of a cluster state read from the API server (a live scan, the agent).
 pub const API_SOURCE: &str = "cluster (API server)";
@@ -22,6 +24,17 @@ pub struct Summary {
     pub warning: usize,
     pub info: usize,
     pub accepted: usize,
+}
+
+impl Summary {
+    fn count(&mut self, f: &Finding) {
+        match (&f.accepted, f.severity) {
+            (Some(_), _) => self.accepted += 1,
+            (None, Severity::Critical) => self.critical += 1,
+            (None, Severity::Warning) => self.warning += 1,
+            (None, Severity::Info) => self.info += 1,
+        }
+    }
 }
 
 /// Everything one scan produced: the JSON of `scan --format json` and `GET /findings`.
@@ -41,6 +54,10 @@ pub struct ScanReport {
     /// JSON either: the sources' states say it.
     #[serde(skip)]
     pub kube_proxy_answered: KubeProxyAnswered,
+    /// Every acceptance applied, with whether it accepted a finding, for the agent's
+    /// memory of idle ones. Not in the JSON: the acceptances source's notes say it.
+    #[serde(skip)]
+    pub acceptance_use: Vec<(Acceptance, bool)>,
 }
 
 /// What one scan reads: desired and observed state plus how reading went.
@@ -78,25 +95,14 @@ pub fn run_scan_keeping_inputs(
     });
     let mut findings = detection.findings;
     let mut sources = input.sources;
-    if let Some((accepted, now)) = &config.acceptances {
-        let expired = accepted.apply(&mut findings, *now);
-        // Said where the file is listed, so an exception that lapsed is noticed.
-        if let Some(status) = sources.iter_mut().find(|s| s.source == ACCEPTANCES_SOURCE) {
-            status.notes.extend(expired);
-        }
-    }
+    let acceptance_use = match &config.acceptances {
+        Some(accept) => apply_acceptances(accept, input.desired.as_ref(), &mut findings, &mut sources),
+        None => Vec::new(),
+    };
     let rules = std::mem::take(&mut input.observed.sources);
     let mut summary = Summary::default();
     for f in &findings {
-        if f.accepted.is_some() {
-            summary.accepted += 1;
-            continue;
-        }
-        match f.severity {
-            Severity::Critical => summary.critical += 1,
-            Severity::Warning => summary.warning += 1,
-            Severity::Info => summary.info += 1,
-        }
+        summary.count(f);
     }
     let report = ScanReport {
         node: input.node,
@@ -106,11 +112,75 @@ pub fn run_scan_keeping_inputs(
         coverage,
         kube_proxy: input.observed.kube_proxy_health,
         kube_proxy_answered: input.observed.kube_proxy_answered,
+        acceptance_use,
     };
     (report, rules, input.desired)
 }
 
+/// Applies the file's acceptances and the Services' own, in that order (a file entry
+/// wins), on this node's labels; says in the acceptances source what lapsed, what
+/// could not be applied and what accepted nothing. Returns each acceptance with
+/// whether it accepted anything.
+fn apply_acceptances(
+    accept: &AcceptanceInput,
+    desired: Option<&DesiredState>,
+    findings: &mut [Finding],
+    sources: &mut Vec<SourceStatus>,
+) -> Vec<(Acceptance, bool)> {
+    let mut all = accept.file.clone();
+    if let Some(desired) = desired {
+        all.accept.extend(desired.accepted_by_services.iter().cloned());
+    }
+    let labels = desired.and_then(|d| d.node_labels.as_ref());
+    let applied = all.apply(findings, accept.now, labels);
+    let problems = desired.map_or(&[][..], |d| &d.acceptance_problems[..]);
+    if all.accept.is_empty() && problems.is_empty() {
+        return Vec::new();
+    }
+    // Said where the acceptances are listed, so an exception that lapsed or never
+    // took is noticed.
+    let at = match sources.iter().position(|s| s.source == ACCEPTANCES_SOURCE) {
+        Some(at) => at,
+        None => {
+            sources.push(SourceStatus::new(ACCEPTANCES_SOURCE, SourceState::Ok));
+            sources.len() - 1
+        }
+    };
+    let status = &mut sources[at];
+    let by_services = desired.map_or(0, |d| d.accepted_by_services.len());
+    if by_services > 0 {
+        status.notes.push(format!(
+            "{} stated by Services' {ANNOTATION_ACCEPT} annotations",
+            count_of(by_services, "acceptance")
+        ));
+    }
+    status.notes.extend(applied.expired);
+    status.notes.extend(applied.notes);
+    status
+        .notes
+        .extend(problems.iter().map(|p| format!("{}: {}", p.object, p.problem)));
+    let idle: Vec<String> = all
+        .accept
+        .iter()
+        .zip(&applied.matched)
+        .filter(|(a, matched)| !**matched && a.expires.is_none_or(|e| e > accept.now))
+        .map(|(a, _)| a.origin.to_string())
+        .collect();
+    if !idle.is_empty() {
+        status
+            .notes
+            .push(format!("accepted nothing in this scan: {}", idle.join(", ")));
+    }
+    all.accept.into_iter().zip(applied.matched).collect()
+}
+
 impl ScanReport {
+    /// Adds a finding found after the scan (the agent's idle acceptances), counted.
+    pub fn push_finding(&mut self, finding: Finding) {
+        self.summary.count(&finding);
+        self.findings.push(finding);
+    }
+
     /// `scan`'s exit status: 1 when anything is a warning or worse; else 3 when the
     /// check was incomplete (nothing found is not "nothing wrong"); else 0.
     pub fn exit_code(&self) -> u8 {

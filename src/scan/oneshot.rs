@@ -2,7 +2,7 @@
 //! from a file or the API server, or a bundle captured earlier; and the capture of this
 //! node into a bundle (`portdrift snapshot`).
 
-use crate::heart::acceptance::{AcceptanceError, Acceptances};
+use crate::heart::acceptance::{AcceptanceError, AcceptanceInput, Acceptances};
 use crate::heart::outcome::{ACCEPTANCES_SOURCE, SourceStatus};
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
@@ -101,6 +101,7 @@ pub fn run_oneshot(config: &OneshotConfig) -> Result<ScanReport, OneshotError> {
         };
     let mut input = input;
     let mut detect = detect_config(config);
+    let mut file = Acceptances::default();
     if let Some(path) = &config.acceptances {
         let accepted = read_acceptances(path).map_err(|source| OneshotError::Acceptances {
             path: path.clone(),
@@ -110,8 +111,13 @@ pub fn run_oneshot(config: &OneshotConfig) -> Result<ScanReport, OneshotError> {
         status.origin = Some(path.display().to_string());
         status.items = Some(accepted.accept.len());
         input.sources.push(status);
-        detect.acceptances = Some((accepted, jiff::Timestamp::now()));
+        file = accepted;
     }
+    // The Services' own acceptances apply with or without a file.
+    detect.acceptances = Some(AcceptanceInput {
+        file,
+        now: jiff::Timestamp::now(),
+    });
     Ok(run_scan(input, &detect))
 }
 

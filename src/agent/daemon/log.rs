@@ -50,6 +50,14 @@ pub(super) fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanRepor
         match known.get(k) {
             None => log_finding(f, "finding"),
             Some(before) if before.severity != f.severity => log_finding(f, "finding changed severity"),
+            Some(before) if before.accepted.is_some() != f.accepted.is_some() => log_finding(
+                f,
+                if f.accepted.is_some() {
+                    "finding accepted"
+                } else {
+                    "finding no longer accepted"
+                },
+            ),
             Some(_) => {}
         }
     }
@@ -82,6 +90,7 @@ fn log_finding(f: &Finding, what: &str) {
     let target = f.target.as_deref().map(visible);
     let rule = f.rule.as_deref().map(visible);
     let message = visible(&f.message);
+    let accepted = f.accepted.as_ref().map(|a| visible(&a.reason));
     macro_rules! emit {
         ($level:ident) => {
             tracing::$level!(
@@ -97,13 +106,15 @@ fn log_finding(f: &Finding, what: &str) {
                 rule = rule.as_deref(),
                 process = process.as_deref(),
                 pending_seconds = f.pending_seconds,
+                accepted = accepted.as_deref(),
                 "{what}: {message}"
             )
         };
     }
+    // An accepted finding is known and chosen: worth a line, not a warning.
     match f.severity {
-        Severity::Critical | Severity::Warning => emit!(warn),
-        Severity::Info => emit!(info),
+        Severity::Critical | Severity::Warning if accepted.is_none() => emit!(warn),
+        _ => emit!(info),
     }
 }
 
@@ -113,7 +124,7 @@ pub(super) const SUMMARY_EVERY: Duration = Duration::from_secs(600);
 /// The periodic one-line state of the node: findings by severity and kind, sources
 /// not read whole, and the API view's state.
 pub(super) fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
-    let count = |s: Severity| report.findings.iter().filter(|f| f.severity == s).count();
+    let summary = report.summary;
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for f in &report.findings {
         *kinds.entry(f.kind.as_str()).or_default() += 1;
@@ -140,19 +151,21 @@ pub(super) fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
         .collect::<Vec<_>>()
         .join(",");
     tracing::info!(
-        critical = count(Severity::Critical),
-        warning = count(Severity::Warning),
-        info = count(Severity::Info),
+        critical = summary.critical,
+        warning = summary.warning,
+        info = summary.info,
+        accepted = summary.accepted,
         kinds = %kinds,
         sources_not_ok = %troubled,
         coverage_complete = report.coverage.complete,
         proxy_mode = report.coverage.proxy_mode.as_str(),
         api_fresh = fresh,
         scans,
-        "summary: {} ({} critical, {} warning, {} info)",
+        "summary: {} ({} critical, {} warning, {} info, {} accepted)",
         crate::heart::words::count_of(report.findings.len(), "finding"),
-        count(Severity::Critical),
-        count(Severity::Warning),
-        count(Severity::Info),
+        summary.critical,
+        summary.warning,
+        summary.info,
+        summary.accepted,
     );
 }

@@ -8,6 +8,7 @@ use crate::agent::http::Shared;
 use crate::agent::metrics::{ResultLabel, ScanTimes};
 use crate::agent::repair::{ApiState, CycleInput, CycleOutcome, Repairer};
 use crate::agent::watch::{self, ClusterView};
+use crate::heart::acceptance::{AcceptanceInput, Acceptances};
 use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, Grace};
 use crate::heart::outcome::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan_keeping_inputs};
@@ -60,11 +61,16 @@ pub(super) struct ScanStats {
 
 pub(super) type ScanOutcome = Result<(ScanReport, ScanStats), (&'static str, String)>;
 
+/// The acceptances file's entries that apply, and the file as a source (None: no
+/// `--accept`; the Services' own acceptances apply either way).
+pub(super) type FileAcceptances = (Acceptances, Option<SourceStatus>);
+
 /// One scan on a blocking thread. The node reader is moved in and handed back.
 pub(super) async fn scan_once(
     config: &AgentConfig,
     view: &ClusterView,
     mut node: NodeReader,
+    (accepted, accepted_from): FileAcceptances,
 ) -> Result<(NodeReader, ScanOutcome), tokio::task::JoinError> {
     let view = view.clone();
     let name = config.node.clone();
@@ -95,16 +101,15 @@ pub(super) async fn scan_once(
                     .push("the API watch is not current: findings are marked on_stale_cluster_state".into());
             }
             input.sources.push(status);
+            input.sources.extend(accepted_from);
             // Repair needs the desired state after the scan, which consumes it.
             let desired_for_repair = node.repairer.is_some().then(|| desired.clone());
             input.desired = Some(desired);
+            let now = jiff::Timestamp::now();
             let detect = DetectConfig {
-                grace: (!grace.is_zero()).then(|| Grace {
-                    now: jiff::Timestamp::now(),
-                    window: grace,
-                }),
+                grace: (!grace.is_zero()).then_some(Grace { now, window: grace }),
                 cluster_state_stale: stale,
-                acceptances: None,
+                acceptances: Some(AcceptanceInput { file: accepted, now }),
                 nodeport_range: range,
             };
             let (report, rules, desired) = run_scan_keeping_inputs(input, &detect);

@@ -10,6 +10,7 @@ use tokio::sync::watch as signal_watch;
 use super::log::{Key, SUMMARY_EVERY, log_changes, log_coverage, log_summary};
 use super::scan::{NodeReader, record, scan_once};
 use super::{AgentConfig, stopped};
+use crate::agent::acceptances::{AcceptanceFile, AcceptanceMemory, RELOAD_EVERY};
 use crate::agent::http::Shared;
 use crate::agent::kube_report::KubeReporter;
 use crate::agent::watch::ClusterView;
@@ -133,6 +134,10 @@ pub(super) async fn scan_loop(
     let mut waiting_logged = false;
     let mut last_summary: Option<Instant> = None;
     let mut scans: u64 = 0;
+    let mut accept_file = config.acceptances.clone().map(AcceptanceFile::open);
+    let mut accept_memory = AcceptanceMemory::default();
+    let mut accept_reload = tokio::time::interval(RELOAD_EVERY);
+    accept_reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let stop_fut = stopped(stop);
     tokio::pin!(stop_fut);
     loop {
@@ -150,6 +155,13 @@ pub(super) async fn scan_loop(
             }
             () = changed(rule_wake.as_mut()) => {
                 pending.note(Instant::now(), RULE_SETTLE);
+                continue;
+            }
+            _ = accept_reload.tick(), if accept_file.is_some() => {
+                // An edited file is applied by a scan soon after, not at the interval.
+                if accept_file.as_mut().is_some_and(AcceptanceFile::reload) {
+                    pending.note(Instant::now(), RULE_SETTLE);
+                }
                 continue;
             }
         };
@@ -183,7 +195,10 @@ pub(super) async fn scan_loop(
         tracing::debug!(?trigger, reuse_nf_tables = reuse, whole = whole_due, "scanning");
         let started = Instant::now();
         let cpu_before = cpu_time();
-        let scan = scan_once(config, view, node);
+        let accepted = accept_file
+            .as_ref()
+            .map_or_else(Default::default, |f| (f.current(), Some(f.status())));
+        let scan = scan_once(config, view, node, accepted);
         let joined = tokio::select! {
             () = &mut stop_fut => return,
             joined = scan => joined,
@@ -206,7 +221,8 @@ pub(super) async fn scan_loop(
         };
         reader = Some(node);
         match outcome {
-            Ok((report, stats)) => {
+            Ok((mut report, stats)) => {
+                accept_memory.after_scan(&mut report, jiff::Timestamp::now());
                 if let (Some(reporter), Some(repair)) = (&mut reporter, &stats.repair) {
                     reporter.after_repair(repair);
                 }

@@ -92,6 +92,7 @@ async fn endpoints_over_real_http() {
         coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
         kube_proxy: None,
         kube_proxy_answered: Default::default(),
+        acceptance_use: Vec::new(),
     };
     report.summary.critical = 1;
     shared.set_report(&report);
@@ -197,6 +198,7 @@ fn empty_report() -> ScanReport {
         coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
         kube_proxy: None,
         kube_proxy_answered: Default::default(),
+        acceptance_use: Vec::new(),
     }
 }
 

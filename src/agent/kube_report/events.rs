@@ -40,6 +40,7 @@ pub fn reason(kind: Kind) -> &'static str {
         Kind::PortRangeOverlap => "PortRangeOverlap",
         Kind::MalformedRule => "MalformedRule",
         Kind::UnattributedRule => "UnattributedRule",
+        Kind::IdleAcceptance => "IdleAcceptance",
     }
 }
 

@@ -29,7 +29,7 @@ use crate::heart::finding::{Finding, Kind};
 use crate::heart::model::{Backend, Family as IpFamily};
 use crate::heart::observed::SOCKET_FILES;
 use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth};
-use crate::heart::outcome::{API_SOURCE, ScanReport, SourceStatus};
+use crate::heart::outcome::{ACCEPTANCES_SOURCE, API_SOURCE, ScanReport, SourceStatus};
 
 pub mod described;
 pub mod labels;
@@ -67,7 +67,7 @@ pub const DEFAULT_MAX_SERIES: usize = 200;
 /// one the scan knows (a fixed set), `other` for anything else, so no label value can
 /// grow without bound.
 pub fn bounded_source(name: &str) -> &'static str {
-    const OTHERS: [&str; 12] = [
+    const OTHERS: [&str; 13] = [
         "nft.json",
         "nft.txt",
         "socket owners",
@@ -79,6 +79,7 @@ pub fn bounded_source(name: &str) -> &'static str {
         IP_VS_FILE,
         "cluster.json",
         API_SOURCE,
+        ACCEPTANCES_SOURCE,
         MANIFEST_FILE,
     ];
     IPTABLES_FILES
@@ -121,6 +122,7 @@ pub struct Metrics {
     /// What is registered, for the reference.
     docs: Vec<described::MetricDoc>,
     findings: Family<KindLabel, Gauge>,
+    findings_accepted: Family<KindLabel, Gauge>,
     findings_by_backend: LastScan<KindBackendLabel>,
     findings_by_severity: LastScan<KindSeverityLabel>,
     finding: LastScan<FindingLabel>,
@@ -193,10 +195,18 @@ impl Metrics {
         self.last_scan.set(finished_unix);
     }
 
-    fn record_findings(&self, findings: &[Finding]) {
+    /// Accepted findings are in `portdrift_findings_accepted` only: what alerts read
+    /// counts what the Node condition and Events count.
+    fn record_findings(&self, all: &[Finding]) {
+        let (accepted, findings): (Vec<&Finding>, Vec<&Finding>) =
+            all.iter().partition(|f| f.accepted.is_some());
         for kind in Kind::ALL {
             let n = findings.iter().filter(|f| f.kind == kind).count();
             self.findings
+                .get_or_create(&KindLabel { kind: kind.as_str() })
+                .set(count(n));
+            let n = accepted.iter().filter(|f| f.kind == kind).count();
+            self.findings_accepted
                 .get_or_create(&KindLabel { kind: kind.as_str() })
                 .set(count(n));
         }
@@ -210,7 +220,7 @@ impl Metrics {
                 kind: f.kind.as_str(),
                 severity: f.severity.as_str(),
             })));
-        let (shown, not_shown) = detail_series(findings, self.max_series);
+        let (shown, not_shown) = detail_series(findings.into_iter(), self.max_series);
         self.finding.replace(shown);
         self.findings_not_detailed.set(count(not_shown));
     }

@@ -43,6 +43,17 @@ impl Metrics {
             &["kind"],
             findings.clone(),
         );
+        let findings_accepted = Family::<KindLabel, Gauge>::default();
+        for kind in Kind::ALL {
+            findings_accepted.get_or_create_owned(&KindLabel { kind: kind.as_str() });
+        }
+        registry.add(
+            "findings_accepted",
+            "Findings of the last scan accepted as exceptions (an acceptances file, a Service's portdrift.io/accept), by kind; in no other findings series",
+            None,
+            &["kind"],
+            findings_accepted.clone(),
+        );
         let findings_by_backend = LastScan::new();
         findings_by_backend.register(
             &mut registry,
@@ -287,6 +298,7 @@ impl Metrics {
         Metrics {
             registry: root,
             findings,
+            findings_accepted,
             findings_by_backend,
             findings_by_severity,
             finding,

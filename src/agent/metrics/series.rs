@@ -19,7 +19,10 @@ pub(super) fn tally<L: Hash + Eq>(labels: impl Iterator<Item = L>) -> Vec<(L, i6
 /// The per-finding series: at most `max` label sets, chosen most severe first, then by
 /// port, kind, protocol, service and backend, so the same findings always get the same
 /// series; and how many findings were left out.
-pub(super) fn detail_series(findings: &[Finding], max: usize) -> (Vec<(FindingLabel, i64)>, usize) {
+pub(super) fn detail_series<'a>(
+    findings: impl Iterator<Item = &'a Finding>,
+    max: usize,
+) -> (Vec<(FindingLabel, i64)>, usize) {
     let mut by_label: BTreeMap<(Severity, u16, FindingLabel), i64> = BTreeMap::new();
     for f in findings {
         // A finding without a port (node-wide) sorts after every port.

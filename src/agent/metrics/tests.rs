@@ -21,6 +21,7 @@ fn report(findings: Vec<Finding>) -> ScanReport {
         coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
         kube_proxy: None,
         kube_proxy_answered: Default::default(),
+        acceptance_use: Vec::new(),
     }
 }
 

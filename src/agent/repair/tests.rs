@@ -29,6 +29,7 @@ fn report(findings: Vec<Finding>, status: SourceState) -> ScanReport {
         coverage: crate::heart::coverage::Coverage::full(crate::heart::model::ProxyMode::Iptables),
         kube_proxy: None,
         kube_proxy_answered: Default::default(),
+        acceptance_use: Vec::new(),
     }
 }
 

@@ -16,7 +16,7 @@ use kube::runtime::watcher;
 
 use crate::heart::desired::model::DesiredState;
 use crate::heart::desired::slices::LABEL_SERVICE_NAME;
-use crate::heart::desired::trim::{LABEL_ZONE, desired_from_objects, node_zone};
+use crate::heart::desired::trim::{desired_from_objects, node_labels};
 use crate::sources::kube_client::WatchedResource;
 
 /// `(namespace, name)`; namespace empty for cluster-scoped objects.
@@ -113,12 +113,13 @@ pub(super) fn slice_relevance(services: Arc<ObjectStore<Service>>) -> Relevance<
     })
 }
 
-/// Only the Node's zone label is kept and read (topology); its frequent status updates
-/// are not changes here.
+/// Only the Node's labels are kept and read (its zone for topology, all of them for
+/// acceptances' node selectors); its frequent status updates are not changes here.
 pub(super) fn node_relevance() -> Relevance<Node> {
     Arc::new(|old: Option<&Node>, new: Option<&Node>| {
-        let zone = |n: Option<&Node>| n.and_then(|n| n.metadata.labels.as_ref()?.get(LABEL_ZONE).cloned());
-        old.is_none() || new.is_none() || zone(old) != zone(new)
+        old.is_none()
+            || new.is_none()
+            || old.and_then(|n| n.metadata.labels.as_ref()) != new.and_then(|n| n.metadata.labels.as_ref())
     })
 }
 
@@ -132,11 +133,11 @@ pub(super) fn desired_from_stores(
 ) -> DesiredState {
     let services = services.sorted();
     let slices = slices.sorted();
-    let zone = match (nodes, node) {
-        (Some(nodes), Some(name)) => node_zone(nodes.sorted().into_iter(), name),
+    let labels = match (nodes, node) {
+        (Some(nodes), Some(name)) => node_labels(nodes.sorted().into_iter(), name),
         _ => None,
     };
-    desired_from_objects(node, &services, &slices, zone.as_deref())
+    desired_from_objects(node, &services, &slices, labels.as_ref())
 }
 
 /// Applies a watcher's events to an [`ObjectStore`].

@@ -7,6 +7,7 @@
 //! as a whole, let alone as a `serde_json::Value`. An item that does not deserialize is
 //! reported and skipped; only a document that is not JSON, or not a List, is an error.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 
 use k8s_openapi::api::core::v1::Service;
@@ -16,18 +17,19 @@ use crate::decode::cluster::error::{ClusterFileError, Position, message_without_
 use crate::decode::cluster::list_stream::{ListEvent, walk_list};
 use crate::decode::cluster::probe::{ItemProbe, LabelProbe, LabelValue, probe_item};
 use crate::heart::desired::build::{DesiredBuilder, object_name};
-use crate::heart::desired::model::{DesiredState, ObjectProblem};
+use crate::heart::desired::model::{DesiredState, LABEL_ZONE, ObjectProblem};
 use crate::heart::desired::slices::parse_api_protocol;
 use crate::heart::desired::trim::trim_service;
 use crate::heart::model::Protocol;
 
 /// Reads a `cluster.json` List from `reader` and computes the desired state of `node`
-/// (whose Node item, if present, gives the zone for topology hints).
+/// (whose Node item, if present, gives its labels: the zone for topology hints, the
+/// rest for acceptances' node selectors).
 pub fn read_cluster_state<R: Read>(reader: R, node: Option<&str>) -> Result<DesiredState, ClusterFileError> {
     let mut state = ReadState {
         builder: DesiredBuilder::new(node),
         node,
-        node_zone: None,
+        node_labels: None,
         list_kind: None,
         next_index: 0,
         counts: KindCounts::default(),
@@ -73,7 +75,7 @@ pub fn read_cluster_state<R: Read>(reader: R, node: Option<&str>) -> Result<Desi
             ),
         );
     }
-    Ok(state.builder.finish(state.node_zone.as_deref()))
+    Ok(state.builder.finish(state.node_labels))
 }
 
 /// How many items of each kind that matters the List held.
@@ -98,7 +100,7 @@ fn is_list_kind(kind: Option<&str>) -> bool {
 struct ReadState<'n> {
     builder: DesiredBuilder,
     node: Option<&'n str>,
-    node_zone: Option<String>,
+    node_labels: Option<BTreeMap<String, String>>,
     /// The List's own kind, if it came before `items` (typed lists omit item kinds).
     list_kind: Option<String>,
     next_index: usize,
@@ -124,7 +126,7 @@ impl ReadState<'_> {
                 self.take_slice(raw, &probe)
             }
             Some("Endpoints") => self.counts.endpoints += 1,
-            Some("Node") => self.take_node(&probe),
+            Some("Node") => self.take_node(raw, &probe),
             Some(_) => {}
             None => {
                 self.builder
@@ -180,11 +182,30 @@ impl ReadState<'_> {
         }
     }
 
-    fn take_node(&mut self, probe: &ItemProbe) {
+    /// This node's labels; a Node item that does not read as one gives only its zone.
+    fn take_node(&mut self, raw: &[u8], probe: &ItemProbe) {
         if self.node.is_some() && probe.name.as_deref() == self.node {
-            self.node_zone = probe.labels.as_ref().and_then(|l| l.zone.clone());
+            let labels = serde_json::from_slice::<ObjectLabels>(raw)
+                .map(|node| node.metadata.labels)
+                .unwrap_or_else(|_| {
+                    let zone = probe.labels.as_ref().and_then(|l| l.zone.clone());
+                    zone.map(|z| (LABEL_ZONE.to_string(), z)).into_iter().collect()
+                });
+            self.node_labels = Some(labels);
         }
     }
+}
+
+/// A Node's labels, all this reader needs of it.
+#[derive(serde::Deserialize)]
+struct ObjectLabels {
+    metadata: LabelsOnly,
+}
+
+#[derive(serde::Deserialize)]
+struct LabelsOnly {
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 /// `cannot be read: <serde's message>`.

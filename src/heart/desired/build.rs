@@ -3,13 +3,14 @@
 //! Objects are reduced to compact summaries as they arrive, so a caller streaming a
 //! large cluster state (see `cluster_file`) never holds the API objects themselves.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::heart::desired::model::{DesiredPort, DesiredState, ObjectProblem};
+use crate::heart::acceptance::{Acceptance, service_acceptances};
+use crate::heart::desired::model::{DesiredPort, DesiredState, LABEL_ZONE, ObjectProblem};
 use crate::heart::desired::slices::{
     OPT_OUT_LABELS, SliceRead, SliceSummary, ZoneTable, merge_port, parse_api_protocol, parse_ip_sloppy,
     read_slice,
@@ -33,7 +34,8 @@ pub fn desired_state(
     for slice in slices {
         builder.add_endpoint_slice(slice);
     }
-    builder.finish(node_zone)
+    let labels = node_zone.map(|zone| BTreeMap::from([(LABEL_ZONE.to_string(), zone.to_string())]));
+    builder.finish(labels)
 }
 
 /// `(namespace, name)` of a Service.
@@ -68,6 +70,8 @@ pub struct DesiredBuilder {
     slices: HashMap<ServiceKey, Vec<SliceSummary>>,
     /// Services with a slice that could not be read.
     uncertain_services: HashSet<ServiceKey>,
+    /// What each Service accepts of its own findings (a later copy replaces it).
+    accepted_by_services: HashMap<ServiceKey, Vec<Acceptance>>,
     /// No Service's endpoints can be known (a list without EndpointSlices).
     endpoints_unknown: bool,
     state: DesiredState,
@@ -84,6 +88,7 @@ impl DesiredBuilder {
             services: HashMap::new(),
             slices: HashMap::new(),
             uncertain_services: HashSet::new(),
+            accepted_by_services: HashMap::new(),
             endpoints_unknown: false,
             state: DesiredState {
                 node,
@@ -110,6 +115,21 @@ impl DesiredBuilder {
         let object = format!("Service {namespace}/{name}");
         if self.services.remove(&key).is_some() {
             self.problem(object.clone(), "is listed twice; the later copy is used");
+        }
+        match service_acceptances(namespace, name, meta.annotations.as_ref()) {
+            Ok(accepted) if accepted.is_empty() => {
+                self.accepted_by_services.remove(&key);
+            }
+            Ok(accepted) => {
+                self.accepted_by_services.insert(key.clone(), accepted);
+            }
+            Err(problem) => {
+                self.accepted_by_services.remove(&key);
+                self.state.acceptance_problems.push(ObjectProblem {
+                    object: object.clone(),
+                    problem,
+                });
+            }
         }
         if let Some(summary) = self.summarize_service(&object, service) {
             self.services.insert(key, summary);
@@ -271,9 +291,15 @@ impl DesiredBuilder {
         self.problem(object, problem);
     }
 
-    /// Joins Services and their EndpointSlices into the desired state. `node_zone` is
-    /// the node's `topology.kubernetes.io/zone` label, when known.
-    pub fn finish(mut self, node_zone: Option<&str>) -> DesiredState {
+    /// Joins Services and their EndpointSlices into the desired state. `node_labels`
+    /// are the node's labels, when its Node was read (its
+    /// `topology.kubernetes.io/zone` decides topology hints).
+    pub fn finish(mut self, node_labels: Option<BTreeMap<String, String>>) -> DesiredState {
+        let node_zone = node_labels
+            .as_ref()
+            .and_then(|labels| labels.get(LABEL_ZONE))
+            .cloned();
+        let node_zone = node_zone.as_deref();
         let view = NodeView {
             node_known: self.node.is_some(),
             zone: match node_zone {
@@ -292,6 +318,12 @@ impl DesiredBuilder {
         ports.sort_by(|a, b| (&a.service, a.protocol).cmp(&(&b.service, b.protocol)));
         self.state.ports = ports;
         self.state.node_zone = node_zone.map(str::to_string);
+        self.state.node_labels = node_labels;
+        let mut accepted: Vec<_> = std::mem::take(&mut self.accepted_by_services)
+            .into_iter()
+            .collect();
+        accepted.sort_by(|a, b| a.0.cmp(&b.0));
+        self.state.accepted_by_services = accepted.into_iter().flat_map(|(_, a)| a).collect();
         self.state
     }
 

@@ -1,9 +1,13 @@
 //! The desired NodePort state of one node, as kube-proxy on that node would program it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
+use crate::heart::acceptance::Acceptance;
 use crate::heart::model::{Family, Protocol, ServicePortRef};
+
+/// The Node label kube-proxy reads for topology hints.
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
 /// A set of endpoint addresses as a sorted vector: a port has a handful of endpoints,
 /// and a B-tree node per port adds up across a large cluster.
@@ -153,6 +157,8 @@ pub struct DesiredState {
     pub node: Option<String>,
     /// The node's `topology.kubernetes.io/zone`, when known (topology hints).
     pub node_zone: Option<String>,
+    /// The node's labels, when its Node was read (acceptances' node selectors).
+    pub node_labels: Option<BTreeMap<String, String>>,
     /// Every Service port with a nodePort that kube-proxy programs, in a stable order
     /// (namespace, name, port name, protocol).
     pub ports: Vec<DesiredPort>,
@@ -161,6 +167,13 @@ pub struct DesiredState {
     pub other_allocated: BTreeSet<(Protocol, u16)>,
     /// Objects that could not be read.
     pub problems: Vec<ObjectProblem>,
+    /// What Services accept of their own findings (`portdrift.io/accept`), in Service
+    /// order.
+    pub accepted_by_services: Vec<Acceptance>,
+    /// Services whose `portdrift.io/accept` annotations cannot be applied, and why: not
+    /// a problem with the desired state (repair is not held back), said with the
+    /// acceptances.
+    pub acceptance_problems: Vec<ObjectProblem>,
     /// Problems were found that cannot be pinned to one Service: endpoint checks are
     /// unsafe everywhere.
     pub uncertain: bool,

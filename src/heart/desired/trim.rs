@@ -13,21 +13,22 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
+use crate::heart::acceptance::ACCEPT_ANNOTATIONS;
 use crate::heart::desired::build::DesiredBuilder;
 use crate::heart::desired::model::DesiredState;
 use crate::heart::desired::slices::{
     ANNOTATION_LAST_CHANGE_TRIGGER, LABEL_SERVICE_NAME, OPT_OUT_LABELS, last_recorded_change,
 };
 
-/// The Node label kube-proxy reads for topology hints.
-pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+pub use crate::heart::desired::model::LABEL_ZONE;
 
-/// The desired state from Services and EndpointSlices, in the order given.
+/// The desired state from Services and EndpointSlices, in the order given, for a node
+/// with `node_labels` (None: its Node was not read).
 pub fn desired_from_objects<S, E>(
     node: Option<&str>,
     services: &[S],
     slices: &[E],
-    zone: Option<&str>,
+    node_labels: Option<&BTreeMap<String, String>>,
 ) -> DesiredState
 where
     S: Borrow<Service>,
@@ -40,17 +41,18 @@ where
     for slice in slices {
         builder.add_endpoint_slice(slice.borrow());
     }
-    builder.finish(zone)
+    builder.finish(node_labels.cloned())
 }
 
-/// The zone label of the Node called `name` among `nodes`, when it is there.
-pub fn node_zone<N: Borrow<Node>>(nodes: impl Iterator<Item = N>, name: &str) -> Option<String> {
+/// The labels of the Node called `name` among `nodes` (empty when it has none), or
+/// None when it is not there.
+pub fn node_labels<N: Borrow<Node>>(
+    nodes: impl Iterator<Item = N>,
+    name: &str,
+) -> Option<BTreeMap<String, String>> {
     nodes.into_iter().find_map(|node| {
         let meta = &node.borrow().metadata;
-        if meta.name.as_deref() != Some(name) {
-            return None;
-        }
-        meta.labels.as_ref()?.get(LABEL_ZONE).cloned()
+        (meta.name.as_deref() == Some(name)).then(|| meta.labels.clone().unwrap_or_default())
     })
 }
 
@@ -94,7 +96,7 @@ fn trim_meta(meta: &mut ObjectMeta, keep_labels: &[&str], keep_annotations: &[&s
 /// from EndpointSlices.
 pub fn trim_service(service: &mut Service) {
     fold_last_change(&mut service.metadata);
-    trim_meta(&mut service.metadata, &OPT_OUT_LABELS, &[]);
+    trim_meta(&mut service.metadata, &OPT_OUT_LABELS, &ACCEPT_ANNOTATIONS);
     service.status = None;
     service.spec = service.spec.take().map(|spec| ServiceSpec {
         cluster_ip: spec.cluster_ip,
@@ -177,10 +179,13 @@ pub fn trim_pod(pod: &mut Pod) {
     pod.status = None;
 }
 
-/// A Node reduced to its name and zone label: its status (images, conditions,
-/// addresses) is by far the largest part and none of it matters here.
+/// A Node reduced to its name and labels (the zone for topology, all of them for
+/// acceptances' node selectors): its status (images, conditions, addresses) is by far
+/// the largest part and none of it matters here. Only this node's Node is kept.
 pub fn trim_node(node: &mut Node) {
-    trim_meta(&mut node.metadata, &[LABEL_ZONE], &[]);
+    let labels = node.metadata.labels.take();
+    trim_meta(&mut node.metadata, &[], &[]);
+    node.metadata.labels = labels;
     node.spec = None;
     node.status = None;
 }

@@ -52,8 +52,9 @@ pub struct DetectConfig {
     /// is failing or silent): findings that depend on it are marked, so nobody —
     /// least of all repair — acts on them as if they were fresh.
     pub cluster_state_stale: bool,
-    /// Findings accepted as exceptions, and the time their expiry is judged at.
-    pub acceptances: Option<(crate::heart::acceptance::Acceptances, jiff::Timestamp)>,
+    /// Findings accepted as exceptions, and the time their expiry is judged at. None:
+    /// none are applied, not even the Services' annotations.
+    pub acceptances: Option<crate::heart::acceptance::AcceptanceInput>,
 }
 
 /// kube-proxy applies API changes seconds late: a difference about a Service that

@@ -42,6 +42,7 @@ fn source_lines_keep_their_columns_whatever_the_names() {
         coverage: Coverage::full(ProxyMode::Iptables),
         kube_proxy: None,
         kube_proxy_answered: Default::default(),
+        acceptance_use: Vec::new(),
     };
     let text = render_text(&report);
     let lines: Vec<&str> = text

@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 
 use crate::heart::desired::model::DesiredState;
 use crate::heart::desired::trim::{
-    desired_from_objects, node_zone, trim_endpoint_slice, trim_node, trim_pod, trim_service,
+    desired_from_objects, node_labels, trim_endpoint_slice, trim_node, trim_pod, trim_service,
 };
 use crate::sources::kube_client::{
     DEFAULT_PAGE_SIZE, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchedResource,
@@ -112,12 +112,12 @@ pub async fn list_every_service(client: Client, timeout: Duration) -> Result<Vec
 async fn load(client: Client, node: Option<&str>) -> Result<DesiredState, WatchError> {
     let objects = list_objects(client, node).await?;
     let node = node.filter(|n| !n.is_empty());
-    let zone = node.and_then(|name| node_zone(objects.nodes.iter(), name));
+    let labels = node.and_then(|name| node_labels(objects.nodes.iter(), name));
     Ok(desired_from_objects(
         node,
         &objects.services,
         &objects.endpoint_slices,
-        zone.as_deref(),
+        labels.as_ref(),
     ))
 }
 

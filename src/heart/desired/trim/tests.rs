@@ -117,7 +117,7 @@ fn the_trigger_time_is_folded_into_the_creation_time_only_when_newer() {
 }
 
 #[test]
-fn a_trimmed_node_keeps_its_name_and_zone() {
+fn a_trimmed_node_keeps_its_name_and_labels() {
     let mut node = Node {
         metadata: ObjectMeta {
             name: Some("worker-1".into()),
@@ -128,11 +128,9 @@ fn a_trimmed_node_keeps_its_name_and_zone() {
         status: Some(Default::default()),
     };
     trim_node(&mut node);
-    assert_eq!(node.metadata.labels, labels(&[(LABEL_ZONE, "zone-a")]));
+    let kept = labels(&[(LABEL_ZONE, "zone-a"), ("kubernetes.io/os", "linux")]);
+    assert_eq!(node.metadata.labels, kept);
     assert!(node.spec.is_none() && node.status.is_none());
-    assert_eq!(
-        node_zone([&node].into_iter(), "worker-1").as_deref(),
-        Some("zone-a")
-    );
-    assert_eq!(node_zone([&node].into_iter(), "worker-2"), None);
+    assert_eq!(node_labels([&node].into_iter(), "worker-1"), kept);
+    assert_eq!(node_labels([&node].into_iter(), "worker-2"), None);
 }
