@@ -122,3 +122,140 @@ fn a_bad_acceptances_file_is_a_clear_error_not_a_silent_drop() {
         );
     }
 }
+
+/// udp-stale-endpoint (one critical stale endpoint of logging/syslog-ingest on
+/// udp/30514) copied, with `edit` applied to its cluster state, scanned with `accept`
+/// (None: no acceptances file).
+fn scan_edited(edit: impl FnOnce(&mut serde_json::Value), accept: Option<&str>) -> (i32, serde_json::Value) {
+    let dir = TempDir::new().unwrap();
+    let bundle = dir.path().join("bundle");
+    let from = support::root().join("testdata/udp-stale-endpoint");
+    let copied = std::process::Command::new("cp")
+        .args(["-a", from.to_str().unwrap(), bundle.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let path = bundle.join("cluster.json");
+    let mut cluster: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    edit(&mut cluster);
+    fs::write(&path, serde_json::to_vec(&cluster).unwrap()).unwrap();
+    let file = dir.path().join("accept.json");
+    let mut args = vec!["scan", "--from", bundle.to_str().unwrap(), "--format", "json"];
+    if let Some(accept) = accept {
+        fs::write(&file, accept).unwrap();
+        args.extend(["--accept", file.to_str().unwrap()]);
+    }
+    let out = support::portdrift(&args);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), report)
+}
+
+fn annotate(cluster: &mut serde_json::Value, namespace: &str, name: &str, annotations: serde_json::Value) {
+    let service = cluster["items"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|i| {
+            i["kind"] == "Service" && i["metadata"]["namespace"] == namespace && i["metadata"]["name"] == name
+        })
+        .unwrap();
+    service["metadata"]["annotations"] = annotations;
+}
+
+fn the_stale_endpoint(report: &serde_json::Value) -> &serde_json::Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "stale-endpoint" && f["port"] == 30514)
+        .unwrap_or_else(|| panic!("{report:#}"))
+}
+
+#[test]
+fn a_service_accepts_its_own_findings_with_an_annotation_and_a_reason() {
+    let (code, report) = scan_edited(
+        |c| {
+            annotate(
+                c,
+                "logging",
+                "syslog-ingest",
+                serde_json::json!({
+                    "portdrift.io/accept": "stale-endpoint",
+                    "portdrift.io/accept-reason": "collector pods drained for the upgrade (OPS-7)",
+                }),
+            )
+        },
+        None,
+    );
+    let finding = the_stale_endpoint(&report);
+    assert_eq!(
+        finding["accepted"]["reason"],
+        "collector pods drained for the upgrade (OPS-7)"
+    );
+    assert_eq!(
+        finding["accepted"]["by"],
+        "Service logging/syslog-ingest (portdrift.io/accept)"
+    );
+    assert_eq!(report["summary"]["critical"], 0, "{:#}", report["summary"]);
+    assert_ne!(code, 1, "an accepted finding is not drift");
+
+    // Another Service cannot accept it, and an annotation without a reason is not
+    // applied, and says why.
+    let (code, report) = scan_edited(
+        |c| {
+            annotate(
+                c,
+                "logging",
+                "loki-gateway",
+                serde_json::json!({"portdrift.io/accept": "stale-endpoint", "portdrift.io/accept-reason": "not ours"}),
+            );
+            annotate(
+                c,
+                "logging",
+                "syslog-ingest",
+                serde_json::json!({"portdrift.io/accept": "stale-endpoint"}),
+            );
+        },
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(the_stale_endpoint(&report)["accepted"].is_null());
+    let notes = acceptances_source(&report)["notes"].to_string();
+    assert!(
+        notes.contains(
+            "Service logging/syslog-ingest: portdrift.io/accept without a portdrift.io/accept-reason"
+        ),
+        "{notes}"
+    );
+}
+
+#[test]
+fn a_node_selector_applies_an_entry_on_the_nodes_it_selects_only() {
+    let accept = r#"{"accept": [{"kind": "stale-endpoint", "node_selector": "pool=syslog",
+        "reason": "the syslog pool is being drained"}]}"#;
+    let with_node = |pool: &'static str| {
+        move |c: &mut serde_json::Value| {
+            c["items"].as_array_mut().unwrap().push(serde_json::json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "worker-2", "labels": {"pool": pool}},
+            }))
+        }
+    };
+    let (_, selected) = scan_edited(with_node("syslog"), Some(accept));
+    assert!(
+        !the_stale_endpoint(&selected)["accepted"].is_null(),
+        "{selected:#}"
+    );
+    let (_, other) = scan_edited(with_node("web"), Some(accept));
+    assert!(the_stale_endpoint(&other)["accepted"].is_null());
+    // Without the Node in the cluster state its labels are unknown: not applied, said.
+    let (_, unknown) = scan_edited(|_| {}, Some(accept));
+    assert!(the_stale_endpoint(&unknown)["accepted"].is_null());
+    assert!(
+        acceptances_source(&unknown)["notes"]
+            .to_string()
+            .contains("labels are not known"),
+        "{unknown:#}"
+    );
+}

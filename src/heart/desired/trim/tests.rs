@@ -17,7 +17,11 @@ fn trimmed_objects_keep_what_the_builder_reads() {
             name: Some("web".into()),
             namespace: Some("shop".into()),
             labels: labels(&[("app", "web")]),
-            annotations: labels(&[("kubectl.kubernetes.io/last-applied-configuration", "{}")]),
+            annotations: labels(&[
+                ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+                ("portdrift.io/accept", "squatter"),
+                ("portdrift.io/accept-reason", "ours"),
+            ]),
             uid: Some("u".into()),
             ..ObjectMeta::default()
         },
@@ -38,7 +42,14 @@ fn trimmed_objects_keep_what_the_builder_reads() {
     };
     trim_service(&mut service);
     assert_eq!(service.metadata.labels, None);
-    assert_eq!(service.metadata.annotations, None);
+    // What a team accepts of its own Service's findings is kept; the rest goes.
+    assert_eq!(
+        service.metadata.annotations,
+        labels(&[
+            ("portdrift.io/accept", "squatter"),
+            ("portdrift.io/accept-reason", "ours")
+        ])
+    );
     assert_eq!(service.metadata.uid, None);
     assert_eq!(service.status, None);
     let spec = service.spec.as_ref().unwrap();
