@@ -953,13 +953,20 @@ fn the_dockerfile_passes_hadolint_and_labels_the_crates_version() {
 const RUN_AS_DEPLOYED: &str = r#"
 log=$1; shift
 # Ask the agent where its --listen and --findings-listen say (behind kube-rbac-proxy, one
-# loopback port for both).
+# loopback port for both). The acceptances ConfigMap's file is read from where the test
+# wrote it, not from the host's /etc.
+args=()
 for arg in "$@"; do
   case $arg in
     --listen=*) url=http://${arg#--listen=}; url=${url/0.0.0.0/127.0.0.1} ;;
     --findings-listen=*) findings_url=http://${arg#--findings-listen=}; findings_url=${findings_url/0.0.0.0/127.0.0.1} ;;
   esac
+  case $arg in
+    --accept=*) args+=("--accept=$dir/accept.json") ;;
+    *) args+=("$arg") ;;
+  esac
 done
+set -- "${args[@]}"
 python3 "$dir/kube-proxy.py" >"$dir/kube-proxy.log" 2>&1 &
 stand_in_up() { curl -s -m 1 -o /dev/null http://127.0.0.1:10299/healthz; }
 wait_for 10 stand_in_up || fail "the kube-proxy stand-in did not start: $(cat "$dir/kube-proxy.log")"
@@ -1037,6 +1044,15 @@ fn runs() -> Option<&'static Runs> {
             support::KUBE_PROXY_HEALTHZ_PY
         );
         std::fs::write(dir.join("kube-proxy.py"), stand_in).unwrap();
+        // The acceptances ConfigMap as overlays/all renders it, where the agent reads it.
+        let all = Rendered::of("overlays/all");
+        let accept = all
+            .docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "portdrift-acceptances")
+            .and_then(|d| d["data"]["accept.json"].as_str())
+            .expect("overlays/all has the acceptances ConfigMap");
+        std::fs::write(dir.join("accept.json"), accept).unwrap();
         let mut by_args = BTreeMap::new();
         let mut findings_status = BTreeMap::new();
         // The dashboard is checked against the run with the most features on.
@@ -1264,6 +1280,21 @@ fn the_dashboard_queries_only_what_the_agent_exports() {
     assert!(
         unknown.is_empty(),
         "the dashboard queries metrics the agent does not export: {unknown:?}\n/metrics:\n{}",
+        runs.metrics
+    );
+}
+
+/// components/acceptances: the agent as deployed reads the ConfigMap's file, and what
+/// ships in it is a good acceptances file (the source is up, not an error).
+#[test]
+fn the_agent_as_deployed_reads_the_acceptances_configmap() {
+    let Some(runs) = runs() else {
+        return;
+    };
+    assert!(
+        runs.metrics
+            .contains("portdrift_source_up{source=\"acceptances\"} 1"),
+        "{}",
         runs.metrics
     );
 }
