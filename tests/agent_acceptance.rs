@@ -4,7 +4,8 @@
 //! endpoint on udp/30514. Accepted, it stays in `/findings` marked with its reason and
 //! leaves the Node condition, the Events and the alerting series; a bad edit of the
 //! file keeps the last good acceptances and says so; removing the entry makes the
-//! finding count again, and the condition and an Event follow.
+//! finding count again, and the condition and an Event follow. Each `/findings` body
+//! is validated against the JSON contract's schema.
 //!
 //! Needs root (CI runs as root and must not skip it).
 
@@ -107,6 +108,13 @@ fn an_accepted_finding_leaves_the_condition_and_events_until_the_acceptance_goes
     );
     assert_ran(&out, dir);
     let log = read_raw(dir, "agent.log");
+
+    // Every /findings body follows the JSON contract's schema (docs/schema).
+    let bodies = ["accepted.json", "bad.json", "counted.json"].map(|name| dir.join(name));
+    let bodies: Vec<&Path> = bodies.iter().map(|p| p.as_path()).collect();
+    if let Some(result) = support::schema::check("scan-report", &bodies) {
+        result.unwrap_or_else(|said| panic!("/findings does not follow the schema: {said}"));
+    }
 
     // Accepted: in /findings with its reason and where it was stated, counted apart.
     let accepted = json(dir, "accepted.json");

@@ -91,6 +91,9 @@ pub enum DevCommand {
     CliReference,
     /// Prints docs/metrics.md: every metric the agent serves.
     MetricsReference,
+    /// Prints docs/schema/scan-report.json: the JSON Schema of `scan --format json` and
+    /// `/findings`, generated from the types that write them.
+    ScanReportSchema,
 }
 
 #[derive(Debug, Args)]

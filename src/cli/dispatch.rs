@@ -37,6 +37,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Dev(DevCommand::IptablesSave { family }) => dev::print_iptables_save(&family),
         Command::Dev(DevCommand::CliReference) => print_page(&super::docs::cli_reference()),
         Command::Dev(DevCommand::MetricsReference) => print_page(&super::docs::metrics_reference()),
+        Command::Dev(DevCommand::ScanReportSchema) => print_page(&format!(
+            "{:#}\n",
+            crate::heart::document::schema::scan_report_schema()
+        )),
         Command::Run(args) => {
             crate::agent::daemon::run(args.agent_config()?)?;
             Ok(0)

@@ -20,7 +20,7 @@ use crate::heart::words::count_of;
 
 /// The `coverage` object of the JSON report (a contract: fields may be added, never
 /// renamed or removed).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Coverage {
     pub proxy_mode: ProxyMode,
     /// What the mode was decided from.

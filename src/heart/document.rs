@@ -10,7 +10,7 @@ use serde::Serialize;
 pub const API_VERSION: &str = "portdrift.io/v1";
 
 /// What a document is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub enum DocumentKind {
     /// One node's scan: `scan --format json` and the agent's `/findings`.
     ScanReport,
@@ -25,7 +25,7 @@ pub enum DocumentKind {
 }
 
 /// A document: the envelope's fields, then the body's own.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Document<'a, T: Serialize> {
     #[serde(rename = "apiVersion")]
     pub api_version: &'static str,
@@ -49,6 +49,8 @@ impl<'a, T: Serialize> Document<'a, T> {
         }
     }
 }
+
+pub mod schema;
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,19 @@ use serde::Serialize;
 use crate::heart::model::{Backend, Family, ProcessInfo, Protocol};
 
 /// The kinds of drift portdrift knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    schemars::JsonSchema,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     StaleNodeport,
@@ -83,7 +95,7 @@ impl fmt::Display for Kind {
 }
 
 /// How urgent a finding is. Ordered from most to least severe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Traffic for a live Service is going to the wrong place right now.
@@ -112,7 +124,7 @@ impl fmt::Display for Severity {
 
 /// How a finding is accepted as an exception (`heart::acceptance`), in its JSON and
 /// report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Accepted {
     pub reason: String,
     /// RFC 3339, or null when it does not expire.
@@ -129,8 +141,9 @@ pub type Identity = (String, Option<u16>, String, String, String, String);
 ///
 /// In JSON every field is present (null, `[]` or `false` where it does not apply),
 /// after an `id` ([`Finding::id`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(remote = "Self")]
+#[schemars(transform = id_in_schema)]
 pub struct Finding {
     pub kind: Kind,
     pub severity: Severity,
@@ -169,6 +182,20 @@ pub struct Finding {
     /// Accepted as an exception (an acceptances file, a Service's annotation): shown,
     /// never counted.
     pub accepted: Option<Accepted>,
+}
+
+/// The `id` the hand-written [`Serialize`] adds, in the schema the derive writes.
+fn id_in_schema(schema: &mut schemars::Schema) {
+    if let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        properties.insert(
+            "id".into(),
+            serde_json::json!({
+                "description": "A stable hash of what identifies the finding (kind, backend, family, protocol, port, Service, target): the same in its Event and log line.",
+                "type": "string",
+                "pattern": "^[0-9a-f]{16}$"
+            }),
+        );
+    }
 }
 
 /// A finding's JSON: its `id`, then its fields.

@@ -12,7 +12,19 @@ use std::sync::Arc;
 use serde::Serialize;
 
 /// The transport protocols a Service port may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    schemars::JsonSchema,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Tcp,
@@ -51,7 +63,7 @@ impl fmt::Display for Protocol {
 }
 
 /// An IP family. kube-proxy runs one proxier per family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     Ipv4,
@@ -81,7 +93,7 @@ impl fmt::Display for Family {
 }
 
 /// Where a rule lives in the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 pub enum Backend {
     /// iptables rules stored in nf_tables (`iptables-nft`).
     #[serde(rename = "iptables-nft")]
@@ -381,7 +393,7 @@ pub struct EntryJump {
 }
 
 /// The Service proxy that programs a node's NodePorts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProxyMode {
     /// kube-proxy's iptables mode (either iptables backend).
@@ -512,7 +524,7 @@ pub struct Listener {
 
 /// A process that owns a socket (filled in by the live reader when it can; see
 /// `observed::owners`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ProcessInfo {
     pub pid: u32,
     /// The kernel's short name for the process (`/proc/<pid>/comm`, at most 15 bytes).

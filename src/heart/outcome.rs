@@ -18,7 +18,7 @@ pub const API_SOURCE: &str = "cluster (API server)";
 pub const ACCEPTANCES_SOURCE: &str = "acceptances";
 
 /// Counts of findings by severity; accepted ones are counted apart, in none of these.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Summary {
     pub critical: usize,
     pub warning: usize,
@@ -38,7 +38,7 @@ impl Summary {
 }
 
 /// Everything one scan produced: the JSON of `scan --format json` and `GET /findings`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ScanReport {
     pub node: Option<String>,
     pub summary: Summary,

@@ -8,7 +8,7 @@ use crate::heart::model::{Backend, Family};
 /// How reading one source went: "absent" (fine) differs from "error" (not). Only
 /// `ok`/`partial`/`empty` say what the node holds, and a dump in any other state is
 /// never trusted for "missing" decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SourceState {
     /// Read and understood.
@@ -63,7 +63,7 @@ impl std::fmt::Display for SourceState {
 }
 
 /// The status of one input, for the report and `/findings`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SourceStatus {
     /// The file or command (`iptables-nft-save.txt`, `proc/net/tcp`, `cluster.json`).
     pub source: String,

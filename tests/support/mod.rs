@@ -177,6 +177,7 @@ wait_for() {
 pub mod fake_apiserver;
 pub mod netns;
 pub mod promtool;
+pub mod schema;
 
 /// The fake API server (`examples/fake_apiserver`), as a program the namespaces of the
 /// live tests can run. `cargo test` builds it; a run of one test target alone needs
