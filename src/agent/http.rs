@@ -150,7 +150,12 @@ impl Shared {
     /// Records a successful scan's report.
     pub fn set_report(&self, report: &ScanReport) {
         // Written when the scan ends: the document's time is the scan's.
-        let document = Document::new(DocumentKind::ScanReport, jiff::Timestamp::now(), report);
+        let document = Document::new(
+            DocumentKind::ScanReport,
+            report.node.as_deref(),
+            jiff::Timestamp::now(),
+            report,
+        );
         let mut json = serde_json::to_vec_pretty(&document).unwrap_or_else(|e| {
             // A report is plain data; this cannot happen, but must not kill the daemon.
             serde_json::to_vec(&serde_json::json!({ "error": e.to_string() })).unwrap_or_default()

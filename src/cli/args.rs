@@ -91,9 +91,12 @@ pub enum DevCommand {
     CliReference,
     /// Prints docs/metrics.md: every metric the agent serves.
     MetricsReference,
-    /// Prints docs/schema/scan-report.json: the JSON Schema of `scan --format json` and
-    /// `/findings`, generated from the types that write them.
-    ScanReportSchema,
+    /// Writes docs/schema/: the JSON Schema of every document portdrift writes, one file
+    /// per kind, generated from the types that write them.
+    Schema {
+        /// Where to write them (created if missing): docs/schema.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -1,11 +1,40 @@
 //! `portdrift dev ...`: developer tools for tests and benchmarks, not a contract.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 use super::args::NftablesViaArg;
+use crate::heart::document::DocumentKind;
+use crate::heart::document::schema::{document_schema, file_name};
 use crate::scan::nft_reads::read_nft_tables;
 use crate::sources::tools::{DEFAULT_MAX_OUTPUT, DEFAULT_TOOL_TIMEOUT};
+
+/// Writes the JSON Schema of every kind of document into `dir` (docs/schema/), and
+/// returns the files written.
+pub(super) fn write_schemas(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    use crate::heart::outcome::ScanReport;
+    use crate::heart::views::{fleet::FleetView, lint::LintReport, ports::AllocationTable};
+    use crate::sources::bundle::Manifest;
+    // Each kind by the type of its body.
+    let schema_of = |kind| match kind {
+        DocumentKind::ScanReport => document_schema::<ScanReport>(kind),
+        DocumentKind::FleetView => document_schema::<FleetView>(kind),
+        DocumentKind::PortAllocation => document_schema::<AllocationTable>(kind),
+        DocumentKind::LintReport => document_schema::<LintReport>(kind),
+        DocumentKind::Snapshot => document_schema::<Manifest>(kind),
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = Vec::new();
+    for kind in DocumentKind::ALL {
+        let path = dir.join(file_name(kind));
+        std::fs::write(&path, format!("{:#}\n", schema_of(kind)))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
 
 pub(super) fn print_iptables_save(family: &str) -> anyhow::Result<u8> {
     use crate::heart::model::Family;

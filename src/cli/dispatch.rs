@@ -37,10 +37,12 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Dev(DevCommand::IptablesSave { family }) => dev::print_iptables_save(&family),
         Command::Dev(DevCommand::CliReference) => print_page(&super::docs::cli_reference()),
         Command::Dev(DevCommand::MetricsReference) => print_page(&super::docs::metrics_reference()),
-        Command::Dev(DevCommand::ScanReportSchema) => print_page(&format!(
-            "{:#}\n",
-            crate::heart::document::schema::scan_report_schema()
-        )),
+        Command::Dev(DevCommand::Schema { dir }) => {
+            for file in dev::write_schemas(&dir)? {
+                eprintln!("wrote {}", file.display());
+            }
+            Ok(0)
+        }
         Command::Run(args) => {
             crate::agent::daemon::run(args.agent_config()?)?;
             Ok(0)
@@ -58,7 +60,12 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
                 let json = pass.to_json()?;
                 serde_json::to_writer_pretty(
                     &mut stdout,
-                    &Document::new(DocumentKind::ScanReport, jiff::Timestamp::now(), &json),
+                    &Document::new(
+                        DocumentKind::ScanReport,
+                        pass.report.node.as_deref(),
+                        jiff::Timestamp::now(),
+                        &json,
+                    ),
                 )?;
                 stdout.write_all(b"\n")?;
             }
@@ -67,7 +74,12 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
         return Ok(pass.exit_code());
     }
     let report = run_oneshot(&args.oneshot_config())?;
-    print_view(args.format, DocumentKind::ScanReport, &report, render_text)?;
+    print_view(
+        args.format,
+        (DocumentKind::ScanReport, report.node.as_deref()),
+        &report,
+        render_text,
+    )?;
     Ok(report.exit_code())
 }
 
@@ -80,7 +92,7 @@ fn ports(args: PortsArgs) -> anyhow::Result<u8> {
     let table = ports::allocation_table(claims, args.nodeport_range, args.next, problems);
     print_view(
         args.format,
-        DocumentKind::PortAllocation,
+        (DocumentKind::PortAllocation, None),
         &table,
         ports::render_table,
     )?;
@@ -108,7 +120,12 @@ fn lint(args: LintArgs) -> anyhow::Result<u8> {
         default_namespace: args.namespace,
     };
     let report = lint::lint(&services, &problems, live.as_deref(), &config);
-    print_view(args.format, DocumentKind::LintReport, &report, lint::render_lint)?;
+    print_view(
+        args.format,
+        (DocumentKind::LintReport, None),
+        &report,
+        lint::render_lint,
+    )?;
     Ok(report.exit_code())
 }
 
@@ -126,9 +143,7 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
             anyhow::bail!("Prometheus at {url} has no target of job {:?} (up)", query.job);
         }
         let source = format!("Prometheus at {url} (job {})", query.job);
-        let view = fleet::prometheus::prometheus_view(&answers, source);
-        print_view(args.format, DocumentKind::FleetView, &view, fleet::render_fleet)?;
-        return Ok(view.exit_code());
+        return print_fleet(args.format, &fleet::prometheus::prometheus_view(&answers, source));
     }
     let query = fleet_client::FleetQuery {
         api: super::configs::api_target(&args.kubeconfig, &args.context),
@@ -153,20 +168,29 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
     }
     let (source, summary) = match &nodes {
         Some(statuses) => (
-            "their NodePortDrift condition".to_string(),
+            Some("their NodePortDrift condition".to_string()),
             Some(fleet::nodes::NodesSummary::of(statuses)),
         ),
-        None => (String::new(), None),
+        None => (None, None),
     };
-    let view = fleet::fleet_view(&answers).with_nodes(source, summary, notes);
-    print_view(args.format, DocumentKind::FleetView, &view, fleet::render_fleet)?;
+    print_fleet(
+        args.format,
+        &fleet::fleet_view(&answers).with_nodes(source, summary, notes),
+    )
+}
+
+/// Prints the fleet's view (about no one node); its exit status.
+fn print_fleet(format: Format, view: &crate::heart::views::fleet::FleetView) -> anyhow::Result<u8> {
+    use crate::heart::views::fleet::render_fleet;
+    print_view(format, (DocumentKind::FleetView, None), view, render_fleet)?;
     Ok(view.exit_code())
 }
 
-/// Prints a view on stdout: rendered for a terminal, or as a pretty JSON document.
+/// Prints a view on stdout: rendered for a terminal, or as a pretty JSON document of
+/// `kind` about `node`.
 fn print_view<T: serde::Serialize>(
     format: Format,
-    kind: DocumentKind,
+    (kind, node): (DocumentKind, Option<&str>),
     view: &T,
     render: fn(&T) -> String,
 ) -> anyhow::Result<()> {
@@ -174,7 +198,8 @@ fn print_view<T: serde::Serialize>(
     match format {
         Format::Text => stdout.write_all(render(view).as_bytes())?,
         Format::Json => {
-            serde_json::to_writer_pretty(&mut stdout, &Document::new(kind, jiff::Timestamp::now(), view))?;
+            let document = Document::new(kind, node, jiff::Timestamp::now(), view);
+            serde_json::to_writer_pretty(&mut stdout, &document)?;
             stdout.write_all(b"\n")?;
         }
     }

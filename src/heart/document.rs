@@ -1,6 +1,7 @@
 //! The envelope of every JSON document portdrift writes (`scan --format json`,
 //! `/findings`, `fleet`, `ports`, `lint`, a snapshot's `snapshot.json`): which
-//! contract it follows, what it is, when and by which version it was written. Scripts
+//! contract it follows, what it is, when, by which version and about which node it was
+//! written. Scripts
 //! and `fleet` read these documents; within `portdrift.io/v1` fields are added, never
 //! renamed or removed (docs/scan.md, "The JSON contract").
 
@@ -24,6 +25,16 @@ pub enum DocumentKind {
     Snapshot,
 }
 
+impl DocumentKind {
+    pub const ALL: [DocumentKind; 5] = [
+        DocumentKind::ScanReport,
+        DocumentKind::FleetView,
+        DocumentKind::PortAllocation,
+        DocumentKind::LintReport,
+        DocumentKind::Snapshot,
+    ];
+}
+
 /// A document: the envelope's fields, then the body's own.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Document<'a, T: Serialize> {
@@ -33,18 +44,27 @@ pub struct Document<'a, T: Serialize> {
     /// When the document was written (RFC 3339, UTC); the caller reads the clock.
     pub generated_at: String,
     pub portdrift_version: &'static str,
+    /// The node the document is about (a scan, a snapshot), when its name is known;
+    /// null for a document about no one node (`fleet`, `ports`, `lint`).
+    pub node: Option<&'a str>,
     #[serde(flatten)]
     pub body: &'a T,
 }
 
 impl<'a, T: Serialize> Document<'a, T> {
-    /// `body` as a document of `kind`, written at `at`.
-    pub fn new(kind: DocumentKind, at: jiff::Timestamp, body: &'a T) -> Document<'a, T> {
+    /// `body` as a document of `kind` about `node`, written at `at`.
+    pub fn new(
+        kind: DocumentKind,
+        node: Option<&'a str>,
+        at: jiff::Timestamp,
+        body: &'a T,
+    ) -> Document<'a, T> {
         Document {
             api_version: API_VERSION,
             kind,
             generated_at: at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             portdrift_version: env!("CARGO_PKG_VERSION"),
+            node,
             body,
         }
     }

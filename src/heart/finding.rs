@@ -23,14 +23,25 @@ use crate::heart::model::{Backend, Family, ProcessInfo, Protocol};
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
+    /// A NodePort rule for a port that no Service owns, or that belongs to another
+    /// (deleted) Service than the port's owner.
     StaleNodeport,
+    /// A NodePort's rules DNAT to an `ip:port` no EndpointSlice of the Service lists.
     StaleEndpoint,
+    /// A ready endpoint that the port's rules never DNAT to.
     MissingEndpoint,
+    /// The Service has endpoints but the node has no NodePort rule for it (or,
+    /// node-wide, the jump to every NodePort rule is gone).
     MissingRule,
+    /// More than one NodePort rule for one port in one backend.
     DuplicateRule,
+    /// kube-proxy rules in more than one backend.
     BackendSplit,
+    /// A process listening on a NodePort.
     Squatter,
+    /// Two Services claim one nodePort and protocol in the API.
     NodeportCollision,
+    /// A kube-proxy chain that nothing jumps to.
     OrphanChain,
     /// A rule line the parser could not understand: the analysis around it is incomplete.
     UnparsedRule,
@@ -95,7 +106,20 @@ impl fmt::Display for Kind {
 }
 
 /// How urgent a finding is. Ordered from most to least severe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+// Deserialize: `fleet` reads it back from the agents' `/findings`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    schemars::JsonSchema,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Traffic for a live Service is going to the wrong place right now.
@@ -128,6 +152,7 @@ impl fmt::Display for Severity {
 pub struct Accepted {
     pub reason: String,
     /// RFC 3339, or null when it does not expire.
+    #[schemars(extend("format" = "date-time"))]
     pub expires: Option<String>,
     /// Where the acceptance was stated: `acceptances entry 2`, or a Service's
     /// annotation.
@@ -140,7 +165,7 @@ pub type Identity = (String, Option<u16>, String, String, String, String);
 /// One difference between what the cluster says and what the node does.
 ///
 /// In JSON every field is present (null, `[]` or `false` where it does not apply),
-/// after an `id` ([`Finding::id`]).
+/// after an `id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(remote = "Self")]
 #[schemars(transform = id_in_schema)]
@@ -184,7 +209,8 @@ pub struct Finding {
     pub accepted: Option<Accepted>,
 }
 
-/// The `id` the hand-written [`Serialize`] adds, in the schema the derive writes.
+/// The `id` the hand-written [`Serialize`] adds (always), in the schema the derive
+/// writes for the other fields.
 fn id_in_schema(schema: &mut schemars::Schema) {
     if let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
         properties.insert(
@@ -195,6 +221,9 @@ fn id_in_schema(schema: &mut schemars::Schema) {
                 "pattern": "^[0-9a-f]{16}$"
             }),
         );
+    }
+    if let Some(required) = schema.get_mut("required").and_then(|r| r.as_array_mut()) {
+        required.insert(0, "id".into());
     }
 }
 

@@ -40,6 +40,8 @@ impl Summary {
 /// Everything one scan produced: the JSON of `scan --format json` and `GET /findings`.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ScanReport {
+    /// In the JSON, the envelope's `node` ([`crate::heart::document::Document`]).
+    #[serde(skip)]
     pub node: Option<String>,
     pub summary: Summary,
     pub findings: Vec<Finding>,

@@ -205,7 +205,12 @@ pub fn write_snapshot<S: Source>(
     manifest.node = node;
 
     let path = out.join(MANIFEST_FILE);
-    let document = Document::new(DocumentKind::Snapshot, jiff::Timestamp::now(), &manifest);
+    let document = Document::new(
+        DocumentKind::Snapshot,
+        manifest.node.as_deref(),
+        jiff::Timestamp::now(),
+        &manifest,
+    );
     let mut text = serde_json::to_string_pretty(&document).map_err(|e| write_error(&path)(e.into()))?;
     text.push('\n');
     fs::write(&path, text).map_err(write_error(&path))?;

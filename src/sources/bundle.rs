@@ -181,35 +181,43 @@ pub const MANIFEST_FILE: &str = "snapshot.json";
 /// `snapshot.json`: how the capture of each source went, so that a bundle records what
 /// could not be read (an absent tool, one that failed or hung) and a scan of the bundle
 /// reports it as the live scan did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Manifest {
     /// Format version of this file.
     pub version: u32,
     /// The portdrift that wrote it.
     pub portdrift: String,
     /// When the capture started (RFC 3339, UTC).
+    #[schemars(extend("format" = "date-time"))]
     pub captured_at: String,
+    /// Written as the envelope's `node` ([`crate::heart::document::Document`]), and read
+    /// back from it.
+    #[serde(skip_serializing)]
     pub node: Option<String>,
     pub sources: Vec<ManifestEntry>,
 }
 
-/// How the capture of one bundle file went.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How the capture of one bundle file went. Every key is written (null or `[]` when it
+/// does not apply, as the JSON contract says); the defaults read older manifests that
+/// left them out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ManifestEntry {
     /// The bundle file name (`iptables-nft-save.txt`).
     pub source: String,
     /// What it was read from (`iptables-nft-save`, `/proc/net/tcp`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub origin: Option<String>,
     pub status: SourceState,
     /// Whether the file is in the bundle.
     #[serde(default)]
     pub file: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How much the source gave, when it was read.
+    #[serde(default)]
     pub bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How long reading it took, when it was read.
+    #[serde(default)]
     pub duration_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub notes: Vec<String>,
 }
 

@@ -1,5 +1,6 @@
 //! Validating what the tool writes against its checked-in JSON Schemas
-//! (`docs/schema/`) with the real `check-jsonschema` (scripts/test.sh installs it).
+//! (`docs/schema/`) with the real `check-jsonschema` (scripts/test.sh installs it into
+//! the checkout's `.venv`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,13 +10,23 @@ pub fn schema_file(name: &str) -> PathBuf {
     super::root().join("docs/schema").join(format!("{name}.json"))
 }
 
-/// Runs `check-jsonschema` on `documents` against schema `name`: Ok, or what it said.
-/// None when the tool is missing outside CI (with `CI` set that fails the test).
-pub fn check(name: &str, documents: &[&Path]) -> Option<Result<(), String>> {
-    if !super::require_tool("check-jsonschema", "validating JSON against docs/schema") {
-        return None;
+/// `check-jsonschema`: the checkout's `.venv` one, else the one on `PATH`. None when
+/// there is neither outside CI (with `CI` set that fails the test).
+fn tool() -> Option<PathBuf> {
+    let venv = super::root().join(".venv/bin/check-jsonschema");
+    if venv.is_file() {
+        return Some(venv);
     }
-    let out = Command::new("check-jsonschema")
+    super::require_tool("check-jsonschema", "validating JSON against docs/schema")
+        .then(|| PathBuf::from("check-jsonschema"))
+}
+
+/// Runs `check-jsonschema` on `documents` against schema `name`, all in one run: Ok,
+/// or what it said (each error line starts with its document's path). None when the
+/// tool is missing outside CI.
+pub fn check(name: &str, documents: &[&Path]) -> Option<Result<(), String>> {
+    assert!(!documents.is_empty(), "no document to check against {name}");
+    let out = Command::new(tool()?)
         .arg("--schemafile")
         .arg(schema_file(name))
         .args(documents)

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::heart::model::Protocol;
 
 /// One number held by one Service.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 pub struct Claim {
     pub port: u16,
     pub protocol: Protocol,
@@ -27,7 +27,7 @@ pub struct Claim {
 }
 
 /// A Service's value that cannot be a claim, reported rather than dropped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ClaimProblem {
     /// `namespace/name`.
     pub service: String,

@@ -3,11 +3,15 @@
 //! then the asked agents' `/findings` grouped by finding, with the nodes that have each,
 //! and the agents that did not answer. Pure: answers in, a view out.
 
+use crate::heart::finding::{Kind, Severity};
+use crate::heart::model::Protocol;
 use crate::heart::visible::{into_visible_lines, visible as v};
+use crate::heart::words::count_of;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub mod nodes;
@@ -28,11 +32,15 @@ pub struct AgentAnswer {
     pub unready: Option<String>,
 }
 
-/// The fields that make two nodes' findings the same finding.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// The fields that make two nodes' findings the same finding, as the agents wrote
+/// them: only spellings this portdrift knows are kept ([`key_of`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 pub struct FindingKey {
+    #[schemars(with = "Kind")]
     pub kind: String,
+    #[schemars(with = "Severity")]
     pub severity: String,
+    #[schemars(with = "Option<Protocol>")]
     pub protocol: Option<String>,
     pub port: Option<u64>,
     pub service: Option<String>,
@@ -40,7 +48,7 @@ pub struct FindingKey {
 }
 
 /// One finding and the nodes that have it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FleetFinding {
     #[serde(flatten)]
     pub key: FindingKey,
@@ -51,21 +59,20 @@ pub struct FleetFinding {
 }
 
 /// An agent that did not answer with findings.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Unanswered {
     pub node: String,
     pub pod: String,
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The fleet's drift: the nodes by their state, then the asked agents' findings.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FleetView {
-    /// Where the per-node states come from; empty when there are none (the agents
+    /// Where the per-node states come from; null when there are none (the agents
     /// alone were asked).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub source: String,
-    /// Every node by its state, when a list of the nodes was read.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Every node by its state, when a list of the nodes was read; null otherwise.
     pub nodes: Option<NodesSummary>,
     /// Nodes asked for details, one agent each (or Prometheus's targets).
     pub agents: usize,
@@ -74,7 +81,6 @@ pub struct FleetView {
     pub findings: Vec<FleetFinding>,
     pub unanswered: Vec<Unanswered>,
     /// What could not be checked, and why.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// The nodes whose agents answered.
     #[serde(skip)]
@@ -99,7 +105,7 @@ impl FleetView {
     /// The same view with the nodes' states read from `source`, and `notes`.
     pub fn with_nodes(
         mut self,
-        source: String,
+        source: Option<String>,
         nodes: Option<NodesSummary>,
         notes: Vec<String>,
     ) -> FleetView {
@@ -137,25 +143,43 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
                 continue;
             }
         };
-        // An agent that could not check everything, or is not ready (its verdicts may
-        // not be current), has not shown its node clean.
-        match (document_incomplete(answer), &answer.unready) {
-            (Some(why), _) => notes.push(format!("{}: the agent's check is incomplete: {why}", answer.node)),
-            (None, Some(why)) => notes.push(format!(
-                "{}: the agent is not ready ({why}): its answer may be out of date",
-                answer.node
-            )),
-            (None, None) => {
-                answered_nodes.insert(answer.node.clone());
-            }
-        }
+        let mut unreadable = Vec::new();
         for finding in findings {
-            let Some(key) = key_of(finding) else { continue };
+            let key = match key_of(finding) {
+                Ok(key) => key,
+                Err(why) => {
+                    unreadable.push(why);
+                    continue;
+                }
+            };
             let entry = groups.entry(key).or_insert_with(|| {
                 let message = finding["message"].as_str().unwrap_or_default().to_string();
                 (Vec::new(), message)
             });
             entry.0.push(answer.node.clone());
+        }
+        // An agent that could not check everything, or is not ready (its verdicts may
+        // not be current), or said what this portdrift cannot read, has not shown its
+        // node clean.
+        let doubt = match (document_incomplete(answer), &answer.unready) {
+            (Some(why), _) => Some(format!("{}: the agent's check is incomplete: {why}", answer.node)),
+            (None, Some(why)) => Some(format!(
+                "{}: the agent is not ready ({why}): its answer may be out of date",
+                answer.node
+            )),
+            (None, None) => None,
+        };
+        let clean = doubt.is_none() && unreadable.is_empty();
+        notes.extend(doubt);
+        if let Some(first) = unreadable.first() {
+            notes.push(format!(
+                "{}: {} this portdrift cannot read ({first}): a newer portdrift may",
+                answer.node,
+                count_of(unreadable.len(), "finding")
+            ));
+        }
+        if clean {
+            answered_nodes.insert(answer.node.clone());
         }
     }
     let mut findings: Vec<FleetFinding> = groups
@@ -175,7 +199,7 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
     });
     unanswered.sort_by(|a, b| a.node.cmp(&b.node));
     FleetView {
-        source: String::new(),
+        source: None,
         nodes: None,
         agents: answers.len(),
         answered: answers.len() - unanswered.len(),
@@ -213,17 +237,31 @@ fn severity_rank(severity: &str) -> u8 {
     }
 }
 
-/// A finding's key; None when it has no kind (not a finding).
-fn key_of(finding: &Value) -> Option<FindingKey> {
+/// A finding's key; Err when it lacks a kind or severity, or spells one of them or
+/// its protocol in a way this portdrift does not know (the view writes only the
+/// spellings of its own contract).
+fn key_of(finding: &Value) -> Result<FindingKey, String> {
     let text = |field: &str| finding.get(field).and_then(Value::as_str).map(str::to_string);
-    Some(FindingKey {
-        kind: text("kind")?,
-        severity: text("severity").unwrap_or_else(|| "unknown".into()),
-        protocol: text("protocol"),
+    let kind = known::<Kind>("kind", text("kind"))?.ok_or("no kind")?;
+    let severity = known::<Severity>("severity", text("severity"))?.ok_or("no severity")?;
+    Ok(FindingKey {
+        kind,
+        severity,
+        protocol: known::<Protocol>("protocol", text("protocol"))?,
         port: finding.get("port").and_then(Value::as_u64),
         service: text("service"),
         target: text("target"),
     })
+}
+
+/// `value`, when it is absent or a spelling of `T`.
+fn known<T: DeserializeOwned>(field: &str, value: Option<String>) -> Result<Option<String>, String> {
+    match value {
+        Some(text) if serde_json::from_value::<T>(Value::String(text.clone())).is_err() => {
+            Err(format!("{field} {text:?}"))
+        }
+        value => Ok(value),
+    }
 }
 
 /// `severity kind proto/port service → target: K of N nodes: a, b` per finding, then
@@ -237,7 +275,7 @@ pub fn render_fleet(view: &FleetView) -> String {
 
 fn render_fleet_into(out: &mut String, view: &FleetView) {
     if let Some(nodes) = &view.nodes {
-        render_nodes(out, &view.source, nodes);
+        render_nodes(out, view.source.as_deref().unwrap_or_default(), nodes);
         if view.agents == 0 && view.notes.is_empty() {
             let _ = writeln!(
                 out,

@@ -13,7 +13,7 @@ use crate::heart::views::manifest::{Located, ManifestProblem, ManifestService};
 use crate::heart::words::count_of;
 
 /// How bad a lint finding is: errors fail the check (exit 1), warnings do not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LintSeverity {
     Error,
@@ -29,12 +29,50 @@ impl LintSeverity {
     }
 }
 
+/// The checks, by the stable names scripts match on (docs/cluster-views.md has the
+/// table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LintCheck {
+    /// The file is not valid YAML, or a field has the wrong type.
+    Yaml,
+    /// A static nodePort or healthCheckNodePort outside the NodePort range.
+    OutOfRange,
+    /// Two Services in the manifests ask for one number.
+    Collision,
+    /// The cluster gives the number to another Service.
+    Allocated,
+    /// A nodePort on a Service type that gets none.
+    NodeportOnClusterip,
+    /// A hard-coded nodePort.
+    StaticNodeport,
+    /// A LoadBalancer that does not set `allocateLoadBalancerNodePorts`.
+    LbNodePorts,
+    /// `externalTrafficPolicy: Local` on a NodePort Service.
+    LocalWithoutHealthCheck,
+}
+
+impl LintCheck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LintCheck::Yaml => "yaml",
+            LintCheck::OutOfRange => "out-of-range",
+            LintCheck::Collision => "collision",
+            LintCheck::Allocated => "allocated",
+            LintCheck::NodeportOnClusterip => "nodeport-on-clusterip",
+            LintCheck::StaticNodeport => "static-nodeport",
+            LintCheck::LbNodePorts => "lb-node-ports",
+            LintCheck::LocalWithoutHealthCheck => "local-without-health-check",
+        }
+    }
+}
+
 /// One thing wrong in a manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LintFinding {
     pub severity: LintSeverity,
-    /// A stable name for the check, for scripts: see [`lint`].
-    pub check: &'static str,
+    /// Which check found it.
+    pub check: LintCheck,
     pub file: String,
     pub line: usize,
     /// `namespace/name`, when the finding is about a Service.
@@ -50,7 +88,8 @@ pub struct LintConfig {
     pub default_namespace: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// Service manifests checked: what is wrong in them, and the counts.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct LintReport {
     pub findings: Vec<LintFinding>,
     pub services: usize,
@@ -98,8 +137,9 @@ pub fn lint(
     if let Some(live) = live {
         findings.extend(allocated_findings(&wanted, live));
     }
-    findings
-        .sort_by(|a, b| (&a.file, a.line, a.severity, a.check).cmp(&(&b.file, b.line, b.severity, b.check)));
+    findings.sort_by(|a, b| {
+        (&a.file, a.line, a.severity, a.check.as_str()).cmp(&(&b.file, b.line, b.severity, b.check.as_str()))
+    });
     let errors = findings
         .iter()
         .filter(|f| f.severity == LintSeverity::Error)
@@ -125,7 +165,7 @@ fn service_key(service: &ManifestService, default_namespace: &str) -> String {
 fn yaml_finding(problem: &ManifestProblem) -> LintFinding {
     LintFinding {
         severity: LintSeverity::Error,
-        check: "yaml",
+        check: LintCheck::Yaml,
         file: problem.file.clone(),
         line: problem.line,
         service: None,
@@ -135,7 +175,7 @@ fn yaml_finding(problem: &ManifestProblem) -> LintFinding {
 
 fn finding(
     severity: LintSeverity,
-    check: &'static str,
+    check: LintCheck,
     file: &str,
     line: usize,
     service: &str,
@@ -189,7 +229,7 @@ fn shape_findings(service: &ManifestService, key: &str) -> Vec<LintFinding> {
         if gets_node_ports {
             out.push(finding(
                 Warning,
-                "static-nodeport",
+                LintCheck::StaticNodeport,
                 file,
                 node_port.line,
                 key,
@@ -201,7 +241,7 @@ fn shape_findings(service: &ManifestService, key: &str) -> Vec<LintFinding> {
         } else {
             out.push(finding(
                 Error,
-                "nodeport-on-clusterip",
+                LintCheck::NodeportOnClusterip,
                 file,
                 node_port.line,
                 key,
@@ -215,7 +255,7 @@ fn shape_findings(service: &ManifestService, key: &str) -> Vec<LintFinding> {
     if let Some(hc) = &service.health_check_node_port {
         out.push(finding(
             Warning,
-            "static-nodeport",
+            LintCheck::StaticNodeport,
             file,
             hc.line,
             key,
@@ -228,7 +268,7 @@ fn shape_findings(service: &ManifestService, key: &str) -> Vec<LintFinding> {
     if service.service_type == "LoadBalancer" && service.allocate_load_balancer_node_ports.is_none() {
         out.push(finding(
             Warning,
-            "lb-node-ports",
+            LintCheck::LbNodePorts,
             file,
             service.line,
             key,
@@ -247,7 +287,7 @@ fn shape_findings(service: &ManifestService, key: &str) -> Vec<LintFinding> {
     {
         out.push(finding(
             Warning,
-            "local-without-health-check",
+            LintCheck::LocalWithoutHealthCheck,
             file,
             policy.line,
             key,
@@ -273,7 +313,7 @@ fn range_finding(w: &Wanted<'_>, range: &RangeInclusive<u16>) -> Option<LintFind
     };
     Some(finding(
         LintSeverity::Error,
-        "out-of-range",
+        LintCheck::OutOfRange,
         w.file,
         w.line,
         &w.service,
@@ -301,7 +341,7 @@ fn collision_findings(wanted: &[Wanted<'_>]) -> Vec<LintFinding> {
         if let Some(e) = clash {
             out.push(finding(
                 LintSeverity::Error,
-                "collision",
+                LintCheck::Collision,
                 w.file,
                 w.line,
                 &w.service,
@@ -352,7 +392,7 @@ fn allocated_findings(wanted: &[Wanted<'_>], live: &[Claim]) -> Vec<LintFinding>
         }
         out.push(finding(
             LintSeverity::Error,
-            "allocated",
+            LintCheck::Allocated,
             w.file,
             w.line,
             &w.service,
@@ -378,7 +418,7 @@ pub fn render_lint(report: &LintReport) -> String {
             f.line,
             f.severity.as_str(),
             f.message,
-            f.check
+            f.check.as_str()
         );
     }
     let _ = writeln!(

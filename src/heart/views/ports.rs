@@ -16,7 +16,7 @@ use crate::heart::views::claims::{Claim, ClaimProblem};
 pub const LARGEST_BLOCKS: usize = 5;
 
 /// A run of consecutive port numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Block {
     pub first: u16,
     pub last: u16,
@@ -34,7 +34,7 @@ impl Block {
 }
 
 /// One row: a claim, and what the table knows about its number.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Allocation {
     #[serde(flatten)]
     pub claim: Claim,
@@ -51,7 +51,7 @@ pub struct Allocation {
 /// A number held twice: by two Services (whatever the protocols: the allocator
 /// counts numbers), by one Service twice for one protocol, or by a health-check node
 /// port and a traffic port.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Collision {
     pub port: u16,
     pub holders: Vec<Claim>,
@@ -61,19 +61,22 @@ pub struct Collision {
 }
 
 /// The free part of the range.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FreePorts {
     pub count: u32,
     /// The largest runs of free numbers, largest first (then lowest first).
     pub largest_blocks: Vec<Block>,
-    /// The numbers to hand out next, in order: see [`next_free`].
+    /// The numbers to hand out next, in order: the lowest free ones of the static
+    /// band, then the lowest above it.
     pub next: Vec<u16>,
-    /// The API server's static band (KEP-3668): see [`static_band`].
+    /// The API server's static band (KEP-3668): the lowest `min(max(16, size/32), 128)`
+    /// numbers of the range, which its allocator takes from last.
     pub static_band: Block,
 }
 
-/// The whole table.
-#[derive(Debug, Clone, Serialize)]
+/// The cluster's NodePort allocation table: every number held and by whom, the
+/// collisions, and the free ports.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct AllocationTable {
     pub range: Block,
     /// Services that hold at least one number.

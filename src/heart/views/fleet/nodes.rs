@@ -18,7 +18,7 @@ use serde::Serialize;
 pub const CONDITION_TYPE: &str = "NodePortDrift";
 
 /// What a node's condition says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeState {
     /// `True`: critical findings at the agent's last scan.
@@ -30,16 +30,16 @@ pub enum NodeState {
 }
 
 /// One node, by its condition.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct NodeStatus {
     pub node: String,
     pub state: NodeState,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The condition's reason; null without one.
     pub reason: Option<String>,
     /// The condition's message, or why the state is unknown.
     pub message: String,
-    /// `lastTransitionTime`: since when the status holds.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// `lastTransitionTime`: since when the status holds; null without a condition.
+    #[schemars(extend("format" = "date-time"))]
     pub since: Option<String>,
 }
 
@@ -185,7 +185,7 @@ pub fn nodes_to_ask(statuses: &[NodeStatus], all: bool) -> BTreeSet<String> {
 
 /// The nodes by state, for the view: drifted and unknown ones named, clean ones too
 /// (in JSON; the text counts them).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct NodesSummary {
     pub total: usize,
     pub drift: Vec<NodeStatus>,

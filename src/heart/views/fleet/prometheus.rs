@@ -189,7 +189,7 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
     for node in &unresolved {
         view.answered_nodes.remove(node);
     }
-    view.with_nodes(source, Some(NodesSummary::of(&statuses)), notes)
+    view.with_nodes(Some(source), Some(NodesSummary::of(&statuses)), notes)
 }
 
 /// A detail series as the finding fields the view groups by.

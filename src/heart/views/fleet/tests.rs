@@ -74,6 +74,35 @@ fn findings_are_grouped_by_node_and_silent_agents_listed() {
 }
 
 #[test]
+fn a_finding_this_portdrift_cannot_read_is_noted_not_shown_and_its_node_not_clean() {
+    let odd = [
+        json!({"kind": "port-hijack", "severity": "critical", "port": 30080, "message": "new"}),
+        json!({"kind": "stale-endpoint", "severity": "urgent", "port": 30080, "message": "odd"}),
+        json!({"kind": "stale-endpoint", "severity": "info", "protocol": "quic", "port": 30080}),
+        json!({"severity": "info", "message": "no kind"}),
+    ];
+    let answers = [
+        answer("node-a", Ok(json!({"findings": odd}))),
+        answer(
+            "node-b",
+            Ok(json!({"findings": [stale("10.244.1.5:8080", "iptables-nft")]})),
+        ),
+    ];
+    let view = fleet_view(&answers);
+    let kinds: Vec<&str> = view.findings.iter().map(|f| f.key.kind.as_str()).collect();
+    assert_eq!(kinds, ["stale-endpoint"]);
+    assert_eq!(view.findings[0].nodes, ["node-b"]);
+    assert_eq!(
+        view.notes,
+        ["node-a: 4 findings this portdrift cannot read (kind \"port-hijack\"): a newer portdrift may"]
+    );
+    // node-a answered, but what it said is not known clean.
+    assert_eq!(view.answered, 2);
+    assert!(!view.answered_nodes.contains("node-a"));
+    assert!(view.answered_nodes.contains("node-b"));
+}
+
+#[test]
 fn a_clean_fleet_exits_zero() {
     let view = fleet_view(&[answer("node-a", Ok(json!({"findings": []})))]);
     assert_eq!(view.exit_code(), 0);
@@ -232,18 +261,17 @@ mod by_condition {
         // c answered clean: only a's drift makes the exit status 1.
         let summary = NodesSummary::of(&statuses);
         let view = |answers: &[AgentAnswer]| {
-            fleet_view(answers).with_nodes("conditions".into(), Some(summary.clone()), vec![])
+            fleet_view(answers).with_nodes(Some("conditions".into()), Some(summary.clone()), vec![])
         };
         let clean = || Ok(json!({"findings": [], "coverage": {"complete": true}}));
         assert_eq!(view(&[answer("a", clean()), answer("c", clean())]).exit_code(), 1);
         let only_unknown = NodesSummary::of(&statuses[1..]);
-        let v =
-            fleet_view(&[answer("c", clean())]).with_nodes(String::new(), Some(only_unknown.clone()), vec![]);
+        let v = fleet_view(&[answer("c", clean())]).with_nodes(None, Some(only_unknown.clone()), vec![]);
         assert_eq!(v.exit_code(), 0);
         // An unknown node whose agent could not check everything stays unresolved.
         let partial =
             Ok(json!({"findings": [], "coverage": {"complete": false, "not_checked": ["no sockets"]}}));
-        let v = fleet_view(&[answer("c", partial)]).with_nodes(String::new(), Some(only_unknown), vec![]);
+        let v = fleet_view(&[answer("c", partial)]).with_nodes(None, Some(only_unknown), vec![]);
         assert_eq!(v.exit_code(), 1);
         assert_eq!(v.notes, ["c: the agent's check is incomplete: no sockets"]);
     }
@@ -254,17 +282,17 @@ mod by_condition {
         let ready = [pod("a", "Running", Some("True"))];
         let summary = NodesSummary::of(&confirmed(&nodes, &ready));
         assert_eq!((summary.clean.len(), summary.unknown.len()), (1, 1));
-        let v = fleet_view(&[]).with_nodes(String::new(), Some(summary.clone()), vec![]);
+        let v = fleet_view(&[]).with_nodes(None, Some(summary.clone()), vec![]);
         assert_eq!(v.exit_code(), 1, "b is unknown and nobody answered for it");
         let clean = || Ok(json!({"findings": [], "coverage": {"complete": true}}));
-        let v = fleet_view(&[answer("b", clean())]).with_nodes(String::new(), Some(summary.clone()), vec![]);
+        let v = fleet_view(&[answer("b", clean())]).with_nodes(None, Some(summary.clone()), vec![]);
         assert_eq!(v.exit_code(), 0, "b's agent answered: clean, fully checked");
         // An answer from an agent that is not ready is shown, but resolves nothing.
         let unready = AgentAnswer {
             unready: Some("pod portdrift-b: not ready".into()),
             ..answer("b", clean())
         };
-        let v = fleet_view(&[unready]).with_nodes(String::new(), Some(summary), vec![]);
+        let v = fleet_view(&[unready]).with_nodes(None, Some(summary), vec![]);
         assert_eq!((v.answered, v.exit_code()), (1, 1));
         assert_eq!(
             v.notes,
@@ -276,7 +304,7 @@ mod by_condition {
             pod("b", "Running", Some("True")),
         ];
         let summary = NodesSummary::of(&confirmed(&nodes, &both));
-        let v = fleet_view(&[]).with_nodes(String::new(), Some(summary), vec![]);
+        let v = fleet_view(&[]).with_nodes(None, Some(summary), vec![]);
         assert_eq!(v.exit_code(), 0);
     }
 }

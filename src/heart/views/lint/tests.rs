@@ -13,7 +13,7 @@ fn checks(report: &LintReport) -> Vec<(&'static str, &str, usize)> {
     report
         .findings
         .iter()
-        .map(|f| (f.check, f.file.as_str(), f.line))
+        .map(|f| (f.check.as_str(), f.file.as_str(), f.line))
         .collect()
 }
 
@@ -83,7 +83,7 @@ fn the_live_cluster_counts_except_the_service_being_updated() {
     let allocated: Vec<usize> = report
         .findings
         .iter()
-        .filter(|f| f.check == "allocated")
+        .filter(|f| f.check == LintCheck::Allocated)
         .map(|f| f.line)
         .collect();
     // 30080 is this very Service's own; 30053 is another's (for UDP: numbers count).
@@ -129,7 +129,7 @@ fn one_service_in_a_base_and_an_overlay_is_not_a_collision() {
     services.extend(services_in("overlay.yaml", TEAM_B).0);
     let report = lint(&services, &[], None, &config());
     assert!(
-        report.findings.iter().all(|f| f.check != "collision"),
+        report.findings.iter().all(|f| f.check != LintCheck::Collision),
         "{}",
         render_lint(&report)
     );
@@ -140,6 +140,6 @@ fn yaml_problems_are_errors() {
     let (services, problems) = services_in("bad.yaml", "kind: Service\n  name: [\n");
     let report = lint(&services, &problems, None, &config());
     assert_eq!(report.errors, 1);
-    assert_eq!(report.findings[0].check, "yaml");
+    assert_eq!(report.findings[0].check, LintCheck::Yaml);
     assert!(render_lint(&report).starts_with("bad.yaml:"));
 }
