@@ -405,6 +405,52 @@ fn a_file_that_is_not_text_is_refused_as_a_bad_capture() {
 }
 
 #[test]
+fn an_nft_listing_with_a_nul_byte_is_refused_as_a_bad_capture() {
+    // kube-proxy's nftables table as `nft list ruleset` prints it, with one NUL byte
+    // inserted: still valid UTF-8, and the parser would skip past it; nft never prints one.
+    // The clean-nftables node read from its text listing alone (its nft.json left out).
+    let node_with = |listing: &[u8]| {
+        let dir = TempDir::new().unwrap();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(support::root().join("testdata/clean-nftables/."))
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        fs::remove_file(dir.path().join("nft.json")).unwrap();
+        fs::write(dir.path().join("nft.txt"), listing).unwrap();
+        dir
+    };
+    let listing = fs::read(support::root().join("testdata/clean-nftables/nft.txt")).unwrap();
+    let (clean, _, stderr) = run(&node_with(&listing));
+    assert_eq!(clean, 0, "the listing as captured is a clean node: {stderr}");
+    let mut corrupted = listing.clone();
+    corrupted.insert(200, 0);
+    let (code, stdout, stderr) = run(&node_with(&corrupted));
+    assert_eq!(code, 3, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let src = report["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "nft.txt")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(src["status"], "error", "{src}");
+    assert!(
+        src["notes"].to_string().contains("a NUL byte at offset 200"),
+        "{src}"
+    );
+    assert!(
+        report["coverage"]["not_checked"]
+            .to_string()
+            .contains("nft.txt could not be read"),
+        "{:#}",
+        report["coverage"]
+    );
+}
+
+#[test]
 fn restore_input_that_declares_no_built_in_chain_concludes_nothing_node_wide() {
     // kube-proxy's iptables-restore input, as people copy it from its logs: the tables
     // hold its own chains, never the built-in ones, nor the jumps from them.

@@ -203,11 +203,21 @@ fn read_nftables_dump<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
     let parsed = if json {
         nftables::parse_ruleset_json(&bytes, &origin)
     } else {
-        match std::str::from_utf8(&bytes) {
+        // `nft list ruleset` never prints a NUL byte: a file holding one is not its
+        // output (a binary file, a corrupted copy), whatever else in it parses.
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|e| format!("not text: {e}"))
+            .and_then(|text| match text.find('\0') {
+                Some(at) => Err(format!(
+                    "not text: a NUL byte at offset {at}, which nft never prints"
+                )),
+                None => Ok(text),
+            });
+        match text {
             Ok(text) => nftables::parse_ruleset_text(text, &origin),
-            Err(e) => {
+            Err(why) => {
                 status.status = SourceState::Error;
-                status.notes.push(format!("not text: {e}"));
+                status.notes.push(why);
                 input.sources.push(status);
                 return true;
             }
