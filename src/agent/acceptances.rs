@@ -138,7 +138,7 @@ impl AcceptanceMemory {
         let used = std::mem::take(&mut report.acceptance_use);
         let mut unmatched_since = HashMap::with_capacity(used.len());
         for (acceptance, matched) in &used {
-            if acceptance.expires.is_some_and(|e| e <= now) {
+            if acceptance.expired_by(now) {
                 if self.expiry_logged.insert(acceptance.clone()) {
                     tracing::warn!(
                         expired = %acceptance.expires.map(|e| e.to_string()).unwrap_or_default(),

@@ -157,7 +157,7 @@ impl Acceptances {
         };
         let mut live = Vec::with_capacity(self.accept.len());
         for a in &self.accept {
-            let expired = a.expires.is_some_and(|e| e <= now);
+            let expired = a.expired_by(now);
             if let Some(expires) = a.expires.filter(|_| expired) {
                 applied.expired.push(format!(
                     "{} ({}) expired at {expires}: what it covered counts again",
@@ -218,6 +218,11 @@ pub struct Applied {
 }
 
 impl Acceptance {
+    /// Whether it has expired by `now`: from then on it accepts nothing.
+    pub fn expired_by(&self, now: jiff::Timestamp) -> bool {
+        self.expires.is_some_and(|e| e <= now)
+    }
+
     fn matches(&self, f: &Finding) -> bool {
         self.kind.is_none_or(|k| k == f.kind)
             && self.port.is_none_or(|p| {

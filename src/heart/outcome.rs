@@ -165,7 +165,7 @@ fn apply_acceptances(
         .accept
         .iter()
         .zip(&applied.matched)
-        .filter(|(a, matched)| !**matched && a.expires.is_none_or(|e| e > accept.now))
+        .filter(|(a, matched)| !**matched && !a.expired_by(accept.now))
         .map(|(a, _)| a.origin.to_string())
         .collect();
     if !idle.is_empty() {
