@@ -28,16 +28,6 @@ fn scan(accept: &str, format: &str) -> (i32, String, String) {
     )
 }
 
-/// The report's status of the acceptances file.
-fn acceptances_source(report: &serde_json::Value) -> &serde_json::Value {
-    report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == "acceptances")
-        .unwrap_or_else(|| panic!("no acceptances source: {report:#}"))
-}
-
 const EDGE: &str = r#"{"accept": [{"kind": "squatter", "port": "tcp/30080",
     "reason": "the edge haproxy listens on 30080 by design (INFRA-123)"}]}"#;
 
@@ -68,7 +58,7 @@ fn an_accepted_finding_is_shown_with_its_reason_and_no_longer_counts() {
         edge["accepted"]["reason"],
         "the edge haproxy listens on 30080 by design (INFRA-123)"
     );
-    let source = acceptances_source(&report);
+    let source = support::source(&report, "acceptances");
     assert_eq!((&source["status"], &source["items"]), (&"ok".into(), &1.into()));
 
     let (_, text, _) = scan(EDGE, "text");
@@ -95,7 +85,7 @@ fn an_expired_acceptance_counts_again_and_says_so() {
     let (code, json, _) = scan(lapsed, "json");
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!((code, &report["summary"]["critical"]), (1, &1.into()));
-    let source = acceptances_source(&report);
+    let source = support::source(&report, "acceptances");
     assert!(
         source["notes"]
             .to_string()
@@ -221,7 +211,7 @@ fn a_service_accepts_its_own_findings_with_an_annotation_and_a_reason() {
     );
     assert_eq!(code, 1);
     assert!(the_stale_endpoint(&report)["accepted"].is_null());
-    let notes = acceptances_source(&report)["notes"].to_string();
+    let notes = support::source(&report, "acceptances")["notes"].to_string();
     assert!(
         notes.contains(
             "Service logging/syslog-ingest: portdrift.io/accept without a portdrift.io/accept-reason"
@@ -253,7 +243,7 @@ fn a_node_selector_applies_an_entry_on_the_nodes_it_selects_only() {
     let (_, unknown) = scan_edited(|_| {}, Some(accept));
     assert!(the_stale_endpoint(&unknown)["accepted"].is_null());
     assert!(
-        acceptances_source(&unknown)["notes"]
+        support::source(&unknown, "acceptances")["notes"]
             .to_string()
             .contains("labels are not known"),
         "{unknown:#}"

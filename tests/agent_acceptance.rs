@@ -67,15 +67,6 @@ fn stale_endpoint(report: &serde_json::Value) -> &serde_json::Value {
         .unwrap_or_else(|| panic!("no stale-endpoint on 30514: {report:#}"))
 }
 
-fn acceptances_source(report: &serde_json::Value) -> &serde_json::Value {
-    report["sources"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|s| s["source"] == "acceptances")
-        .unwrap_or_else(|| panic!("no acceptances source: {report:#}"))
-}
-
 fn node_condition(node: &serde_json::Value) -> Option<&serde_json::Value> {
     node["status"]["conditions"]
         .as_array()?
@@ -127,7 +118,7 @@ fn an_accepted_finding_leaves_the_condition_and_events_until_the_acceptance_goes
     assert_eq!(finding["accepted"]["by"], "acceptances entry 1");
     assert_eq!(accepted["summary"]["critical"], 0, "{:#}", accepted["summary"]);
     assert_eq!(accepted["summary"]["accepted"], 1);
-    let source = acceptances_source(&accepted);
+    let source = support::source(&accepted, "acceptances");
     assert_eq!((&source["status"], &source["items"]), (&"ok".into(), &1.into()));
     // Not in the condition, the Events or what alerts read; in its own gauge.
     let node = json(dir, "accepted-node.json");
@@ -159,7 +150,7 @@ fn an_accepted_finding_leaves_the_condition_and_events_until_the_acceptance_goes
         stale_endpoint(&bad)["accepted"]["reason"],
         "syslog pods drained on purpose (OPS-42)"
     );
-    let source = acceptances_source(&bad);
+    let source = support::source(&bad, "acceptances");
     assert_eq!(source["status"], "error", "{source:#}");
     let metrics = read_raw(dir, "bad-metrics.txt");
     assert_eq!(

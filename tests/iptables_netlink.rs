@@ -12,6 +12,8 @@
 
 mod support;
 
+use support::source;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -131,15 +133,6 @@ fn read_both_ways(dump_text: &str, v6: bool, cluster: Option<&Path>) -> BothWays
 /// A dump without its comment lines (the tool's carry timestamps).
 fn body(dump: &str) -> Vec<&str> {
     dump.lines().filter(|l| !l.starts_with('#')).collect()
-}
-
-fn source<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == name)
-        .unwrap_or_else(|| panic!("no {name} in {report:#}"))
 }
 
 fn assert_same(name: &str, both: &BothWays, v6: bool) {

@@ -10,6 +10,8 @@
 
 mod support;
 
+use support::source;
+
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -63,13 +65,6 @@ fn in_empty_node(path: &Path, args: &[&str]) -> Output {
 fn json(text: &[u8], what: &str) -> Value {
     serde_json::from_slice(text)
         .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", String::from_utf8_lossy(text)))
-}
-
-fn source<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["sources"]
-        .as_array()
-        .and_then(|s| s.iter().find(|s| s["source"] == name))
-        .unwrap_or_else(|| panic!("no source {name} in {:#}", report["sources"]))
 }
 
 fn bundle_node(bundle: &str) -> String {

@@ -137,12 +137,7 @@ fn api_objects_with_missing_fields_are_skipped_and_reported() {
     let (code, stdout, stderr) = run(&dir);
     assert!(code <= 1, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let cluster_status = report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == "cluster.json")
-        .unwrap();
+    let cluster_status = support::source(&report, "cluster.json");
     assert_eq!(cluster_status["status"], "partial", "{cluster_status}");
 }
 
@@ -275,12 +270,7 @@ fn an_nft_dump_that_shows_part_of_the_table_proves_nothing_missing() {
                 .any(|k| ["missing-rule", "missing-endpoint", "orphan-chain"].contains(k)),
             "{file}: {kinds:?}"
         );
-        let source = report["sources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["source"] == as_name)
-            .unwrap();
+        let source = support::source(&report, as_name);
         assert_eq!(source["status"], "partial", "{file}: {source}");
         assert!(source["notes"].to_string().contains(says), "{file}: {source}");
     }
@@ -430,12 +420,7 @@ fn an_nft_listing_with_a_nul_byte_is_refused_as_a_bad_capture() {
     let (code, stdout, stderr) = run(&node_with(&corrupted));
     assert_eq!(code, 3, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let src = report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == "nft.txt")
-        .unwrap_or_else(|| panic!("{report:#}"));
+    let src = support::source(&report, "nft.txt");
     assert_eq!(src["status"], "error", "{src}");
     assert!(
         src["notes"].to_string().contains("a NUL byte at offset 200"),

@@ -877,12 +877,7 @@ fn hostile_names_and_comments_cannot_change_a_repair_command() {
     assert_eq!(lab.curl_nodeport(30080).as_deref(), Some("pod-a"));
     // The hostile names were read as data (an unreadable cluster state would have
     // blocked repair altogether).
-    let cluster_source = report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["source"] == "cluster.json")
-        .expect("a cluster.json status");
+    let cluster_source = support::source(&report, "cluster.json");
     assert_eq!(cluster_source["status"], "ok", "{cluster_source:#}");
 
     // A comment with a line break: iptables-save prints it across two lines, and the

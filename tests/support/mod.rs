@@ -42,6 +42,14 @@ pub const KEY_FIELDS: [&str; 8] = [
     "kind", "severity", "protocol", "port", "family", "backend", "service", "target",
 ];
 
+/// The status of source `name` in a report's `sources` (a scan's JSON, `/findings`).
+pub fn source<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["sources"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["source"] == name))
+        .unwrap_or_else(|| panic!("no source {name} in {:#}", report["sources"]))
+}
+
 /// Findings as a multiset of their key fields.
 pub fn finding_multiset(findings: &[serde_json::Value]) -> std::collections::BTreeMap<String, usize> {
     let mut out = std::collections::BTreeMap::new();
