@@ -3,6 +3,7 @@
 //! heart's values. Bytes or readers in, values out.
 
 pub mod cluster;
+pub mod explain;
 pub mod iptables;
 pub mod lines;
 pub mod manifests;

@@ -7,6 +7,7 @@ pub mod coverage;
 pub mod desired;
 pub mod detect;
 pub mod document;
+pub mod explain;
 pub mod finding;
 pub mod kube_proxy;
 pub mod model;
