@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 
 use super::args::{
-    ClusterSourceArgs, IptablesViaArg, LiveArgs, NftablesViaArg, RunArgs, ScanArgs, SnapshotArgs,
+    ClusterSourceArgs, ExplainArgs, IptablesViaArg, LiveArgs, NftablesViaArg, RunArgs, ScanArgs, SnapshotArgs,
 };
+use crate::scan::explain::ExplainConfig;
 use crate::agent::daemon::AgentConfig;
 use crate::agent::repair::RepairConfig;
 use crate::agent::repair::oneshot::RepairPassConfig;
@@ -101,6 +102,28 @@ impl ScanArgs {
                 limits: self.live.config(None).limits,
             },
             trust_cluster_state: r.trust_cluster_state,
+        }
+    }
+}
+
+impl ExplainArgs {
+    /// The explanation's config: a scan's, with no grace (the path is what the kernel
+    /// does now) and no acceptances (they change findings, not where connections go).
+    pub(crate) fn explain_config(&self) -> ExplainConfig {
+        ExplainConfig {
+            scan: OneshotConfig {
+                bundle: self.from.clone(),
+                cluster_state: self.cluster_state.clone(),
+                api: api_target(&self.kubeconfig, &self.context),
+                api_timeout: self.api_timeout,
+                live: self.live.config(None),
+                node: self.node.clone(),
+                grace: std::time::Duration::ZERO,
+                nodeport_range: self.nodeport_range.clone(),
+                acceptances: None,
+            },
+            query: self.port,
+            source: self.source,
         }
     }
 }

@@ -6,7 +6,9 @@ use std::io::Write;
 
 use anyhow::Context;
 
-use super::args::{Cli, Command, DevCommand, FleetArgs, Format, LintArgs, PortsArgs, ScanArgs, SnapshotArgs};
+use super::args::{
+    Cli, Command, DevCommand, ExplainArgs, FleetArgs, Format, LintArgs, PortsArgs, ScanArgs, SnapshotArgs,
+};
 use super::dev;
 use crate::agent::repair::oneshot::scan_and_repair;
 use crate::heart::render::render_text;
@@ -17,6 +19,7 @@ use crate::scan::oneshot::{run_oneshot, snapshot_node};
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Scan(args) => scan(args),
+        Command::Explain(args) => explain(args),
         Command::Snapshot(args) => snapshot(args),
         Command::Ports(args) => ports(args),
         Command::Lint(args) => lint(args),
@@ -81,6 +84,24 @@ fn scan(args: ScanArgs) -> anyhow::Result<u8> {
         render_text,
     )?;
     Ok(report.exit_code())
+}
+
+fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
+    use crate::heart::explain::render::render_text;
+    let outcome = crate::scan::explain::run_explain(&args.explain_config())?;
+    let node = outcome.node.as_deref();
+    let e = &outcome.explanation;
+    let mut stdout = std::io::stdout().lock();
+    match args.format {
+        Format::Text => stdout.write_all(render_text(e, node).as_bytes())?,
+        Format::Json => {
+            let document = Document::new(DocumentKind::Explanation, node, jiff::Timestamp::now(), e);
+            serde_json::to_writer_pretty(&mut stdout, &document)?;
+            stdout.write_all(b"\n")?;
+        }
+    }
+    stdout.flush()?;
+    Ok(e.exit_code())
 }
 
 fn ports(args: PortsArgs) -> anyhow::Result<u8> {

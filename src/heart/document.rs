@@ -23,15 +23,18 @@ pub enum DocumentKind {
     LintReport,
     /// How a snapshot was captured: a bundle's `snapshot.json`.
     Snapshot,
+    /// Where a connection to a NodePort goes: `explain --format json`, `/explain`.
+    Explanation,
 }
 
 impl DocumentKind {
-    pub const ALL: [DocumentKind; 5] = [
+    pub const ALL: [DocumentKind; 6] = [
         DocumentKind::ScanReport,
         DocumentKind::FleetView,
         DocumentKind::PortAllocation,
         DocumentKind::LintReport,
         DocumentKind::Snapshot,
+        DocumentKind::Explanation,
     ];
 }
 

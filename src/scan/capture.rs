@@ -34,7 +34,7 @@ const MANIFEST_VERSION: u32 = 1;
 /// in place of a missing `nft.json`).
 fn bundle_files() -> Vec<&'static str> {
     let mut names: Vec<&str> = IPTABLES_FILES.iter().map(|(n, _, _)| *n).collect();
-    names.extend(["nft.json", "nft.txt"]);
+    names.extend(["nft.json", "nft.txt", crate::sources::bundle::NFT_RULESET_FILE]);
     names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
     names.extend(NODE_FACT_FILES);
     names.extend(["cluster.json", "node", MANIFEST_FILE]);
@@ -188,6 +188,7 @@ pub fn write_snapshot<S: Source>(
     };
     let mut names: Vec<&str> = IPTABLES_FILES[..4].iter().map(|(n, _, _)| *n).collect();
     names.push("nft.json");
+    names.push(crate::sources::bundle::NFT_RULESET_FILE);
     names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
     names.extend(NODE_FACT_FILES);
     names.extend(["cluster.json"]);

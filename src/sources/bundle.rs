@@ -393,6 +393,10 @@ pub const PROXY_MODE_FILE: &str = "kube-proxy-mode.txt";
 pub const NET_DEV_FILE: &str = "proc/net/dev";
 /// The kernel's IPVS virtual servers (present while the `ip_vs` module is loaded).
 pub const IP_VS_FILE: &str = "proc/net/ip_vs";
+/// Every nftables table (`nft -j list ruleset`), for `portdrift explain`: other
+/// components' tables (firewalld, a CNI's) act on NodePort connections too. A bundle
+/// without it offers its `nft.json`.
+pub const NFT_RULESET_FILE: &str = "nft-ruleset.json";
 /// The node's facts besides rules and sockets, in the order a bundle lists them.
 pub const NODE_FACT_FILES: [&str; 6] = [
     LOCAL_PORT_RANGE_FILE,

@@ -191,6 +191,7 @@ fn tool_for(name: &str) -> Option<(&'static str, &'static [&'static str])> {
         "iptables-legacy-save.txt" => ("iptables-legacy-save", &[]),
         "ip6tables-nft-save.txt" => ("ip6tables-nft-save", &[]),
         "ip6tables-legacy-save.txt" => ("ip6tables-legacy-save", &[]),
+        crate::sources::bundle::NFT_RULESET_FILE => ("nft", &["-j", "list", "ruleset"]),
         _ => return None,
     })
 }

@@ -19,6 +19,7 @@ pub fn file_name(kind: DocumentKind) -> &'static str {
         DocumentKind::PortAllocation => "port-allocation.json",
         DocumentKind::LintReport => "lint-report.json",
         DocumentKind::Snapshot => "snapshot.json",
+        DocumentKind::Explanation => "explanation.json",
     }
 }
 

@@ -3,3 +3,6 @@
 //! what the API says the port should reach.
 
 pub mod model;
+pub mod eval;
+pub mod explanation;
+pub mod render;

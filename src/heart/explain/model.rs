@@ -388,3 +388,81 @@ impl Probe {
 pub fn target_of(to: DnatTo, port: u16) -> SocketAddr {
     SocketAddr::new(to.addr, to.port.unwrap_or(port))
 }
+
+/// What `portdrift explain` is asked about: `tcp/30080`, `tcp/10.0.0.5:30080`,
+/// `udp/[fd00::5]:30514`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortQuery {
+    pub protocol: Protocol,
+    pub address: Option<IpAddr>,
+    pub port: u16,
+}
+
+/// Why a port query could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not PROTO/PORT or PROTO/ADDRESS:PORT (tcp/30080, udp/10.0.0.5:30514, tcp/[fd00::5]:30080)")]
+pub struct PortQueryError(pub String);
+
+impl std::str::FromStr for PortQuery {
+    type Err = PortQueryError;
+
+    fn from_str(s: &str) -> Result<PortQuery, PortQueryError> {
+        let bad = || PortQueryError(s.to_string());
+        let (protocol, rest) = s.split_once('/').ok_or_else(bad)?;
+        let protocol = Protocol::parse(protocol).ok_or_else(bad)?;
+        let (address, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (addr, port) = v6.split_once("]:").ok_or_else(bad)?;
+            (Some(addr.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?.into()), port)
+        } else {
+            match rest.rsplit_once(':') {
+                Some((addr, port)) => (Some(addr.parse::<std::net::Ipv4Addr>().map_err(|_| bad())?.into()), port),
+                None => (None, rest),
+            }
+        };
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        if port == 0 {
+            return Err(bad());
+        }
+        Ok(PortQuery {
+            protocol,
+            address,
+            port,
+        })
+    }
+}
+
+impl fmt::Display for PortQuery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.address {
+            Some(ip) => write!(f, "{}/{}", self.protocol, SocketAddr::new(ip, self.port)),
+            None => write!(f, "{}/{}", self.protocol, self.port),
+        }
+    }
+}
+
+impl PortQuery {
+    /// The connection to follow: from `source` (default: a client outside the
+    /// cluster) in the family of the address or source given, else `family`.
+    pub fn probe(&self, source: Option<IpAddr>, family: Family) -> Result<Probe, String> {
+        let family = self
+            .address
+            .or(source)
+            .map_or(family, |ip| Family::of(&ip));
+        let source = source.unwrap_or_else(|| Probe::outside_client(family));
+        if Family::of(&source) != family {
+            return Err(format!(
+                "the source {source} and the address {} are of different families",
+                self.address.map(|a| a.to_string()).unwrap_or_default()
+            ));
+        }
+        Ok(Probe {
+            protocol: self.protocol,
+            destination: match self.address {
+                Some(ip) => Destination::Addr(ip),
+                None => Destination::AnyNodeAddress(family),
+            },
+            port: self.port,
+            source,
+        })
+    }
+}

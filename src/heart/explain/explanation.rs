@@ -1,0 +1,778 @@
+//! The walk's branches turned into what a person reads: where new connections end
+//! up and in what shares, each path with its evidence, what shadows what, and the
+//! endpoints the API says this port should reach beside the effective ones.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+
+
+use serde::Serialize;
+
+use crate::heart::desired::DesiredState;
+use crate::heart::explain::eval::{Branch, End, RuleRef, Remarks, StepKind, follow, place_of};
+use crate::heart::explain::model::{Cond, Destination, Probe, RulePlace, Rulesets, Side};
+use crate::heart::finding::Finding;
+use crate::heart::model::{Backend, Family, Listener, ProcessInfo, Protocol};
+
+/// Shares closer than this are one share: kube-proxy prints probabilities with ten
+/// decimals, so a cascade's products are off by far less.
+const SAME_SHARE: f64 = 1e-6;
+
+/// Where new connections end up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Translated to endpoints (`endpoints` says which, in what shares).
+    Dnat,
+    /// Dropped by a rule or a chain's policy.
+    Drop,
+    /// Rejected by a rule.
+    Reject,
+    /// Delivered to a socket of this node.
+    Local,
+    /// No rule takes it and nothing listens: the kernel refuses it.
+    None,
+    /// A rule on the path could not be decided (see `not_checked`).
+    Undetermined,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Dnat => "dnat",
+            Outcome::Drop => "drop",
+            Outcome::Reject => "reject",
+            Outcome::Local => "local",
+            Outcome::None => "none",
+            Outcome::Undetermined => "undetermined",
+        }
+    }
+}
+
+/// One endpoint and the share of new connections it receives.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct EndpointShare {
+    /// `ip:port` (`[ip]:port` for IPv6).
+    pub target: String,
+    /// Between 0 and 1.
+    pub fraction: f64,
+}
+
+/// One rule on a path, as evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct PathStep {
+    /// The netfilter hook (`prerouting`, `input`, `forward`).
+    pub hook: String,
+    pub backend: Backend,
+    /// `nat`, `filter` (iptables); `ip kube-proxy` (nftables).
+    pub table: String,
+    pub chain: String,
+    /// Where the rule is: `iptables-nft-save.txt:57`, `nft.json ip kube-proxy services
+    /// handle 12`, or a chain's policy.
+    pub at: String,
+    /// The dump's line, for an iptables rule.
+    pub line: Option<u32>,
+    /// The rule's handle, for an nftables rule.
+    pub handle: Option<u64>,
+    /// The rule as the dump printed it; null for a chain's policy.
+    pub rule: Option<String>,
+    pub result: StepResult,
+    /// What the rule did, or why it was skipped.
+    pub does: String,
+    /// For a rule that takes a share of the connections reaching it (`statistic`,
+    /// `numgen`): that share.
+    pub share: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepResult {
+    Matched,
+    Skipped,
+    Policy,
+    NotRun,
+}
+
+/// One way connections go.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Path {
+    /// The share of new connections that take this path.
+    pub fraction: f64,
+    pub outcome: Outcome,
+    /// The endpoint (`dnat`), or this node's `ip:port` / `port` (`local`).
+    pub target: Option<String>,
+    pub steps: Vec<PathStep>,
+    /// Why the path could not be followed further (`undetermined`).
+    pub undecided: Option<String>,
+}
+
+/// A rule that never sees the connections it was written for.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Shadowed {
+    pub at: String,
+    pub rule: String,
+    /// The rule that takes the connections first.
+    pub by: String,
+    pub why: String,
+}
+
+/// Delivery to this node: who listens.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct LocalDelivery {
+    pub port: u16,
+    /// Whether a socket listens on the port; null when the node's sockets were not read.
+    pub listening: Option<bool>,
+    /// The process that owns it, when it could be found.
+    pub process: Option<ProcessInfo>,
+}
+
+/// What the API says this port should do on this node.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Expected {
+    /// The Service port that owns the nodePort (`ns/name:port`); null when none does.
+    pub service: Option<String>,
+    /// `Cluster` or `Local` (externalTrafficPolicy).
+    pub traffic_policy: Option<String>,
+    pub outcome: Outcome,
+    /// The endpoints kube-proxy would spread new connections over, evenly.
+    pub endpoints: Vec<EndpointShare>,
+    /// The API's endpoints for this port are not exactly known (see the scan's coverage).
+    pub uncertain: bool,
+}
+
+/// One way the effective result differs from the API's.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Difference {
+    /// The endpoint concerned, when one is.
+    pub target: Option<String>,
+    /// Its effective share of new connections.
+    pub effective: Option<f64>,
+    /// Its share by the API.
+    pub expected: Option<f64>,
+    /// One sentence.
+    pub explanation: String,
+    /// The ids of the scan's findings that explain it.
+    pub findings: Vec<String>,
+}
+
+/// `portdrift explain`'s document body.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Explanation {
+    /// `tcp/30080`.
+    pub port: String,
+    pub protocol: Protocol,
+    pub node_port: u16,
+    pub family: Family,
+    /// The address connected to: an address, or `this node` (any of its addresses).
+    pub destination: String,
+    /// The client's address.
+    pub source: String,
+    /// Where new connections from the source end up (the largest share when paths differ).
+    pub outcome: Outcome,
+    /// The endpoints new connections are translated to, with their shares.
+    pub endpoints: Vec<EndpointShare>,
+    /// Every outcome with its share, when there is more than one.
+    pub outcomes: Vec<OutcomeShare>,
+    /// A session-affinity timeout on the path: a returning client keeps its endpoint
+    /// for this many seconds; the shares are for new clients.
+    pub affinity_seconds: Option<u32>,
+    pub local: Option<LocalDelivery>,
+    pub paths: Vec<Path>,
+    pub shadowed: Vec<Shadowed>,
+    pub expected: Option<Expected>,
+    pub differences: Vec<Difference>,
+    pub notes: Vec<String>,
+    /// Every rule on every path was read and decided: the outcome and shares are
+    /// certain for this connection.
+    pub complete: bool,
+    /// What could not be checked, and why: said before any conclusion.
+    pub not_checked: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct OutcomeShare {
+    pub outcome: Outcome,
+    pub fraction: f64,
+}
+
+/// Everything explain reads.
+pub struct ExplainInput<'a> {
+    pub rules: &'a Rulesets,
+    pub probe: Probe,
+    pub desired: Option<&'a DesiredState>,
+    pub findings: &'a [Finding],
+    /// None when the node's sockets were not read.
+    pub listeners: Option<&'a [Listener]>,
+    pub owners: &'a HashMap<u64, ProcessInfo>,
+    /// What the scan could not read or check, as sentences (shown first).
+    pub not_checked: Vec<String>,
+}
+
+/// Follows the probe and explains it.
+pub fn explain(input: &ExplainInput<'_>) -> Explanation {
+    let probe = input.probe;
+    let (branches, remarks) = follow(input.rules, &probe);
+    let mut not_checked = input.not_checked.clone();
+    not_checked.extend(input.rules.gaps.iter().cloned());
+    let family = probe.family();
+    if !input.rules.tables.iter().any(|t| t.family == family) {
+        not_checked.push(format!(
+            "no {family} rules were read: the path of a connection over {family} is unknown"
+        ));
+    }
+
+    let paths: Vec<Path> = branches.iter().map(|b| path_of(input, b)).collect();
+    let mut by_outcome: BTreeMap<Outcome, f64> = BTreeMap::new();
+    for p in &paths {
+        *by_outcome.entry(p.outcome).or_default() += p.fraction;
+    }
+    let outcome = by_outcome
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
+        .map_or(Outcome::None, |(o, _)| *o);
+    let endpoints = shares(branches.iter().filter_map(|b| match b.end {
+        End::Forwarded(to) => Some((to, b.share)),
+        End::Delivered { .. } => b.packet.translated.filter(|t| !t.redirect).map(|t| (t.to, b.share)),
+        _ => None,
+    }));
+    for b in &branches {
+        if let End::Undecided { at, why } = &b.end {
+            let place = at.map(|at| place_of(input.rules, at)).unwrap_or_default();
+            not_checked.push(format!(
+                "{:.0}% of new connections reach a rule that cannot be followed ({place}): {why}",
+                b.share * 100.0
+            ));
+        }
+    }
+    not_checked.dedup();
+
+    let local = local_delivery(input, &branches);
+    let mut notes = notes_of(input, &branches, &remarks);
+    let outcome = match (outcome, &local) {
+        // Delivered to the node with nothing listening: the kernel answers with a reset
+        // (TCP) or port unreachable (UDP), as if no rule existed.
+        (
+            Outcome::Local,
+            Some(LocalDelivery {
+                listening: Some(false),
+                ..
+            }),
+        ) => Outcome::None,
+        (o, _) => o,
+    };
+    if outcome == Outcome::None {
+        notes.push(format!(
+            "no rule takes {} and nothing listens on it: the kernel refuses the connection ({})",
+            probe_port(&probe),
+            match probe.protocol {
+                Protocol::Udp => "ICMP port unreachable",
+                _ => "TCP reset",
+            }
+        ));
+    }
+    let paths = paths
+        .into_iter()
+        .map(|mut p| {
+            if p.outcome == Outcome::Local && outcome == Outcome::None {
+                p.outcome = Outcome::None;
+            }
+            p
+        })
+        .collect::<Vec<_>>();
+    let outcomes = if by_outcome.len() > 1 {
+        by_outcome
+            .iter()
+            .map(|(o, f)| OutcomeShare {
+                outcome: *o,
+                fraction: round(*f),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let shadowed = shadowed(input, &branches);
+    let expected = expected(input);
+    let differences = differences(input, &endpoints, outcome, expected.as_ref(), &branches);
+    let complete = not_checked.is_empty();
+    Explanation {
+        port: format!("{}/{}", probe.protocol, probe.port),
+        protocol: probe.protocol,
+        node_port: probe.port,
+        family,
+        destination: probe.destination.to_string(),
+        source: probe.source.to_string(),
+        outcome,
+        endpoints,
+        outcomes,
+        affinity_seconds: branches.iter().find_map(|b| b.affinity),
+        local,
+        paths,
+        shadowed,
+        expected,
+        differences,
+        notes,
+        complete,
+        not_checked,
+    }
+}
+
+impl Explanation {
+    /// 0: as the API says; 1: differs from it; 3: a rule on the path (or an input it
+    /// rests on) could not be checked, and nothing differs.
+    pub fn exit_code(&self) -> u8 {
+        if !self.differences.is_empty() {
+            1
+        } else if !self.complete || self.outcome == Outcome::Undetermined {
+            3
+        } else {
+            0
+        }
+    }
+}
+
+fn probe_port(probe: &Probe) -> String {
+    match probe.destination {
+        Destination::Addr(ip) => format!("{}/{}", probe.protocol, SocketAddr::new(ip, probe.port)),
+        Destination::AnyNodeAddress(_) => format!("{}/{}", probe.protocol, probe.port),
+    }
+}
+
+fn round(f: f64) -> f64 {
+    (f * 1e6).round() / 1e6
+}
+
+/// Shares per target, largest first, then by address.
+fn shares(items: impl Iterator<Item = (SocketAddr, f64)>) -> Vec<EndpointShare> {
+    let mut by: BTreeMap<SocketAddr, f64> = BTreeMap::new();
+    for (to, share) in items {
+        *by.entry(to).or_default() += share;
+    }
+    let mut out: Vec<(SocketAddr, f64)> = by.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out.into_iter()
+        .map(|(to, f)| EndpointShare {
+            target: to.to_string(),
+            fraction: round(f),
+        })
+        .collect()
+}
+
+fn path_of(input: &ExplainInput<'_>, b: &Branch) -> Path {
+    let rules = input.rules;
+    let steps = b
+        .steps
+        .iter()
+        .map(|s| {
+            let table = &rules.tables[s.at.table];
+            let chain = &table.chains[s.at.chain];
+            let rule = s.at.rule.map(|ri| &chain.rules[ri]);
+            let (result, does, share) = match &s.kind {
+                StepKind::Matched { does, share } => (
+                    StepResult::Matched,
+                    does.clone(),
+                    (*share < 1.0 - SAME_SHARE).then_some(round(*share)),
+                ),
+                StepKind::Skipped { why } => (StepResult::Skipped, format!("skipped: {why}"), None),
+                StepKind::Policy { accepts } => (
+                    StepResult::Policy,
+                    format!("policy {}", if *accepts { "accept" } else { "drop" }),
+                    None,
+                ),
+                StepKind::NotRun { why } => (StepResult::NotRun, why.clone(), None),
+            };
+            PathStep {
+                hook: s.hook.as_str().to_string(),
+                backend: table.backend,
+                table: table.name.clone(),
+                chain: chain.name.clone(),
+                at: place_of(rules, s.at),
+                line: rule.and_then(|r| match r.place {
+                    RulePlace::Line(n) => Some(n),
+                    _ => None,
+                }),
+                handle: rule.and_then(|r| match r.place {
+                    RulePlace::Handle(h) => Some(h),
+                    _ => None,
+                }),
+                rule: rule.map(|r| r.text.clone()),
+                result,
+                does,
+                share,
+            }
+        })
+        .collect();
+    let (outcome, target, undecided) = match &b.end {
+        End::Forwarded(to) => (Outcome::Dnat, Some(to.to_string()), None),
+        End::Delivered { port } => match b.packet.translated {
+            Some(t) if !t.redirect => (Outcome::Dnat, Some(t.to.to_string()), None),
+            _ => (Outcome::Local, Some(format!("this node, port {port}")), None),
+        },
+        End::Dropped(_) => (Outcome::Drop, None, None),
+        End::Rejected(_) => (Outcome::Reject, None, None),
+        End::Undecided { why, .. } => (Outcome::Undetermined, None, Some(why.clone())),
+        End::Accepted => (Outcome::Local, None, None),
+    };
+    Path {
+        fraction: round(b.share),
+        outcome,
+        target,
+        steps,
+        undecided,
+    }
+}
+
+/// Who listens where connections are delivered to this node.
+fn local_delivery(input: &ExplainInput<'_>, branches: &[Branch]) -> Option<LocalDelivery> {
+    let port = branches.iter().find_map(|b| match b.end {
+        End::Delivered { port } if b.packet.translated.is_none_or(|t| t.redirect) => Some(port),
+        _ => None,
+    })?;
+    let protocol = input.probe.protocol;
+    let family = input.probe.family();
+    let Some(listeners) = input.listeners else {
+        return Some(LocalDelivery {
+            port,
+            listening: None,
+            process: None,
+        });
+    };
+    let wanted = match input.probe.destination {
+        Destination::Addr(ip) => Some(ip),
+        Destination::AnyNodeAddress(_) => None,
+    };
+    let socket = listeners.iter().find(|l| {
+        l.protocol == protocol
+            && l.port == port
+            && (l.family == family || (l.family == Family::Ipv6 && l.addr.is_unspecified()))
+            && (l.addr.is_unspecified() || wanted.is_none_or(|w| w == l.addr) && !l.addr.is_loopback())
+    });
+    Some(LocalDelivery {
+        port,
+        listening: Some(socket.is_some()),
+        process: socket.and_then(|s| input.owners.get(&s.inode).cloned()),
+    })
+}
+
+fn notes_of(input: &ExplainInput<'_>, branches: &[Branch], remarks: &Remarks) -> Vec<String> {
+    let rules = input.rules;
+    let mut notes = Vec::new();
+    for (hook, a, b) in &remarks.nat_order_unknown {
+        let (a, b) = (&rules.tables[*a], &rules.tables[*b]);
+        notes.push(format!(
+            "{} and {} both have nat chains at {} with the same priority: the kernel runs the one registered first in the network namespace, which no dump shows; this explanation takes {}'s first (the older backend's tables usually came first)",
+            a.backend,
+            b.backend,
+            hook.as_str(),
+            a.backend
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (at, why) in &remarks.address_specific {
+        if seen.insert(why.clone()) && seen.len() <= 5 {
+            notes.push(format!(
+                "{} also names this port but {why}: explain {}/ADDRESS:{} to follow those",
+                place_of(rules, *at),
+                input.probe.protocol,
+                input.probe.port
+            ));
+        }
+    }
+    // A filter rule that undoes a nat translation.
+    for b in branches {
+        if let (End::Dropped(at) | End::Rejected(at), Some(t)) = (&b.end, b.packet.translated) {
+            let note = format!(
+                "the DNAT at {} to {} is undone by {} ({})",
+                place_of(rules, t.by),
+                t.to,
+                place_of(rules, *at),
+                if matches!(b.end, End::Dropped(_)) { "drop" } else { "reject" }
+            );
+            if !notes.contains(&note) {
+                notes.push(note);
+            }
+        }
+    }
+    if let Some(seconds) = branches.iter().find_map(|b| b.affinity) {
+        notes.push(format!(
+            "session affinity: a client keeps the endpoint of its first connection for {seconds} s; the shares are for new clients"
+        ));
+    }
+    notes
+}
+
+/// Rules after a definite match in the same chain that would match too: they never see
+/// the connection.
+fn shadowed(input: &ExplainInput<'_>, branches: &[Branch]) -> Vec<Shadowed> {
+    let rules = input.rules;
+    let mut out: Vec<Shadowed> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for b in branches {
+        for (i, step) in b.steps.iter().enumerate() {
+            let StepKind::Matched { share, .. } = step.kind else { continue };
+            if share < 1.0 - SAME_SHARE {
+                continue;
+            }
+            let Some(ri) = step.at.rule else { continue };
+            let back = b.steps[i + 1..]
+                .iter()
+                .any(|s| s.at.table == step.at.table && s.at.chain == step.at.chain);
+            if back {
+                continue;
+            }
+            let chain = &rules.tables[step.at.table].chains[step.at.chain];
+            for (later, rule) in chain.rules.iter().enumerate().skip(ri + 1) {
+                if !names_port(rule, input.probe.protocol, input.probe.port) {
+                    continue;
+                }
+                let at = RuleRef {
+                    rule: Some(later),
+                    ..step.at
+                };
+                if !seen.insert(at) {
+                    continue;
+                }
+                out.push(Shadowed {
+                    at: place_of(rules, at),
+                    rule: rule.text.clone(),
+                    by: place_of(rules, step.at),
+                    why: format!(
+                        "{} matches every new connection to {} first",
+                        place_of(rules, step.at),
+                        probe_port(&input.probe)
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The rule is written for this protocol and port (and no other address).
+fn names_port(rule: &crate::heart::explain::model::Rule, protocol: Protocol, port: u16) -> bool {
+    let mut port_named = false;
+    for c in &rule.conds {
+        match c {
+            Cond::Port {
+                side: Side::Destination,
+                ranges,
+                negated: false,
+            } => {
+                if !ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&port)) {
+                    return false;
+                }
+                port_named = true;
+            }
+            Cond::Protocol {
+                protocol: p,
+                negated: false,
+            } if *p != Some(protocol) => return false,
+            Cond::Addr {
+                side: Side::Destination,
+                negated: false,
+                nets,
+            } if nets.iter().all(|n| n.addr.is_loopback()) => return false,
+            Cond::Random { .. } | Cond::Nth { .. } | Cond::Affinity { .. } => return false,
+            _ => {}
+        }
+    }
+    port_named
+}
+
+fn expected(input: &ExplainInput<'_>) -> Option<Expected> {
+    let desired = input.desired?;
+    let probe = input.probe;
+    let family = probe.family();
+    let Some(port) = desired
+        .ports
+        .iter()
+        .find(|p| p.protocol == probe.protocol && p.node_port == probe.port)
+    else {
+        let allocated = desired.other_allocated.contains(&(probe.protocol, probe.port));
+        return Some(Expected {
+            service: None,
+            traffic_policy: None,
+            outcome: Outcome::None,
+            endpoints: Vec::new(),
+            uncertain: allocated || desired.uncertain,
+        });
+    };
+    let endpoints = port.endpoints(family);
+    let (outcome, set) = match endpoints {
+        None => (Outcome::None, Vec::new()),
+        Some(e) if !e.has_endpoints => (Outcome::Reject, Vec::new()),
+        Some(e) if !e.has_external_endpoints => (Outcome::Drop, Vec::new()),
+        Some(e) => {
+            let set: Vec<SocketAddr> = if port.external_policy_local {
+                e.local.iter().copied().collect()
+            } else {
+                e.cluster.iter().copied().collect()
+            };
+            (Outcome::Dnat, set)
+        }
+    };
+    let each = if set.is_empty() { 0.0 } else { 1.0 / set.len() as f64 };
+    Some(Expected {
+        service: Some(port.service.kube_proxy_name()),
+        traffic_policy: Some(if port.external_policy_local { "Local" } else { "Cluster" }.to_string()),
+        outcome,
+        endpoints: shares(set.into_iter().map(|s| (s, each))),
+        uncertain: port.uncertain || endpoints.is_some_and(|e| e.cluster_uncertain),
+    })
+}
+
+fn differences(
+    input: &ExplainInput<'_>,
+    effective: &[EndpointShare],
+    outcome: Outcome,
+    expected: Option<&Expected>,
+    branches: &[Branch],
+) -> Vec<Difference> {
+    let Some(expected) = expected else { return Vec::new() };
+    let probe = input.probe;
+    // The findings about this endpoint, else those about the port as a whole (a
+    // duplicate rule explains why the API's endpoints are not reached).
+    let findings_for = |target: Option<&str>| -> Vec<String> {
+        let of_port = || {
+            input
+                .findings
+                .iter()
+                .filter(|f| f.protocol.is_none_or(|p| p == probe.protocol) && f.port == Some(probe.port))
+        };
+        let exact: Vec<String> = of_port()
+            .filter(|f| target.is_some() && f.target.as_deref() == target)
+            .map(|f| f.id())
+            .collect();
+        if !exact.is_empty() {
+            return exact;
+        }
+        of_port().filter(|f| f.target.is_none()).map(|f| f.id()).collect()
+    };
+    let mut out = Vec::new();
+    if outcome != expected.outcome && !(outcome == Outcome::Undetermined) {
+        out.push(Difference {
+            target: None,
+            effective: None,
+            expected: None,
+            explanation: format!(
+                "the API says {} should {}, but new connections {}",
+                probe_port(&probe),
+                describe(expected.outcome),
+                describe_effective(outcome)
+            ),
+            findings: findings_for(None),
+        });
+    }
+    let expected_by: HashMap<&str, f64> = expected
+        .endpoints
+        .iter()
+        .map(|e| (e.target.as_str(), e.fraction))
+        .collect();
+    let effective_by: HashMap<&str, f64> = effective.iter().map(|e| (e.target.as_str(), e.fraction)).collect();
+    for e in effective {
+        let want = expected_by.get(e.target.as_str()).copied();
+        if want.is_some_and(|w| (w - e.fraction).abs() < 1e-3) {
+            continue;
+        }
+        let by = translated_by(input, branches, &e.target);
+        let explanation = match want {
+            None => format!(
+                "{} takes {} of new connections but is not an endpoint the API lists for this port{}",
+                e.target,
+                percent(e.fraction),
+                by.map(|b| format!(" ({b})")).unwrap_or_default()
+            ),
+            Some(w) => format!(
+                "{} takes {} of new connections where the API's endpoints would give it {}{}",
+                e.target,
+                percent(e.fraction),
+                percent(w),
+                by.map(|b| format!(" ({b})")).unwrap_or_default()
+            ),
+        };
+        out.push(Difference {
+            target: Some(e.target.clone()),
+            effective: Some(e.fraction),
+            expected: want,
+            explanation,
+            findings: findings_for(Some(&e.target)),
+        });
+    }
+    for e in &expected.endpoints {
+        if effective_by.contains_key(e.target.as_str()) {
+            continue;
+        }
+        out.push(Difference {
+            target: Some(e.target.clone()),
+            effective: Some(0.0),
+            expected: Some(e.fraction),
+            explanation: format!(
+                "{} is an endpoint the API lists for this port (share {}), but no new connection reaches it",
+                e.target,
+                percent(e.fraction)
+            ),
+            findings: findings_for(Some(&e.target)),
+        });
+    }
+    out
+}
+
+/// "DNAT at iptables-nft-save.txt:50, not written by kube-proxy": who sends
+/// connections to `target`.
+fn translated_by(input: &ExplainInput<'_>, branches: &[Branch], target: &str) -> Option<String> {
+    let t = branches
+        .iter()
+        .filter_map(|b| b.packet.translated)
+        .find(|t| t.to.to_string() == target)?;
+    let rules = input.rules;
+    let table = &rules.tables[t.by.table];
+    let chain = &table.chains[t.by.chain];
+    let rule = t.by.rule.map(|ri| &chain.rules[ri])?;
+    let kube_proxy = chain.name.starts_with("KUBE-SEP-")
+        || chain.name.starts_with("endpoint-")
+        || rule.comment.as_deref().is_some_and(|c| c.contains('/'));
+    Some(if kube_proxy {
+        format!("the DNAT at {}", place_of(rules, t.by))
+    } else {
+        format!(
+            "a DNAT at {} in {} that kube-proxy did not write",
+            place_of(rules, t.by),
+            chain.name
+        )
+    })
+}
+
+fn percent(f: f64) -> String {
+    let p = f * 100.0;
+    if (p - p.round()).abs() < 0.05 {
+        format!("{:.0}%", p)
+    } else {
+        format!("{:.1}%", p)
+    }
+}
+
+fn describe(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Dnat => "reach the Service's endpoints",
+        Outcome::Drop => "be dropped (no endpoint on this node for a Local policy)",
+        Outcome::Reject => "be rejected (the Service has no endpoints)",
+        Outcome::Local | Outcome::None => "reach nothing (no Service owns it)",
+        Outcome::Undetermined => "be undetermined",
+    }
+}
+
+fn describe_effective(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Dnat => "are translated to endpoints",
+        Outcome::Drop => "are dropped",
+        Outcome::Reject => "are rejected",
+        Outcome::Local => "are delivered to a socket of this node",
+        Outcome::None => "reach nothing",
+        Outcome::Undetermined => "cannot be followed",
+    }
+}
+
+
+/// Whether an address belongs to `family`.
+pub fn in_family(ip: IpAddr, family: Family) -> bool {
+    Family::of(&ip) == family
+}

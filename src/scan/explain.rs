@@ -1,0 +1,261 @@
+//! `portdrift explain`: one scan of a bundle or this node (for the findings, the
+//! desired state and the sockets), every rule of every backend read whole, and the
+//! connection followed through them.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::net::IpAddr;
+
+use crate::decode::explain::{iptables, nft};
+use crate::heart::explain::explanation::{ExplainInput, Explanation, explain};
+use crate::heart::explain::model::{PortQuery, Rulesets};
+use crate::heart::model::{Backend, Family, Listener, ProcessInfo};
+use crate::heart::observed::SOCKET_FILES;
+use crate::heart::outcome::{ScanReport, SourceState, run_scan_keeping_inputs};
+use crate::scan::input::{BundleDir, Fetched, Source, read_bundle_with};
+use crate::scan::oneshot::{OneshotConfig, OneshotError, detect_config, read_live};
+use crate::sources::bundle::{IPTABLES_FILES, NFT_RULESET_FILE};
+use crate::sources::live::{LiveConfig, LiveNode};
+
+/// What `explain` is asked.
+#[derive(Debug, Clone)]
+pub struct ExplainConfig {
+    /// Where to read (a bundle or this node) and how to judge it, as for `scan`.
+    pub scan: OneshotConfig,
+    pub query: PortQuery,
+    /// The client connecting (default: a documentation address outside the cluster).
+    pub source: Option<IpAddr>,
+}
+
+/// Why explain could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error(transparent)]
+    Scan(#[from] OneshotError),
+    #[error("{0}")]
+    Query(String),
+}
+
+/// The explanation and what it rests on.
+#[derive(Debug)]
+pub struct ExplainOutcome {
+    pub node: Option<String>,
+    pub explanation: Explanation,
+    pub report: ScanReport,
+}
+
+/// The node's sockets as the scan read them, for who listens where a connection lands.
+pub struct Sockets {
+    /// None when no socket table could be read.
+    pub listeners: Option<Vec<Listener>>,
+    pub owners: HashMap<u64, ProcessInfo>,
+}
+
+/// Reads, scans and explains.
+pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainError> {
+    let scan = &config.scan;
+    let input = match &scan.bundle {
+        Some(dir) => {
+            read_bundle_with(dir, scan.node.as_deref(), scan.cluster_state.clone()).map_err(|source| {
+                OneshotError::Bundle {
+                    path: dir.clone(),
+                    source,
+                }
+            })?
+        }
+        None => read_live(scan)?.input,
+    };
+    let sockets_read = input.sources.iter().any(|s| {
+        SOCKET_FILES.iter().any(|(name, _, _)| *name == s.source)
+            && matches!(s.status, SourceState::Ok | SourceState::Empty | SourceState::Partial)
+    });
+    let sockets = Sockets {
+        listeners: sockets_read.then(|| input.observed.listeners.clone()),
+        owners: input.observed.owners.clone(),
+    };
+    let node = input.node.clone();
+    let (report, _, desired) = run_scan_keeping_inputs(input, &detect_config(scan));
+    let (rules, not_checked) = match &scan.bundle {
+        Some(dir) => read_rulesets(&mut BundleDir::new(dir, None)),
+        None => read_rulesets(&mut LiveNode::new(LiveConfig {
+            cluster_state: None,
+            ..scan.live.clone()
+        })),
+    };
+    let explanation = explain_with(
+        &rules,
+        not_checked,
+        config.query,
+        config.source,
+        desired.as_ref(),
+        &report,
+        &sockets,
+    )
+    .map_err(ExplainError::Query)?;
+    Ok(ExplainOutcome {
+        node,
+        explanation,
+        report,
+    })
+}
+
+/// The explanation of `query` over rules already read.
+pub fn explain_with(
+    rules: &Rulesets,
+    mut not_checked: Vec<String>,
+    query: PortQuery,
+    source: Option<IpAddr>,
+    desired: Option<&crate::heart::desired::DesiredState>,
+    report: &ScanReport,
+    sockets: &Sockets,
+) -> Result<Explanation, String> {
+    // Without an address or source, the family that has rules: IPv4 first.
+    let family = if rules.tables.iter().any(|t| t.family == Family::Ipv4) || rules.tables.is_empty() {
+        Family::Ipv4
+    } else {
+        Family::Ipv6
+    };
+    let probe = query.probe(source, family)?;
+    if sockets.listeners.is_none() {
+        not_checked.push("the node's sockets (proc/net/tcp, udp) were not read: whether a process listens on the port is unknown".to_string());
+    }
+    let mut explanation = explain(&ExplainInput {
+        rules,
+        probe,
+        desired,
+        findings: &report.findings,
+        listeners: sockets.listeners.as_deref(),
+        owners: &sockets.owners,
+        not_checked,
+    });
+    if query.address.is_none() && source.is_none() {
+        let other = match probe.family() {
+            Family::Ipv4 => Family::Ipv6,
+            Family::Ipv6 => Family::Ipv4,
+        };
+        if rules
+            .tables
+            .iter()
+            .any(|t| t.family == other && t.chains.iter().any(|c| !c.rules.is_empty()))
+        {
+            explanation.notes.push(format!(
+                "this node also has {other} rules: give an {other} address ({}/[ADDRESS]:{} or {}/ADDRESS:{}) or --source to follow an {other} connection",
+                query.protocol, query.port, query.protocol, query.port
+            ));
+        }
+    }
+    Ok(explanation)
+}
+
+/// Every backend's rules, whole: the iptables dumps and the nftables ruleset. The
+/// second value says what could not be read.
+pub fn read_rulesets<S: Source>(src: &mut S) -> (Rulesets, Vec<String>) {
+    let mut rules = Rulesets::default();
+    let mut not_checked = Vec::new();
+    let mut iptables_nft = Vec::new();
+    for (name, backend, family) in IPTABLES_FILES {
+        // A dump whose backend only its header tells: read as iptables-nft unless it says
+        // legacy (the header's `# Generated by iptables-save v1.8.9 (legacy)`).
+        let label = src.label(name);
+        let fetched = src.fetch(name, move |r| read_dump(r, &label, backend, family));
+        match settle(fetched) {
+            Settled::Absent => {}
+            Settled::Failed(why) => not_checked.push(format!(
+                "{} could not be read ({why}): its rules are not in this path",
+                src.label(name)
+            )),
+            Settled::Read(read, notes) => {
+                if read.tables.iter().any(|t| t.backend == Backend::IptablesNft) {
+                    iptables_nft.push(family);
+                }
+                for note in notes {
+                    not_checked.push(format!("{}: {note}", src.label(name)));
+                }
+                rules.gaps.extend(read.gaps);
+                rules.tables.extend(read.tables);
+            }
+        }
+    }
+    // iptables-nft's own tables show in the nftables ruleset too: they were read above.
+    let skip = move |family: Family, table: &str| {
+        iptables_nft.contains(&family) && matches!(table, "nat" | "filter" | "mangle" | "raw" | "security")
+    };
+    let mut read_nft = |name: &str| -> Option<Result<Rulesets, String>> {
+        let label = src.label(name);
+        let fetched = src.fetch(name, move |r| {
+            let mut bytes = Vec::new();
+            r.read_to_end(&mut bytes)?;
+            Ok(bytes)
+        });
+        match settle(fetched) {
+            Settled::Absent => None,
+            Settled::Failed(why) => Some(Err(format!("{label} could not be read ({why})"))),
+            Settled::Read(bytes, _) => Some(nft::parse_ruleset(&bytes, &label, &skip).map_err(|e| e.to_string())),
+        }
+    };
+    match read_nft(NFT_RULESET_FILE).or_else(|| read_nft("nft.json")) {
+        Some(Ok(read)) => {
+            rules.gaps.extend(read.gaps);
+            rules.tables.extend(read.tables);
+        }
+        Some(Err(why)) => not_checked.push(format!(
+            "{why}: tables written with nft (kube-proxy's nftables mode, firewalld, a CNI's) are not in this path"
+        )),
+        None => not_checked.push(
+            "no nftables ruleset was read (nft-ruleset.json or nft.json): tables written with nft (kube-proxy's nftables mode, firewalld, a CNI's) are not in this path"
+                .to_string(),
+        ),
+    }
+    (rules, not_checked)
+}
+
+fn read_dump(
+    reader: &mut dyn BufRead,
+    label: &str,
+    backend: Option<Backend>,
+    family: Family,
+) -> std::io::Result<Rulesets> {
+    let mut buffered = std::io::BufReader::new(reader);
+    // The header names the backend of a dump the file name does not.
+    let backend = match backend {
+        Some(b) => b,
+        None => {
+            let head = buffered.fill_buf()?;
+            let head = &head[..head.len().min(200)];
+            if head.windows(8).any(|w| w == b"(legacy)") {
+                Backend::IptablesLegacy
+            } else {
+                Backend::IptablesNft
+            }
+        }
+    };
+    iptables::parse_save(buffered, label, backend, family)
+}
+
+enum Settled<T> {
+    Absent,
+    Failed(String),
+    Read(T, Vec<String>),
+}
+
+fn settle<T>(fetched: Fetched<T>) -> Settled<T> {
+    let Some(state) = fetched.state else {
+        return Settled::Absent;
+    };
+    match (state, fetched.value) {
+        // A bundle lacks a file by saying nothing (above); a live node's tool that is
+        // not there leaves its backend unread.
+        (SourceState::Absent, _) => Settled::Failed(fetched.notes.join("; ")),
+        (SourceState::Ok | SourceState::Empty, Some(Ok(v))) => Settled::Read(v, Vec::new()),
+        (_, Some(Ok(v))) => Settled::Read(
+            v,
+            if fetched.notes.is_empty() {
+                vec![format!("read only in part ({state:?})")]
+            } else {
+                fetched.notes
+            },
+        ),
+        (_, Some(Err(e))) => Settled::Failed(e.to_string()),
+        (_, None) => Settled::Failed(fetched.notes.join("; ")),
+    }
+}
