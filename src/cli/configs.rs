@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use super::args::{
     ClusterSourceArgs, ExplainArgs, IptablesViaArg, LiveArgs, NftablesViaArg, RunArgs, ScanArgs, SnapshotArgs,
 };
-use crate::scan::explain::ExplainConfig;
 use crate::agent::daemon::AgentConfig;
 use crate::agent::repair::RepairConfig;
 use crate::agent::repair::oneshot::RepairPassConfig;
 use crate::scan::cluster_services::ServiceSource;
+use crate::scan::explain::ExplainConfig;
 use crate::scan::oneshot::{NodeSnapshotConfig, OneshotConfig};
 use crate::sources::kube_client::KubeTarget;
 use crate::sources::kube_proxy_http::HEALTHZ_TIMEOUT;

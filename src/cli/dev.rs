@@ -24,9 +24,7 @@ pub(super) fn write_schemas(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         DocumentKind::PortAllocation => document_schema::<AllocationTable>(kind),
         DocumentKind::LintReport => document_schema::<LintReport>(kind),
         DocumentKind::Snapshot => document_schema::<Manifest>(kind),
-        DocumentKind::Explanation => {
-            document_schema::<crate::heart::explain::explanation::Explanation>(kind)
-        }
+        DocumentKind::Explanation => document_schema::<crate::heart::explain::explanation::Explanation>(kind),
     };
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();

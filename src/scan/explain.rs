@@ -67,7 +67,10 @@ pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainErro
     };
     let sockets_read = input.sources.iter().any(|s| {
         SOCKET_FILES.iter().any(|(name, _, _)| *name == s.source)
-            && matches!(s.status, SourceState::Ok | SourceState::Empty | SourceState::Partial)
+            && matches!(
+                s.status,
+                SourceState::Ok | SourceState::Empty | SourceState::Partial
+            )
     });
     let sockets = Sockets {
         listeners: sockets_read.then(|| input.observed.listeners.clone()),
@@ -190,7 +193,9 @@ pub fn read_rulesets<S: Source>(src: &mut S) -> (Rulesets, Vec<String>) {
         match settle(fetched) {
             Settled::Absent => None,
             Settled::Failed(why) => Some(Err(format!("{label} could not be read ({why})"))),
-            Settled::Read(bytes, _) => Some(nft::parse_ruleset(&bytes, &label, &skip).map_err(|e| e.to_string())),
+            Settled::Read(bytes, _) => {
+                Some(nft::parse_ruleset(&bytes, &label, &skip).map_err(|e| e.to_string()))
+            }
         }
     };
     match read_nft(NFT_RULESET_FILE).or_else(|| read_nft("nft.json")) {

@@ -336,3 +336,4 @@ pub fn promtool(args: &[&str]) -> (bool, String) {
     );
     (out.status.success(), said)
 }
+pub mod trace_lab;

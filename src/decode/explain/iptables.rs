@@ -17,7 +17,12 @@ use crate::heart::explain::model::{
 use crate::heart::model::{Backend, Family, Protocol};
 
 /// Reads one backend's dump. Only I/O fails; what cannot be read is a gap.
-pub fn parse_save<R: BufRead>(reader: R, origin: &str, backend: Backend, family: Family) -> io::Result<Rulesets> {
+pub fn parse_save<R: BufRead>(
+    reader: R,
+    origin: &str,
+    backend: Backend,
+    family: Family,
+) -> io::Result<Rulesets> {
     let mut out = Rulesets::default();
     let mut open: Option<Table> = None;
     let mut lines = BoundedLines::new(reader);
@@ -52,7 +57,8 @@ pub fn parse_save<R: BufRead>(reader: R, origin: &str, backend: Backend, family:
             continue;
         }
         let Some(table) = open.as_mut() else {
-            out.gaps.push(format!("{origin}:{number}: a line outside any table"));
+            out.gaps
+                .push(format!("{origin}:{number}: a line outside any table"));
             continue;
         };
         if text == "COMMIT" {
@@ -79,16 +85,18 @@ pub fn parse_save<R: BufRead>(reader: R, origin: &str, backend: Backend, family:
         match read_rule(text, number) {
             Some((chain, rule)) => match table.chains.iter_mut().rev().find(|c| c.name == chain) {
                 Some(c) => c.rules.push(rule),
-                None => out
-                    .gaps
-                    .push(format!("{origin}:{number}: a rule in the undeclared chain {chain}")),
+                None => out.gaps.push(format!(
+                    "{origin}:{number}: a rule in the undeclared chain {chain}"
+                )),
             },
             None => out.gaps.push(format!("{origin}:{number}: not a rule line")),
         }
     }
     if let Some(t) = open {
-        out.gaps
-            .push(format!("{origin}: table {} has no COMMIT: the dump is cut short", t.name));
+        out.gaps.push(format!(
+            "{origin}: table {} has no COMMIT: the dump is cut short",
+            t.name
+        ));
         out.tables.push(t);
     }
     resolve_jumps(&mut out.tables);
@@ -96,7 +104,10 @@ pub fn parse_save<R: BufRead>(reader: R, origin: &str, backend: Backend, family:
 }
 
 fn known_builtin(name: &str) -> bool {
-    matches!(name, "PREROUTING" | "INPUT" | "FORWARD" | "OUTPUT" | "POSTROUTING")
+    matches!(
+        name,
+        "PREROUTING" | "INPUT" | "FORWARD" | "OUTPUT" | "POSTROUTING"
+    )
 }
 
 /// The hook and priority the kernel gives each table's built-in chains
@@ -210,10 +221,21 @@ fn read_rule(line: &str, number: u32) -> Option<(&str, Rule)> {
             "-i" | "--in-interface" | "-o" | "--out-interface" => {
                 let inbound = word == "-i" || word == "--in-interface";
                 let name = next(&mut i).unwrap_or("").to_string();
-                conds.push(Cond::Interface { inbound, name, negated });
+                conds.push(Cond::Interface {
+                    inbound,
+                    name,
+                    negated,
+                });
             }
-            "--dport" | "--destination-port" | "--sport" | "--source-port" | "--dports" | "--sports"
-            | "--destination-ports" | "--source-ports" | "--ports" => {
+            "--dport"
+            | "--destination-port"
+            | "--sport"
+            | "--source-port"
+            | "--dports"
+            | "--sports"
+            | "--destination-ports"
+            | "--source-ports"
+            | "--ports" => {
                 let side = if word.starts_with("--s") {
                     Side::Source
                 } else {
@@ -221,7 +243,11 @@ fn read_rule(line: &str, number: u32) -> Option<(&str, Rule)> {
                 };
                 let value = next(&mut i).unwrap_or("");
                 match port_ranges(value) {
-                    Some(ranges) if word != "--ports" => conds.push(Cond::Port { side, ranges, negated }),
+                    Some(ranges) if word != "--ports" => conds.push(Cond::Port {
+                        side,
+                        ranges,
+                        negated,
+                    }),
                     _ => conds.push(Cond::Unknown(format!("{word} {value}"))),
                 }
             }
@@ -242,7 +268,13 @@ fn read_rule(line: &str, number: u32) -> Option<(&str, Rule)> {
                 } else if types.iter().all(|t| {
                     matches!(
                         t.to_ascii_uppercase().as_str(),
-                        "BROADCAST" | "MULTICAST" | "ANYCAST" | "BLACKHOLE" | "UNREACHABLE" | "PROHIBIT" | "NAT"
+                        "BROADCAST"
+                            | "MULTICAST"
+                            | "ANYCAST"
+                            | "BLACKHOLE"
+                            | "UNREACHABLE"
+                            | "PROHIBIT"
+                            | "NAT"
                     )
                 }) {
                     Cond::AddrLocal {
@@ -363,8 +395,8 @@ fn module_cond(module: &str) -> Option<Cond> {
         "tcp" | "udp" | "sctp" | "multiport" | "addrtype" | "comment" | "conntrack" | "state" | "mark"
         | "statistic" | "recent" | "nfacct" | "limit" => None,
         "set" | "socket" | "physdev" | "owner" | "u32" | "bpf" | "cgroup" | "string" | "ipvs" | "policy"
-        | "rpfilter" | "iprange" | "connmark" | "mac" | "hashlimit" | "connlimit" | "pkttype" | "devgroup"
-        | "length" | "ttl" | "hl" | "dscp" | "tos" | "realm" | "quota" | "time" | "osf" => {
+        | "rpfilter" | "iprange" | "connmark" | "mac" | "hashlimit" | "connlimit" | "pkttype"
+        | "devgroup" | "length" | "ttl" | "hl" | "dscp" | "tos" | "realm" | "quota" | "time" | "osf" => {
             Some(Cond::Unknown(format!("-m {module}")))
         }
         other => Some(Cond::Unknown(format!("-m {other}"))),
@@ -441,20 +473,31 @@ fn target_action(target: &str, goto: bool, options: &[Cow<'_, str>]) -> Action {
         "MASQUERADE" | "SNAT" => Action::SourceNat,
         "MARK" => {
             if let Some(v) = option("--set-xmark").and_then(mark_value) {
-                Action::SetMark { value: v.0, mask: v.1 }
+                Action::SetMark {
+                    value: v.0,
+                    mask: v.1,
+                }
             } else if let Some((v, m)) = option("--set-mark").and_then(mark_value) {
-                Action::SetMark { value: v, mask: m | v }
+                Action::SetMark {
+                    value: v,
+                    mask: m | v,
+                }
             } else if let Some((v, _)) = option("--or-mark").and_then(mark_value) {
                 Action::SetMark { value: v, mask: v }
+            } else if let Some((v, _)) = option("--xor-mark").and_then(mark_value) {
+                Action::SetMark { value: v, mask: 0 }
+            } else if let Some((v, _)) = option("--and-mark").and_then(mark_value) {
+                Action::SetMark { value: 0, mask: !v }
             } else {
                 Action::Unknown(format!("MARK {}", options.join(" ")))
             }
         }
         // Side effects that never change where a connection goes.
-        "LOG" | "NFLOG" | "ULOG" | "TRACE" | "CT" | "NOTRACK" | "CHECKSUM" | "TCPMSS" | "AUDIT" | "NFACCT" => {
-            Action::Continue
-        }
-        "CONNMARK" if option("--restore-mark").is_none() && !options.iter().any(|w| w == "--restore-mark") => {
+        "LOG" | "NFLOG" | "ULOG" | "TRACE" | "CT" | "NOTRACK" | "CHECKSUM" | "TCPMSS" | "AUDIT"
+        | "NFACCT" => Action::Continue,
+        "CONNMARK"
+            if option("--restore-mark").is_none() && !options.iter().any(|w| w == "--restore-mark") =>
+        {
             Action::Continue
         }
         // A chain (resolved once every chain is declared) or a target not modelled.
@@ -481,7 +524,10 @@ fn dnat_to(value: &str) -> Option<DnatTo> {
     let (addr, port) = value.rsplit_once(':')?;
     let addr: IpAddr = addr.split('-').next()?.parse().ok()?;
     let port = port.split('-').next()?.parse().ok()?;
-    Some(DnatTo { addr, port: Some(port) })
+    Some(DnatTo {
+        addr,
+        port: Some(port),
+    })
 }
 
 #[cfg(test)]

@@ -104,11 +104,16 @@ pub enum End {
     /// Forwarded to the DNAT target.
     Forwarded(SocketAddr),
     /// Delivered to this node (on `port`, translated or not).
-    Delivered { port: u16 },
+    Delivered {
+        port: u16,
+    },
     Dropped(RuleRef),
     Rejected(RuleRef),
     /// A rule on the path could not be decided: why, and where.
-    Undecided { at: Option<RuleRef>, why: String },
+    Undecided {
+        at: Option<RuleRef>,
+        why: String,
+    },
 }
 
 /// One way a new connection goes, and the share of new connections that go this way.
@@ -160,15 +165,24 @@ pub fn follow(rules: &Rulesets, probe: &Probe) -> (Vec<Branch>, Remarks) {
         } else {
             Hook::Forward
         };
-        for mut b in walker.hook(next, branch) {
-            if b.end == End::Accepted {
-                b.end = match b.packet.translated {
-                    Some(t) if !t.local => End::Forwarded(t.to),
-                    Some(t) => End::Delivered { port: t.to.port() },
-                    None => End::Delivered { port: probe.port },
-                };
+        for b in walker.hook(next, branch) {
+            // A forwarded connection passes postrouting too (where kube-proxy
+            // masquerades); one delivered here does not.
+            let after: Vec<Branch> = if next == Hook::Forward && b.end == End::Accepted {
+                walker.hook(Hook::Postrouting, b)
+            } else {
+                vec![b]
+            };
+            for mut b in after {
+                if b.end == End::Accepted {
+                    b.end = match b.packet.translated {
+                        Some(t) if !t.local => End::Forwarded(t.to),
+                        Some(t) => End::Delivered { port: t.to.port() },
+                        None => End::Delivered { port: probe.port },
+                    };
+                }
+                done.push(b);
             }
-            done.push(b);
         }
     }
     (done, walker.remarks)
@@ -213,14 +227,16 @@ impl<'a> Walker<'a> {
                 }
             }
         }
-        // Same priority: the kernel keeps registration order; a dump does not show it,
-        // so the older backend (legacy, whose tables predate a switch) is taken first
-        // and the tie is reported.
+        // Same priority: the kernel runs the chain registered last first, and a dump
+        // does not show that order. The newer backend is taken first (a node with two
+        // got the second when kube-proxy switched to it) and the tie is reported.
         bases.sort();
         for pair in bases.windows(2) {
             let (a, b) = (pair[0], pair[1]);
             let nat = |t: usize, c: usize| {
-                self.rules.tables[t].chains[c].base.is_some_and(|b| b.kind == ChainType::Nat)
+                self.rules.tables[t].chains[c]
+                    .base
+                    .is_some_and(|b| b.kind == ChainType::Nat)
                     && !self.rules.tables[t].chains[c].rules.is_empty()
             };
             if a.0 == b.0 && a.1 != b.1 && nat(a.2, a.3) && nat(b.2, b.3) {
@@ -234,6 +250,7 @@ impl<'a> Walker<'a> {
             for branch in live {
                 let base = self.rules.tables[ti].chains[ci].base.expect("a base chain");
                 if base.kind == ChainType::Nat
+                    && matches!(hook, Hook::Prerouting | Hook::Output)
                     && let Some(t) = branch.packet.translated
                 {
                     let mut b = branch;
@@ -254,8 +271,9 @@ impl<'a> Walker<'a> {
                     next.push(b);
                     continue;
                 }
-                if base.kind == ChainType::Nat && hook != Hook::Prerouting && hook != Hook::Output {
-                    // INPUT and POSTROUTING nat chains translate sources only.
+                if base.kind == ChainType::Nat && hook == Hook::Input {
+                    // INPUT nat chains translate sources only, for connections this
+                    // explanation has already delivered.
                     next.push(branch);
                     continue;
                 }
@@ -406,14 +424,30 @@ impl<'a> Walker<'a> {
         match action {
             Action::Continue => {
                 branch.steps.push(matched("continue".to_string()));
-                self.run(hook, at.table, at.chain, at.rule.expect("a rule") + 1, branch, depth, emit)
+                self.run(
+                    hook,
+                    at.table,
+                    at.chain,
+                    at.rule.expect("a rule") + 1,
+                    branch,
+                    depth,
+                    emit,
+                )
             }
             Action::SetMark { value, mask } => {
                 branch.packet.mark = (branch.packet.mark & !mask) ^ value;
                 branch
                     .steps
                     .push(matched(format!("set mark {:#x}", branch.packet.mark)));
-                self.run(hook, at.table, at.chain, at.rule.expect("a rule") + 1, branch, depth, emit)
+                self.run(
+                    hook,
+                    at.table,
+                    at.chain,
+                    at.rule.expect("a rule") + 1,
+                    branch,
+                    depth,
+                    emit,
+                )
             }
             Action::Jump(target) | Action::Goto(target) => {
                 let goto = matches!(action, Action::Goto(_));
@@ -429,15 +463,31 @@ impl<'a> Walker<'a> {
                     if goto { "goto" } else { "jump" }
                 )));
                 let mut returned = Vec::new();
-                self.run(hook, at.table, tci, 0, branch, depth + 1, &mut |b, flow| match flow {
-                    Flow::Ended => emit(b, Flow::Ended),
-                    Flow::Returned => returned.push(b),
-                });
+                self.run(
+                    hook,
+                    at.table,
+                    tci,
+                    0,
+                    branch,
+                    depth + 1,
+                    &mut |b, flow| match flow {
+                        Flow::Ended => emit(b, Flow::Ended),
+                        Flow::Returned => returned.push(b),
+                    },
+                );
                 for b in returned {
                     if goto {
                         emit(b, Flow::Returned);
                     } else {
-                        self.run(hook, at.table, at.chain, at.rule.expect("a rule") + 1, b, depth, emit);
+                        self.run(
+                            hook,
+                            at.table,
+                            at.chain,
+                            at.rule.expect("a rule") + 1,
+                            b,
+                            depth,
+                            emit,
+                        );
                     }
                 }
             }
@@ -481,10 +531,16 @@ impl<'a> Walker<'a> {
                             Destination::Addr(ip) => ip,
                             Destination::AnyNodeAddress(f) => match f {
                                 crate::heart::model::Family::Ipv4 => IpAddr::from([127, 0, 0, 1]),
-                                crate::heart::model::Family::Ipv6 => IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
+                                crate::heart::model::Family::Ipv6 => {
+                                    IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1])
+                                }
                             },
                         };
-                        (SocketAddr::new(here, port), true, format!("redirect to this node's port {port}"))
+                        (
+                            SocketAddr::new(here, port),
+                            true,
+                            format!("redirect to this node's port {port}"),
+                        )
                     }
                 };
                 branch.steps.push(matched(does));
@@ -500,7 +556,8 @@ impl<'a> Walker<'a> {
             Action::Dnat(_) | Action::Redirect(_) => {
                 branch.end = End::Undecided {
                     at: Some(at),
-                    why: "a DNAT outside a nat chain at prerouting, which this explanation does not model".to_string(),
+                    why: "a DNAT outside a nat chain at prerouting, which this explanation does not model"
+                        .to_string(),
                 };
                 emit(branch, Flow::Ended)
             }
@@ -522,7 +579,11 @@ impl<'a> Walker<'a> {
                         let Some(action) = element.action.clone() else {
                             branch.end = End::Undecided {
                                 at: Some(at),
-                                why: format!("the element {} of {} has no verdict", element.text, set_name(map)),
+                                why: format!(
+                                    "the element {} of {} has no verdict",
+                                    element.text,
+                                    set_name(map)
+                                ),
                             };
                             return emit(branch, Flow::Ended);
                         };
@@ -537,7 +598,15 @@ impl<'a> Walker<'a> {
                                 why: format!("{} has no element for this connection", set_name(map)),
                             },
                         });
-                        self.run(hook, at.table, at.chain, at.rule.expect("a rule") + 1, branch, depth, emit)
+                        self.run(
+                            hook,
+                            at.table,
+                            at.chain,
+                            at.rule.expect("a rule") + 1,
+                            branch,
+                            depth,
+                            emit,
+                        )
                     }
                     Lookup::Undecided(why) => {
                         branch.end = End::Undecided { at: Some(at), why };
@@ -556,8 +625,12 @@ impl<'a> Walker<'a> {
                 let modulus = f64::from((*modulus).max(1));
                 let mut rest = branch.share;
                 for element in elements {
-                    let Some(KeyPart::Int(lo, hi)) = element.key.first() else { continue };
-                    let Some(action) = element.action.clone() else { continue };
+                    let Some(KeyPart::Int(lo, hi)) = element.key.first() else {
+                        continue;
+                    };
+                    let Some(action) = element.action.clone() else {
+                        continue;
+                    };
                     let part = ((hi.saturating_sub(*lo) + 1) as f64 / modulus).min(1.0);
                     let mut b = branch.clone();
                     b.share *= part;
@@ -570,7 +643,15 @@ impl<'a> Walker<'a> {
                     // Numbers no element holds: the rule does nothing for them.
                     let mut b = branch;
                     b.share = rest;
-                    self.run(hook, at.table, at.chain, at.rule.expect("a rule") + 1, b, depth, emit);
+                    self.run(
+                        hook,
+                        at.table,
+                        at.chain,
+                        at.rule.expect("a rule") + 1,
+                        b,
+                        depth,
+                        emit,
+                    );
                 }
             }
             Action::Unknown(what) => {
@@ -589,7 +670,11 @@ impl<'a> Walker<'a> {
     /// a nat base chain counts.
     fn translates(&self, at: RuleRef) -> bool {
         let table = &self.rules.tables[at.table];
-        table.name == "nat" || table.chains.iter().any(|c| c.base.is_some_and(|b| b.kind == ChainType::Nat))
+        table.name == "nat"
+            || table
+                .chains
+                .iter()
+                .any(|c| c.base.is_some_and(|b| b.kind == ChainType::Nat))
     }
 
     fn elements(&self, table: &'a Table, map: &'a SetRef) -> Option<&'a [Element]> {
@@ -639,16 +724,37 @@ impl<'a> Walker<'a> {
         if let Some(why) = undecided {
             return Test::Undecided(format!("{why} cannot be decided for this connection"));
         }
-        if share < 1.0 { Test::Share(share) } else { Test::Yes }
+        if share < 1.0 {
+            Test::Share(share)
+        } else {
+            Test::Yes
+        }
     }
 }
 
-/// Legacy first among equals: see [`Walker::hook`].
+/// Whether the rule at `at` could match the new connection of `probe` (for sure or
+/// for a share of connections), judged on the connection as it arrives.
+pub fn could_match(rules: &Rulesets, at: RuleRef, probe: &Probe) -> bool {
+    let walker = Walker {
+        rules,
+        remarks: Remarks::default(),
+        branches: 0,
+    };
+    let table = &rules.tables[at.table];
+    let Some(ri) = at.rule else { return false };
+    let rule = &table.chains[at.chain].rules[ri];
+    matches!(
+        walker.test_rule(table, rule, &Packet::new(probe)),
+        Test::Yes | Test::Share(_)
+    )
+}
+
+/// Newest backend first among equals: see [`Walker::hook`].
 fn backend_order(table: &Table) -> u8 {
     match table.backend {
-        crate::heart::model::Backend::IptablesLegacy => 0,
+        crate::heart::model::Backend::Nftables => 0,
         crate::heart::model::Backend::IptablesNft => 1,
-        crate::heart::model::Backend::Nftables => 2,
+        crate::heart::model::Backend::IptablesLegacy => 2,
     }
 }
 
@@ -736,7 +842,11 @@ fn test(table: &Table, cond: &Cond, p: &Packet) -> Test {
                 }
             }
         }
-        Cond::Port { side, ranges, negated } => match side {
+        Cond::Port {
+            side,
+            ranges,
+            negated,
+        } => match side {
             Side::Destination => {
                 let port = p.translated.map_or(p.port, |t| t.to.port());
                 let inside = ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&port));
@@ -765,11 +875,19 @@ fn test(table: &Table, cond: &Cond, p: &Packet) -> Test {
                 no(format!("the {what} {is} an address of this node"), false)
             }
         }
-        Cond::Interface { inbound, name, negated } => {
+        Cond::Interface {
+            inbound,
+            name,
+            negated,
+        } => {
             let lo = name == "lo";
             if *inbound && lo {
                 // Connections from outside never arrive on loopback.
-                if *negated { Test::Yes } else { no("the connection does not arrive on lo", false) }
+                if *negated {
+                    Test::Yes
+                } else {
+                    no("the connection does not arrive on lo", false)
+                }
             } else {
                 Test::Undecided(format!(
                     "the {} interface match {}{name}",
@@ -815,7 +933,10 @@ fn test(table: &Table, cond: &Cond, p: &Packet) -> Test {
                 Lookup::Found(_) if !negated => Test::Yes,
                 Lookup::Missing if *negated => Test::Yes,
                 Lookup::Found(e) => no(format!("{} holds {}", set_name(set), e.text), true),
-                Lookup::Missing => no(format!("{} has no element for this connection", set_name(set)), true),
+                Lookup::Missing => no(
+                    format!("{} has no element for this connection", set_name(set)),
+                    true,
+                ),
                 Lookup::Undecided(why) => Test::Undecided(why),
             }
         }
@@ -874,7 +995,9 @@ fn holds(field: Field, part: &KeyPart, p: &Packet) -> Option<bool> {
         (Field::AddrType(Side::Destination), KeyPart::AddrType(t)) => {
             Some((t == "local") == p.destination_local())
         }
-        (Field::AddrType(Side::Source), KeyPart::AddrType(t)) => Some((t == "local") == p.source.is_loopback()),
+        (Field::AddrType(Side::Source), KeyPart::AddrType(t)) => {
+            Some((t == "local") == p.source.is_loopback())
+        }
         (Field::Mark, KeyPart::Int(lo, hi)) => Some((*lo..=*hi).contains(&u64::from(p.mark))),
         (_, KeyPart::Unknown(_)) => None,
         _ => None,

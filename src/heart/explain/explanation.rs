@@ -5,11 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 
-
 use serde::Serialize;
 
 use crate::heart::desired::DesiredState;
-use crate::heart::explain::eval::{Branch, End, RuleRef, Remarks, StepKind, follow, place_of};
+use crate::heart::explain::eval::{Branch, End, Remarks, RuleRef, StepKind, could_match, follow, place_of};
 use crate::heart::explain::model::{Cond, Destination, Probe, RulePlace, Rulesets, Side};
 use crate::heart::finding::Finding;
 use crate::heart::model::{Backend, Family, Listener, ProcessInfo, Protocol};
@@ -230,10 +229,16 @@ pub fn explain(input: &ExplainInput<'_>) -> Explanation {
         .iter()
         .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
         .map_or(Outcome::None, |(o, _)| *o);
-    let endpoints = shares(branches.iter().filter_map(|b| match b.end {
-        End::Forwarded(to) => Some((to, b.share)),
-        End::Delivered { .. } => b.packet.translated.filter(|t| !t.redirect).map(|t| (t.to, b.share)),
-        _ => None,
+    let endpoints = shares(branches.iter().filter_map(|b| {
+        match b.end {
+            End::Forwarded(to) => Some((to, b.share)),
+            End::Delivered { .. } => b
+                .packet
+                .translated
+                .filter(|t| !t.redirect)
+                .map(|t| (t.to, b.share)),
+            _ => None,
+        }
     }));
     for b in &branches {
         if let End::Undecided { at, why } = &b.end {
@@ -459,7 +464,7 @@ fn notes_of(input: &ExplainInput<'_>, branches: &[Branch], remarks: &Remarks) ->
     for (hook, a, b) in &remarks.nat_order_unknown {
         let (a, b) = (&rules.tables[*a], &rules.tables[*b]);
         notes.push(format!(
-            "{} and {} both have nat chains at {} with the same priority: the kernel runs the one registered first in the network namespace, which no dump shows; this explanation takes {}'s first (the older backend's tables usually came first)",
+            "{} and {} both have nat chains at {} with the same priority: the kernel runs the one registered last in the network namespace first, which no dump shows; this explanation takes {}'s first (the newer backend's tables usually came last, when kube-proxy switched to it)",
             a.backend,
             b.backend,
             hook.as_str(),
@@ -485,7 +490,11 @@ fn notes_of(input: &ExplainInput<'_>, branches: &[Branch], remarks: &Remarks) ->
                 place_of(rules, t.by),
                 t.to,
                 place_of(rules, *at),
-                if matches!(b.end, End::Dropped(_)) { "drop" } else { "reject" }
+                if matches!(b.end, End::Dropped(_)) {
+                    "drop"
+                } else {
+                    "reject"
+                }
             );
             if !notes.contains(&note) {
                 notes.push(note);
@@ -508,7 +517,9 @@ fn shadowed(input: &ExplainInput<'_>, branches: &[Branch]) -> Vec<Shadowed> {
     let mut seen = std::collections::BTreeSet::new();
     for b in branches {
         for (i, step) in b.steps.iter().enumerate() {
-            let StepKind::Matched { share, .. } = step.kind else { continue };
+            let StepKind::Matched { share, .. } = step.kind else {
+                continue;
+            };
             if share < 1.0 - SAME_SHARE {
                 continue;
             }
@@ -520,23 +531,25 @@ fn shadowed(input: &ExplainInput<'_>, branches: &[Branch]) -> Vec<Shadowed> {
                 continue;
             }
             let chain = &rules.tables[step.at.table].chains[step.at.chain];
-            for (later, rule) in chain.rules.iter().enumerate().skip(ri + 1) {
-                if !names_port(rule, input.probe.protocol, input.probe.port) {
-                    continue;
-                }
-                let at = RuleRef {
-                    rule: Some(later),
+            let later: Vec<RuleRef> = (ri + 1..chain.rules.len())
+                .map(|r| RuleRef {
+                    rule: Some(r),
                     ..step.at
-                };
+                })
+                .collect();
+            let mut found = Vec::new();
+            shadowed_in(input, &later, 0, &mut found);
+            for at in found {
                 if !seen.insert(at) {
                     continue;
                 }
+                let rule = &rules.tables[at.table].chains[at.chain].rules[at.rule.expect("a rule")];
                 out.push(Shadowed {
                     at: place_of(rules, at),
                     rule: rule.text.clone(),
                     by: place_of(rules, step.at),
                     why: format!(
-                        "{} matches every new connection to {} first",
+                        "{} takes every new connection to {} first",
                         place_of(rules, step.at),
                         probe_port(&input.probe)
                     ),
@@ -545,6 +558,37 @@ fn shadowed(input: &ExplainInput<'_>, branches: &[Branch]) -> Vec<Shadowed> {
         }
     }
     out
+}
+
+/// Among `candidates` (rules a connection would meet later), those written for this
+/// port that would match it, looking through jumps a few chains deep (a CNI's
+/// `CNI-HOSTPORT-DNAT` behind a `PREROUTING` jump, kube-proxy's `KUBE-NODEPORTS`).
+fn shadowed_in(input: &ExplainInput<'_>, candidates: &[RuleRef], depth: usize, found: &mut Vec<RuleRef>) {
+    use crate::heart::explain::model::Action;
+    let rules = input.rules;
+    for &at in candidates {
+        let table = &rules.tables[at.table];
+        let rule = &table.chains[at.chain].rules[at.rule.expect("a rule")];
+        if !could_match(rules, at, &input.probe) {
+            continue;
+        }
+        if names_port(rule, input.probe.protocol, input.probe.port) {
+            found.push(at);
+            continue;
+        }
+        if let (Action::Jump(target) | Action::Goto(target), true) = (&rule.action, depth < 3)
+            && let Some(ci) = table.chain(target)
+        {
+            let inner: Vec<RuleRef> = (0..table.chains[ci].rules.len())
+                .map(|r| RuleRef {
+                    table: at.table,
+                    chain: ci,
+                    rule: Some(r),
+                })
+                .collect();
+            shadowed_in(input, &inner, depth + 1, found);
+        }
+    }
 }
 
 /// The rule is written for this protocol and port (and no other address).
@@ -610,10 +654,21 @@ fn expected(input: &ExplainInput<'_>) -> Option<Expected> {
             (Outcome::Dnat, set)
         }
     };
-    let each = if set.is_empty() { 0.0 } else { 1.0 / set.len() as f64 };
+    let each = if set.is_empty() {
+        0.0
+    } else {
+        1.0 / set.len() as f64
+    };
     Some(Expected {
         service: Some(port.service.kube_proxy_name()),
-        traffic_policy: Some(if port.external_policy_local { "Local" } else { "Cluster" }.to_string()),
+        traffic_policy: Some(
+            if port.external_policy_local {
+                "Local"
+            } else {
+                "Cluster"
+            }
+            .to_string(),
+        ),
         outcome,
         endpoints: shares(set.into_iter().map(|s| (s, each))),
         uncertain: port.uncertain || endpoints.is_some_and(|e| e.cluster_uncertain),
@@ -627,7 +682,9 @@ fn differences(
     expected: Option<&Expected>,
     branches: &[Branch],
 ) -> Vec<Difference> {
-    let Some(expected) = expected else { return Vec::new() };
+    let Some(expected) = expected else {
+        return Vec::new();
+    };
     let probe = input.probe;
     // The findings about this endpoint, else those about the port as a whole (a
     // duplicate rule explains why the API's endpoints are not reached).
@@ -667,7 +724,10 @@ fn differences(
         .iter()
         .map(|e| (e.target.as_str(), e.fraction))
         .collect();
-    let effective_by: HashMap<&str, f64> = effective.iter().map(|e| (e.target.as_str(), e.fraction)).collect();
+    let effective_by: HashMap<&str, f64> = effective
+        .iter()
+        .map(|e| (e.target.as_str(), e.fraction))
+        .collect();
     for e in effective {
         let want = expected_by.get(e.target.as_str()).copied();
         if want.is_some_and(|w| (w - e.fraction).abs() < 1e-3) {
@@ -770,7 +830,6 @@ fn describe_effective(o: Outcome) -> &'static str {
         Outcome::Undetermined => "cannot be followed",
     }
 }
-
 
 /// Whether an address belongs to `family`.
 pub fn in_family(ip: IpAddr, family: Family) -> bool {

@@ -2,7 +2,7 @@
 //! by rule, as the kernel evaluates the tables it read; and how that compares with
 //! what the API says the port should reach.
 
-pub mod model;
 pub mod eval;
 pub mod explanation;
+pub mod model;
 pub mod render;

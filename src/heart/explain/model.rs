@@ -159,17 +159,32 @@ impl CtState {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cond {
     /// `-p tcp`, `meta l4proto tcp`; None: a protocol that is none of tcp/udp/sctp.
-    Protocol { protocol: Option<Protocol>, negated: bool },
+    Protocol {
+        protocol: Option<Protocol>,
+        negated: bool,
+    },
     /// `-s`/`-d`, `ip saddr`/`ip daddr`: any of the prefixes.
-    Addr { side: Side, nets: Vec<Net>, negated: bool },
+    Addr {
+        side: Side,
+        nets: Vec<Net>,
+        negated: bool,
+    },
     /// `--sport`/`--dport`/`--dports`, `th dport`: any of the inclusive ranges.
-    Port { side: Side, ranges: Vec<(u16, u16)>, negated: bool },
+    Port {
+        side: Side,
+        ranges: Vec<(u16, u16)>,
+        negated: bool,
+    },
     /// `-m addrtype --dst-type LOCAL`, `fib daddr type local`: whether the address is one
     /// of this node's (`local` false: a type this evaluator knows is not the
     /// connection's, such as `broadcast`).
     AddrLocal { side: Side, local: bool, negated: bool },
     /// `-i`/`-o` (a trailing `+` is a wildcard), `iifname`.
-    Interface { inbound: bool, name: String, negated: bool },
+    Interface {
+        inbound: bool,
+        name: String,
+        negated: bool,
+    },
     /// `-m mark --mark V/M`, `meta mark & M == V`.
     Mark { value: u32, mask: u32, negated: bool },
     /// `-m conntrack --ctstate`, `ct state`.
@@ -182,7 +197,11 @@ pub enum Cond {
     /// endpoint). A client's first connection never matches.
     Affinity { name: String, seconds: Option<u32> },
     /// nftables: the connection's `key` (a concatenation) is (not) in a set or map.
-    Lookup { key: Vec<Field>, set: SetRef, negated: bool },
+    Lookup {
+        key: Vec<Field>,
+        set: SetRef,
+        negated: bool,
+    },
     /// A test this evaluator cannot decide (an ipset, a socket match, a module it does
     /// not know): the rule's text says which.
     Unknown(String),
@@ -251,7 +270,10 @@ pub enum Action {
     /// Nothing that changes the path: a counter, a log, an accounting object.
     Continue,
     /// `-j MARK --set-xmark V/M`, `meta mark set …`: mark = (mark & !mask) ^ value.
-    SetMark { value: u32, mask: u32 },
+    SetMark {
+        value: u32,
+        mask: u32,
+    },
     Jump(String),
     Goto(String),
     Return,
@@ -266,9 +288,15 @@ pub enum Action {
     /// `-j MASQUERADE`, `-j SNAT`: the source changes, not where the connection goes.
     SourceNat,
     /// `… vmap @map` / `vmap { … }`: the action of the element the key finds.
-    Vmap { key: Vec<Field>, map: SetRef },
+    Vmap {
+        key: Vec<Field>,
+        map: SetRef,
+    },
     /// `numgen random mod N vmap { 0 : goto a, 1 : goto b }`.
-    Numgen { modulus: u32, map: SetRef },
+    Numgen {
+        modulus: u32,
+        map: SetRef,
+    },
     /// An action this evaluator does not model (a queue, a user-space target).
     Unknown(String),
 }
@@ -412,10 +440,16 @@ impl std::str::FromStr for PortQuery {
         let protocol = Protocol::parse(protocol).ok_or_else(bad)?;
         let (address, port) = if let Some(v6) = rest.strip_prefix('[') {
             let (addr, port) = v6.split_once("]:").ok_or_else(bad)?;
-            (Some(addr.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?.into()), port)
+            (
+                Some(addr.parse::<std::net::Ipv6Addr>().map_err(|_| bad())?.into()),
+                port,
+            )
         } else {
             match rest.rsplit_once(':') {
-                Some((addr, port)) => (Some(addr.parse::<std::net::Ipv4Addr>().map_err(|_| bad())?.into()), port),
+                Some((addr, port)) => (
+                    Some(addr.parse::<std::net::Ipv4Addr>().map_err(|_| bad())?.into()),
+                    port,
+                ),
                 None => (None, rest),
             }
         };
@@ -444,10 +478,7 @@ impl PortQuery {
     /// The connection to follow: from `source` (default: a client outside the
     /// cluster) in the family of the address or source given, else `family`.
     pub fn probe(&self, source: Option<IpAddr>, family: Family) -> Result<Probe, String> {
-        let family = self
-            .address
-            .or(source)
-            .map_or(family, |ip| Family::of(&ip));
+        let family = self.address.or(source).map_or(family, |ip| Family::of(&ip));
         let source = source.unwrap_or_else(|| Probe::outside_client(family));
         if Family::of(&source) != family {
             return Err(format!(

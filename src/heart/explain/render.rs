@@ -23,7 +23,10 @@ pub fn render_text(e: &Explanation, node: Option<&str>) -> String {
         e.family
     );
     if !e.not_checked.is_empty() {
-        let _ = writeln!(out, "\nNot checked (the path below is promised only as far as it goes):");
+        let _ = writeln!(
+            out,
+            "\nNot checked (the path below is promised only as far as it goes):"
+        );
         for n in &e.not_checked {
             let _ = writeln!(out, "  - {}", visible(n));
         }
@@ -46,12 +49,7 @@ pub fn render_text(e: &Explanation, node: Option<&str>) -> String {
             .filter(|s| shown(s))
             .collect();
         if e.paths.len() > 1 {
-            let _ = writeln!(
-                out,
-                "      {:>6}  {}",
-                percent(path.fraction),
-                end_of(path)
-            );
+            let _ = writeln!(out, "      {:>6}  {}", percent(path.fraction), end_of(path));
             for step in tail {
                 write_step(&mut out, "          ", step);
             }
@@ -140,7 +138,11 @@ fn shown(s: &PathStep) -> bool {
 }
 
 fn write_step(out: &mut String, label: &str, s: &PathStep) {
-    let rule = s.rule.as_deref().map(|r| visible(r).into_owned()).unwrap_or_default();
+    let rule = s
+        .rule
+        .as_deref()
+        .map(|r| visible(r).into_owned())
+        .unwrap_or_default();
     let _ = writeln!(
         out,
         "{label} {} {} {} {}  {}",
@@ -153,8 +155,16 @@ fn write_step(out: &mut String, label: &str, s: &PathStep) {
     if !rule.is_empty() {
         let _ = writeln!(out, "{}      {}", " ".repeat(label.len()), shorten(&rule, 160));
     }
-    let share = s.share.map(|p| format!(" ({} of those reaching it)", percent(p))).unwrap_or_default();
-    let _ = writeln!(out, "{}      → {}{share}", " ".repeat(label.len()), visible(&s.does));
+    let share = s
+        .share
+        .map(|p| format!(" ({} of those reaching it)", percent(p)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "{}      → {}{share}",
+        " ".repeat(label.len()),
+        visible(&s.does)
+    );
 }
 
 fn shorten(s: &str, max: usize) -> String {
