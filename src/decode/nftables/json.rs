@@ -31,8 +31,7 @@ use crate::decode::nftables::{
 };
 
 pub(crate) use expr::Expr;
-pub(crate) use render::render_expr_string;
-use render::render_rule;
+pub(crate) use render::{render_expr_string, render_rule};
 
 /// `{"nftables": [ {...}, ... ]}`: the objects stay raw until each is looked at alone, so
 /// one odd object costs an `unparsed` entry rather than the whole dump.

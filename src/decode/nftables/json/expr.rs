@@ -26,21 +26,21 @@ pub(crate) enum Expr<'a> {
 
 impl<'a> Expr<'a> {
     /// The kind and body of a one-key object such as `{"goto": {...}}`.
-    pub(super) fn single(&self) -> Option<(&str, &Expr<'a>)> {
+    pub(crate) fn single(&self) -> Option<(&str, &Expr<'a>)> {
         match self {
             Expr::Object(fields) if fields.len() == 1 => Some((fields[0].0.as_ref(), &fields[0].1)),
             _ => None,
         }
     }
 
-    pub(super) fn get(&self, key: &str) -> Option<&Expr<'a>> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Expr<'a>> {
         match self {
             Expr::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
             _ => None,
         }
     }
 
-    pub(super) fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             Expr::Str(s) => Some(s),
             _ => None,
@@ -54,7 +54,7 @@ impl<'a> Expr<'a> {
         }
     }
 
-    pub(super) fn as_list(&self) -> Option<&[Expr<'a>]> {
+    pub(crate) fn as_list(&self) -> Option<&[Expr<'a>]> {
         match self {
             Expr::List(items) => Some(items),
             _ => None,

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::expr::Expr;
 
-pub(super) fn render_rule(statements: &[Expr<'_>], comment: Option<&str>) -> String {
+pub(crate) fn render_rule(statements: &[Expr<'_>], comment: Option<&str>) -> String {
     let mut out = String::new();
     for statement in statements {
         if !out.is_empty() {
