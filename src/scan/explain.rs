@@ -118,7 +118,16 @@ pub fn explain_with(
     } else {
         Family::Ipv6
     };
-    let probe = query.probe(source, family)?;
+    let mut probe = query.probe(source, family)?;
+    // Without an address, kube-proxy's own list of the node's NodePort addresses (its
+    // nftables `nodeport-ips` set) names one: its rules match on it.
+    let chosen = match query.address {
+        None => nodeport_address(rules, probe.family()),
+        Some(_) => None,
+    };
+    if let Some(ip) = chosen {
+        probe.destination = crate::heart::explain::model::Destination::Addr(ip);
+    }
     if sockets.listeners.is_none() {
         not_checked.push("the node's sockets (proc/net/tcp, udp) were not read: whether a process listens on the port is unknown".to_string());
     }
@@ -131,6 +140,14 @@ pub fn explain_with(
         owners: &sockets.owners,
         not_checked,
     });
+    if let Some(ip) = chosen {
+        explanation.notes.push(format!(
+            "followed to {ip}, the first {} address in kube-proxy's nodeport-ips set (the node's NodePort addresses); give another as {}/ADDRESS:{}",
+            probe.family(),
+            query.protocol,
+            query.port
+        ));
+    }
     if query.address.is_none() && source.is_none() {
         let other = match probe.family() {
             Family::Ipv4 => Family::Ipv6,
@@ -148,6 +165,23 @@ pub fn explain_with(
         }
     }
     Ok(explanation)
+}
+
+/// The first address of the family in kube-proxy's `nodeport-ips` set.
+fn nodeport_address(rules: &Rulesets, family: Family) -> Option<IpAddr> {
+    use crate::heart::explain::model::KeyPart;
+    rules
+        .tables
+        .iter()
+        .filter(|t| t.backend == Backend::Nftables && t.family == family)
+        .filter_map(|t| t.set("nodeport-ips"))
+        .flat_map(|s| &s.elements)
+        .find_map(|e| match e.key.first() {
+            Some(KeyPart::Addr(net)) if net.prefix == if family == Family::Ipv4 { 32 } else { 128 } => {
+                Some(net.addr)
+            }
+            _ => None,
+        })
 }
 
 /// Every backend's rules, whole: the iptables dumps and the nftables ruleset. The

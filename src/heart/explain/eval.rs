@@ -983,9 +983,13 @@ fn holds(field: Field, part: &KeyPart, p: &Packet) -> Option<bool> {
     });
     match (field, part) {
         (Field::Addr(Side::Source), KeyPart::Addr(net)) => Some(net.contains(p.source)),
-        (Field::Addr(Side::Destination), KeyPart::Addr(net)) => {
-            Some(destination.is_some_and(|ip| net.contains(ip)))
-        }
+        // "Any node address" is no loopback address; whether it is in another set the
+        // dump cannot say.
+        (Field::Addr(Side::Destination), KeyPart::Addr(net)) => match destination {
+            Some(ip) => Some(net.contains(ip)),
+            None if net.addr.is_loopback() => Some(false),
+            None => None,
+        },
         (Field::Port(Side::Destination), KeyPart::Port(lo, hi)) => {
             let port = p.translated.map_or(p.port, |t| t.to.port());
             Some((*lo..=*hi).contains(&port))

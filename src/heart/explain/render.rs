@@ -143,14 +143,18 @@ fn write_step(out: &mut String, label: &str, s: &PathStep) {
         .as_deref()
         .map(|r| visible(r).into_owned())
         .unwrap_or_default();
+    // The table and chain are printed already: a handle needs only its number.
+    let place = match (s.line, s.handle) {
+        (_, Some(h)) => format!("handle {h}"),
+        _ => visible(&s.at).into_owned(),
+    };
     let _ = writeln!(
         out,
-        "{label} {} {} {} {}  {}",
+        "{label} {} {} {} {}  {place}",
         s.hook,
         s.backend,
         visible(&s.table),
         visible(&s.chain),
-        visible(&s.at)
     );
     if !rule.is_empty() {
         let _ = writeln!(out, "{}      {}", " ".repeat(label.len()), shorten(&rule, 160));
