@@ -705,7 +705,7 @@ fn differences(
         of_port().filter(|f| f.target.is_none()).map(|f| f.id()).collect()
     };
     let mut out = Vec::new();
-    if outcome != expected.outcome && !(outcome == Outcome::Undetermined) {
+    if outcome != expected.outcome && outcome != Outcome::Undetermined {
         out.push(Difference {
             target: None,
             effective: None,
