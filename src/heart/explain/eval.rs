@@ -9,10 +9,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::heart::explain::model::{
-    Action, ChainType, Cond, CtState, Destination, Element, Field, Hook, KeyPart, Probe, Rule, Rulesets,
-    SetRef, Side, Table, target_of,
+    Action, ChainType, Cond, Destination, Element, Hook, KeyPart, Probe, Rulesets, SetRef, Table, target_of,
 };
-use crate::heart::model::Protocol;
 
 /// At most this many branches: kube-proxy's cascades give one per endpoint, so more
 /// means rules that multiply each other, and the rest is reported undecided.
@@ -21,124 +19,6 @@ const MAX_BRANCHES: usize = 20_000;
 const AFFINITY_DEFAULT: u32 = 10_800;
 /// The kernel refuses jumps nested deeper than this.
 const MAX_DEPTH: usize = 64;
-
-/// The connection as it stands at some point of its path.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Packet {
-    pub protocol: Protocol,
-    pub destination: Destination,
-    pub port: u16,
-    pub source: IpAddr,
-    pub mark: u32,
-    /// Where a DNAT or REDIRECT sent it, once one did.
-    pub translated: Option<Translation>,
-}
-
-/// An address translation bound to the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Translation {
-    pub to: SocketAddr,
-    /// The target is this node (a REDIRECT, or a DNAT to the address connected to or a
-    /// loopback address): the connection is delivered locally.
-    pub local: bool,
-    /// A REDIRECT (to this node's own port), not a DNAT to an endpoint.
-    pub redirect: bool,
-    /// Where the rule that translated it is (a table index, chain index, rule index).
-    pub by: RuleRef,
-}
-
-impl Packet {
-    pub fn new(probe: &Probe) -> Packet {
-        Packet {
-            protocol: probe.protocol,
-            destination: probe.destination,
-            port: probe.port,
-            source: probe.source,
-            mark: 0,
-            translated: None,
-        }
-    }
-
-    /// Whether the destination is one of this node's addresses.
-    fn destination_local(&self) -> bool {
-        self.translated.is_none_or(|t| t.local)
-    }
-}
-
-/// A rule by position: table, chain and rule indices in the [`Rulesets`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RuleRef {
-    pub table: usize,
-    pub chain: usize,
-    /// None: the chain's policy.
-    pub rule: Option<usize>,
-}
-
-/// What happened at one rule on a path.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StepKind {
-    /// The rule matched (`share`: the part of the connections reaching it that it
-    /// takes, below 1 for a `statistic` or `numgen` branch); `does` says what it did.
-    Matched { does: String, share: f64 },
-    /// The rule did not match, for a reason worth showing (not merely another port).
-    Skipped { why: String },
-    /// A base chain ended without a verdict: its policy.
-    Policy { accepts: bool },
-    /// A nat chain the kernel does not run for this connection: an earlier one at the
-    /// hook already bound its translation.
-    NotRun { why: String },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Step {
-    pub hook: Hook,
-    pub at: RuleRef,
-    pub kind: StepKind,
-}
-
-/// How a branch ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum End {
-    /// Still going: accepted by the chains so far (only while walking).
-    Accepted,
-    /// Forwarded to the DNAT target.
-    Forwarded(SocketAddr),
-    /// Delivered to this node (on `port`, translated or not).
-    Delivered {
-        port: u16,
-    },
-    Dropped(RuleRef),
-    Rejected(RuleRef),
-    /// A rule on the path could not be decided: why, and where.
-    Undecided {
-        at: Option<RuleRef>,
-        why: String,
-    },
-}
-
-/// One way a new connection goes, and the share of new connections that go this way.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Branch {
-    pub share: f64,
-    pub packet: Packet,
-    pub steps: Vec<Step>,
-    pub end: End,
-    /// A session-affinity rule on the path pins a returning client to its endpoint.
-    pub affinity: Option<u32>,
-}
-
-/// What else the walk noticed, for the explanation's notes.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Remarks {
-    /// Rules skipped only because they name another address of the node: the port is
-    /// handled differently for connections to that address.
-    pub address_specific: Vec<(RuleRef, String)>,
-    /// Where two nat chains of different backends sit at one hook and priority, so the
-    /// kernel's order between them is their registration order, which no dump shows.
-    pub nat_order_unknown: Vec<(Hook, usize, usize)>,
-    /// Rules skipped without being listed (other ports and addresses), per hook.
-    pub quietly_skipped: usize,
-}
 
 /// Follows `probe` through every table of its family in `rules`.
 pub fn follow(rules: &Rulesets, probe: &Probe) -> (Vec<Branch>, Remarks) {
@@ -192,14 +72,6 @@ struct Walker<'a> {
     rules: &'a Rulesets,
     remarks: Remarks,
     branches: usize,
-}
-
-/// The result of a condition for this connection.
-enum Test {
-    Yes,
-    No { why: String, quiet: bool, address: bool },
-    Share(f64),
-    Undecided(String),
 }
 
 /// What a chain walk handed back: ended in the chain (or one it jumped to), or fell
@@ -264,7 +136,7 @@ impl<'a> Walker<'a> {
                         kind: StepKind::NotRun {
                             why: format!(
                                 "not run: the connection's address translation is already bound by {}",
-                                self.place(t.by)
+                                place_of(self.rules, t.by)
                             ),
                         },
                     });
@@ -343,7 +215,7 @@ impl<'a> Walker<'a> {
                 chain: ci,
                 rule: Some(ri),
             };
-            match self.test_rule(table, rule, &branch.packet) {
+            match test_rule(table, rule, &branch.packet) {
                 Test::No { why, quiet, address } => {
                     if let Some(seconds) = rule.conds.iter().find_map(|c| match c {
                         Cond::Affinity { seconds, .. } => Some(seconds.unwrap_or(AFFINITY_DEFAULT)),
@@ -683,68 +555,16 @@ impl<'a> Walker<'a> {
             SetRef::Named(name) => table.set(name).map(|s| s.elements.as_slice()),
         }
     }
-
-    /// Where a rule is, for sentences.
-    pub(crate) fn place(&self, at: RuleRef) -> String {
-        place_of(self.rules, at)
-    }
-
-    /// Every condition of the rule, for this connection: a definite "no" from any
-    /// condition wins over one that cannot be decided.
-    fn test_rule(&self, table: &Table, rule: &Rule, packet: &Packet) -> Test {
-        let mut share = 1.0;
-        let mut undecided = None;
-        // The first reason worth showing, else the first quiet one.
-        let mut first_no: Option<(String, bool)> = None;
-        let mut only_address = true;
-        for cond in &rule.conds {
-            match test(table, cond, packet) {
-                Test::Yes => {}
-                Test::Share(p) => share *= p,
-                Test::Undecided(why) => {
-                    undecided.get_or_insert(why);
-                }
-                Test::No { why, quiet, address } => {
-                    only_address &= address;
-                    if first_no.as_ref().is_none_or(|(_, q)| *q && !quiet) {
-                        first_no = Some((why, quiet));
-                    }
-                }
-            }
-        }
-        if let Some((why, quiet)) = first_no {
-            // Skipped only because it names another address, while its port is ours.
-            let address = only_address
-                && rule.conds.iter().any(|c| {
-                    matches!(c, Cond::Port { side: Side::Destination, ranges, negated: false }
-                        if ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&packet.port)))
-                });
-            return Test::No { why, quiet, address };
-        }
-        if let Some(why) = undecided {
-            return Test::Undecided(format!("{why} cannot be decided for this connection"));
-        }
-        if share < 1.0 {
-            Test::Share(share)
-        } else {
-            Test::Yes
-        }
-    }
 }
 
 /// Whether the rule at `at` could match the new connection of `probe` (for sure or
 /// for a share of connections), judged on the connection as it arrives.
 pub fn could_match(rules: &Rulesets, at: RuleRef, probe: &Probe) -> bool {
-    let walker = Walker {
-        rules,
-        remarks: Remarks::default(),
-        branches: 0,
-    };
     let table = &rules.tables[at.table];
     let Some(ri) = at.rule else { return false };
     let rule = &table.chains[at.chain].rules[ri];
     matches!(
-        walker.test_rule(table, rule, &Packet::new(probe)),
+        test_rule(table, rule, &Packet::new(probe)),
         Test::Yes | Test::Share(_)
     )
 }
@@ -758,255 +578,14 @@ fn backend_order(table: &Table) -> u8 {
     }
 }
 
-fn set_name(map: &SetRef) -> String {
-    match map {
-        SetRef::Named(n) => format!("@{n}"),
-        SetRef::Inline(_) => "the rule's map".to_string(),
-    }
-}
+mod conditions;
+mod path;
 
-/// `iptables-nft-save.txt:57`, `nft.json handle 42`, or the chain's policy.
-pub fn place_of(rules: &Rulesets, at: RuleRef) -> String {
-    let table = &rules.tables[at.table];
-    let chain = &table.chains[at.chain];
-    match at.rule {
-        None => format!("{} {} {} policy", table.origin, table.name, chain.name),
-        Some(ri) => match chain.rules[ri].place {
-            crate::heart::explain::model::RulePlace::Line(n) => format!("{}:{n}", table.origin),
-            crate::heart::explain::model::RulePlace::Handle(h) => {
-                format!("{} {} {} handle {h}", table.origin, table.name, chain.name)
-            }
-            crate::heart::explain::model::RulePlace::Unknown => {
-                format!("{} {} {} rule {}", table.origin, table.name, chain.name, ri + 1)
-            }
-        },
-    }
-}
+pub use path::{Branch, End, Packet, Remarks, RuleRef, Step, StepKind, Translation, place_of};
 
-fn no(why: impl Into<String>, quiet: bool) -> Test {
-    Test::No {
-        why: why.into(),
-        quiet,
-        address: false,
-    }
-}
+use path::set_name;
 
-/// One condition for this connection. `quiet` skips are the ones about other Services
-/// (another port, protocol or address), not listed on the path.
-fn test(table: &Table, cond: &Cond, p: &Packet) -> Test {
-    let flip = |yes: bool, negated: bool| yes != negated;
-    match cond {
-        Cond::Protocol { protocol, negated } => {
-            if flip(*protocol == Some(p.protocol), *negated) {
-                Test::Yes
-            } else {
-                no("another protocol", true)
-            }
-        }
-        Cond::Addr { side, nets, negated } => {
-            let shown = nets.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",");
-            match side {
-                Side::Source => {
-                    let inside = nets.iter().any(|n| n.contains(p.source));
-                    if flip(inside, *negated) {
-                        Test::Yes
-                    } else if *negated {
-                        no(format!("the source {} is in {shown}", p.source), false)
-                    } else {
-                        no(format!("the source {} is not in {shown}", p.source), false)
-                    }
-                }
-                Side::Destination => {
-                    let (ip, any) = match (p.translated, p.destination) {
-                        (Some(t), _) => (Some(t.to.ip()), false),
-                        (None, Destination::Addr(ip)) => (Some(ip), false),
-                        (None, Destination::AnyNodeAddress(_)) => (None, true),
-                    };
-                    let inside = match ip {
-                        Some(ip) => nets.iter().any(|n| n.contains(ip)),
-                        // "Any node address" is in no named prefix but loopback's, and is
-                        // not loopback: connections come from outside.
-                        None => false,
-                    };
-                    if flip(inside, *negated) {
-                        Test::Yes
-                    } else if any && !*negated && !nets.iter().any(|n| n.addr.is_loopback()) {
-                        Test::No {
-                            why: format!("it applies only to connections to {shown}"),
-                            quiet: true,
-                            address: true,
-                        }
-                    } else {
-                        no(format!("the destination is not in {shown}"), true)
-                    }
-                }
-            }
-        }
-        Cond::Port {
-            side,
-            ranges,
-            negated,
-        } => match side {
-            Side::Destination => {
-                let port = p.translated.map_or(p.port, |t| t.to.port());
-                let inside = ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&port));
-                if flip(inside, *negated) {
-                    Test::Yes
-                } else {
-                    no("another port", true)
-                }
-            }
-            Side::Source => Test::Undecided("a source-port match".to_string()),
-        },
-        Cond::AddrLocal { side, local, negated } => {
-            let is_local = match side {
-                Side::Destination => p.destination_local(),
-                Side::Source => p.source.is_loopback(),
-            };
-            let yes = if *local { is_local } else { false };
-            if flip(yes, *negated) {
-                Test::Yes
-            } else {
-                let what = match side {
-                    Side::Destination => "destination",
-                    Side::Source => "source",
-                };
-                let is = if is_local { "is" } else { "is not" };
-                no(format!("the {what} {is} an address of this node"), false)
-            }
-        }
-        Cond::Interface {
-            inbound,
-            name,
-            negated,
-        } => {
-            let lo = name == "lo";
-            if *inbound && lo {
-                // Connections from outside never arrive on loopback.
-                if *negated {
-                    Test::Yes
-                } else {
-                    no("the connection does not arrive on lo", false)
-                }
-            } else {
-                Test::Undecided(format!(
-                    "the {} interface match {}{name}",
-                    if *inbound { "input" } else { "output" },
-                    if *negated { "! " } else { "" }
-                ))
-            }
-        }
-        Cond::Mark { value, mask, negated } => {
-            if flip(p.mark & mask == *value, *negated) {
-                Test::Yes
-            } else {
-                no(
-                    format!("the mark is {:#x}, not {value:#x}/{mask:#x}", p.mark & mask),
-                    false,
-                )
-            }
-        }
-        Cond::CtState { states, negated } => {
-            let yes = states.iter().any(|s| match s {
-                CtState::New => true,
-                CtState::Dnat => p.translated.is_some(),
-                _ => false,
-            });
-            if flip(yes, *negated) {
-                Test::Yes
-            } else {
-                no("the connection is new", false)
-            }
-        }
-        Cond::Random { probability } => Test::Share(*probability),
-        Cond::Nth { every } => Test::Share(1.0 / f64::from(*every)),
-        Cond::Affinity { .. } => no("a new client has no affinity entry yet", false),
-        Cond::Lookup { key, set, negated } => {
-            let elements = match set {
-                SetRef::Inline(e) => Some(e.as_slice()),
-                SetRef::Named(name) => table.set(name).map(|s| s.elements.as_slice()),
-            };
-            let Some(elements) = elements else {
-                return Test::Undecided(format!("the set {} is not in the dump", set_name(set)));
-            };
-            match find_element(elements, key, p) {
-                Lookup::Found(_) if !negated => Test::Yes,
-                Lookup::Missing if *negated => Test::Yes,
-                Lookup::Found(e) => no(format!("{} holds {}", set_name(set), e.text), true),
-                Lookup::Missing => no(
-                    format!("{} has no element for this connection", set_name(set)),
-                    true,
-                ),
-                Lookup::Undecided(why) => Test::Undecided(why),
-            }
-        }
-        Cond::Unknown(what) => Test::Undecided(format!("`{what}`")),
-    }
-}
-
-enum Lookup<'e> {
-    Found(&'e Element),
-    Missing,
-    Undecided(String),
-}
-
-/// The element whose key holds this connection's `key` fields.
-fn find_element<'e>(elements: &'e [Element], key: &[Field], p: &Packet) -> Lookup<'e> {
-    let mut undecided = None;
-    'elements: for element in elements {
-        if element.key.len() != key.len() {
-            continue;
-        }
-        for (field, part) in key.iter().zip(&element.key) {
-            match holds(*field, part, p) {
-                Some(true) => {}
-                Some(false) => continue 'elements,
-                None => {
-                    undecided.get_or_insert_with(|| format!("the element {}", element.text));
-                    continue 'elements;
-                }
-            }
-        }
-        return Lookup::Found(element);
-    }
-    match undecided {
-        Some(why) => Lookup::Undecided(format!("{why} cannot be compared with this connection")),
-        None => Lookup::Missing,
-    }
-}
-
-/// Whether one component of an element holds the connection's field; None: unknown.
-fn holds(field: Field, part: &KeyPart, p: &Packet) -> Option<bool> {
-    let destination = p.translated.map(|t| t.to.ip()).or(match p.destination {
-        Destination::Addr(ip) => Some(ip),
-        Destination::AnyNodeAddress(_) => None,
-    });
-    match (field, part) {
-        (Field::Addr(Side::Source), KeyPart::Addr(net)) => Some(net.contains(p.source)),
-        // "Any node address" is no loopback address; whether it is in another set the
-        // dump cannot say.
-        (Field::Addr(Side::Destination), KeyPart::Addr(net)) => match destination {
-            Some(ip) => Some(net.contains(ip)),
-            None if net.addr.is_loopback() => Some(false),
-            None => None,
-        },
-        (Field::Port(Side::Destination), KeyPart::Port(lo, hi)) => {
-            let port = p.translated.map_or(p.port, |t| t.to.port());
-            Some((*lo..=*hi).contains(&port))
-        }
-        (Field::Port(Side::Source), _) => None,
-        (Field::L4Proto, KeyPart::Protocol(proto)) => Some(*proto == Some(p.protocol)),
-        (Field::AddrType(Side::Destination), KeyPart::AddrType(t)) => {
-            Some((t == "local") == p.destination_local())
-        }
-        (Field::AddrType(Side::Source), KeyPart::AddrType(t)) => {
-            Some((t == "local") == p.source.is_loopback())
-        }
-        (Field::Mark, KeyPart::Int(lo, hi)) => Some((*lo..=*hi).contains(&u64::from(p.mark))),
-        (_, KeyPart::Unknown(_)) => None,
-        _ => None,
-    }
-}
+use conditions::{Lookup, Test, find_element, test_rule};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
 use super::*;
-use crate::heart::explain::model::{BaseChain, Chain, DnatTo, Net, RulePlace, Set};
-use crate::heart::model::{Backend, Family};
+use crate::heart::explain::model::{BaseChain, Chain, DnatTo, Field, Net, Rule, RulePlace, Set, Side};
+use crate::heart::model::{Backend, Family, Protocol};
 
 fn rule(conds: Vec<Cond>, action: Action) -> Rule {
     Rule {

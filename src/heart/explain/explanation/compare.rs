@@ -1,0 +1,218 @@
+//! The API's view of the port beside the effective one: what kube-proxy would make of
+//! it on this node, and each difference with the findings that explain it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use crate::heart::explain::eval::{Branch, place_of};
+
+use super::{Difference, EndpointShare, Expected, ExplainInput, Outcome, probe_port, shares};
+
+pub(super) fn expected(input: &ExplainInput<'_>) -> Option<Expected> {
+    let desired = input.desired?;
+    let probe = input.probe;
+    let family = probe.family();
+    let Some(port) = desired
+        .ports
+        .iter()
+        .find(|p| p.protocol == probe.protocol && p.node_port == probe.port)
+    else {
+        let allocated = desired.other_allocated.contains(&(probe.protocol, probe.port));
+        return Some(Expected {
+            service: None,
+            traffic_policy: None,
+            outcome: Outcome::None,
+            endpoints: Vec::new(),
+            uncertain: allocated || desired.uncertain,
+        });
+    };
+    let endpoints = port.endpoints(family);
+    let (outcome, set) = match endpoints {
+        None => (Outcome::None, Vec::new()),
+        Some(e) if !e.has_endpoints => (Outcome::Reject, Vec::new()),
+        Some(e) if !e.has_external_endpoints => (Outcome::Drop, Vec::new()),
+        Some(e) => {
+            let set: Vec<SocketAddr> = if port.external_policy_local {
+                e.local.iter().copied().collect()
+            } else {
+                e.cluster.iter().copied().collect()
+            };
+            (Outcome::Dnat, set)
+        }
+    };
+    let each = if set.is_empty() {
+        0.0
+    } else {
+        1.0 / set.len() as f64
+    };
+    Some(Expected {
+        service: Some(port.service.kube_proxy_name()),
+        traffic_policy: Some(
+            if port.external_policy_local {
+                "Local"
+            } else {
+                "Cluster"
+            }
+            .to_string(),
+        ),
+        outcome,
+        endpoints: shares(set.into_iter().map(|s| (s, each))),
+        uncertain: port.uncertain || endpoints.is_some_and(|e| e.cluster_uncertain),
+    })
+}
+
+pub(super) fn differences(
+    input: &ExplainInput<'_>,
+    effective: &[EndpointShare],
+    outcome: Outcome,
+    expected: Option<&Expected>,
+    branches: &[Branch],
+) -> Vec<Difference> {
+    let Some(expected) = expected else {
+        return Vec::new();
+    };
+    let probe = input.probe;
+    // The findings about this endpoint, else those about the port as a whole (a
+    // duplicate rule explains why the API's endpoints are not reached).
+    let findings_for = |target: Option<&str>| -> Vec<String> {
+        let of_port = || {
+            input
+                .findings
+                .iter()
+                .filter(|f| f.protocol.is_none_or(|p| p == probe.protocol) && f.port == Some(probe.port))
+        };
+        let exact: Vec<String> = of_port()
+            .filter(|f| target.is_some() && f.target.as_deref() == target)
+            .map(|f| f.id())
+            .collect();
+        if !exact.is_empty() {
+            return exact;
+        }
+        of_port().filter(|f| f.target.is_none()).map(|f| f.id()).collect()
+    };
+    let mut out = Vec::new();
+    if outcome != expected.outcome && outcome != Outcome::Undetermined {
+        out.push(Difference {
+            target: None,
+            effective: None,
+            expected: None,
+            explanation: format!(
+                "the API says {} should {}, but new connections {}",
+                probe_port(&probe),
+                describe(expected.outcome),
+                describe_effective(outcome)
+            ),
+            findings: findings_for(None),
+        });
+    }
+    let expected_by: HashMap<&str, f64> = expected
+        .endpoints
+        .iter()
+        .map(|e| (e.target.as_str(), e.fraction))
+        .collect();
+    let effective_by: HashMap<&str, f64> = effective
+        .iter()
+        .map(|e| (e.target.as_str(), e.fraction))
+        .collect();
+    for e in effective {
+        let want = expected_by.get(e.target.as_str()).copied();
+        if want.is_some_and(|w| (w - e.fraction).abs() < 1e-3) {
+            continue;
+        }
+        let by = translated_by(input, branches, &e.target);
+        let explanation = match want {
+            None => format!(
+                "{} takes {} of new connections but is not an endpoint the API lists for this port{}",
+                e.target,
+                percent(e.fraction),
+                by.map(|b| format!(" ({b})")).unwrap_or_default()
+            ),
+            Some(w) => format!(
+                "{} takes {} of new connections where the API's endpoints would give it {}{}",
+                e.target,
+                percent(e.fraction),
+                percent(w),
+                by.map(|b| format!(" ({b})")).unwrap_or_default()
+            ),
+        };
+        out.push(Difference {
+            target: Some(e.target.clone()),
+            effective: Some(e.fraction),
+            expected: want,
+            explanation,
+            findings: findings_for(Some(&e.target)),
+        });
+    }
+    for e in &expected.endpoints {
+        if effective_by.contains_key(e.target.as_str()) {
+            continue;
+        }
+        out.push(Difference {
+            target: Some(e.target.clone()),
+            effective: Some(0.0),
+            expected: Some(e.fraction),
+            explanation: format!(
+                "{} is an endpoint the API lists for this port (share {}), but no new connection reaches it",
+                e.target,
+                percent(e.fraction)
+            ),
+            findings: findings_for(Some(&e.target)),
+        });
+    }
+    out
+}
+
+/// "DNAT at iptables-nft-save.txt:50, not written by kube-proxy": who sends
+/// connections to `target`.
+fn translated_by(input: &ExplainInput<'_>, branches: &[Branch], target: &str) -> Option<String> {
+    let t = branches
+        .iter()
+        .filter_map(|b| b.packet.translated)
+        .find(|t| t.to.to_string() == target)?;
+    let rules = input.rules;
+    let table = &rules.tables[t.by.table];
+    let chain = &table.chains[t.by.chain];
+    let rule = t.by.rule.map(|ri| &chain.rules[ri])?;
+    let kube_proxy = chain.name.starts_with("KUBE-SEP-")
+        || chain.name.starts_with("endpoint-")
+        || rule.comment.as_deref().is_some_and(|c| c.contains('/'));
+    Some(if kube_proxy {
+        format!("the DNAT at {}", place_of(rules, t.by))
+    } else {
+        format!(
+            "a DNAT at {} in {} that kube-proxy did not write",
+            place_of(rules, t.by),
+            chain.name
+        )
+    })
+}
+
+fn percent(f: f64) -> String {
+    let p = f * 100.0;
+    if (p - p.round()).abs() < 0.05 {
+        format!("{:.0}%", p)
+    } else {
+        format!("{:.1}%", p)
+    }
+}
+
+fn describe(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Dnat => "reach the Service's endpoints",
+        Outcome::Drop => "be dropped (no endpoint on this node for a Local policy)",
+        Outcome::Reject => "be rejected (the Service has no endpoints)",
+        Outcome::Local | Outcome::None => "reach nothing (no Service owns it)",
+        Outcome::Undetermined => "be undetermined",
+    }
+}
+
+fn describe_effective(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Dnat => "are translated to endpoints",
+        Outcome::Drop => "are dropped",
+        Outcome::Reject => "are rejected",
+        Outcome::Local => "are delivered to a socket of this node",
+        Outcome::None => "reach nothing",
+        Outcome::Undetermined => "cannot be followed",
+    }
+}
