@@ -123,6 +123,19 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         ClusterView::start(kube, Some(&config.node), options).context("cannot watch the API server")?;
     let probed = view.clone();
     shared.probe_api(move || (probed.synced(), probed.fresh()));
+    // `/explain` judges findings as a scan does, without the grace window: the path is
+    // what the kernel does now.
+    shared.serve_explanations(crate::agent::explain::live_explainer(
+        config.node.clone(),
+        config.live.clone(),
+        view.clone(),
+        crate::heart::detect::DetectConfig {
+            grace: None,
+            cluster_state_stale: false,
+            acceptances: None,
+            nodeport_range: config.nodeport_range.clone(),
+        },
+    ));
     let findings_at = match (&findings_listener, shared_address) {
         (Some(l), _) => l.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
         (None, true) => "the same listener".to_string(),

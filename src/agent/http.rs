@@ -29,8 +29,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::agent::explain::{ExplainRequest, Explainer};
 use crate::agent::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::heart::outcome::ScanReport;
+use crate::heart::visible::visible;
 
 /// The default `--listen` address. No common node agent uses 9741 (node_exporter is
 /// 9100, kube-proxy 10249/10256, the kubelet 10250, Cilium 9962-9965, Calico 9091).
@@ -86,6 +88,10 @@ pub struct Shared {
     last_success: Mutex<Option<Instant>>,
     /// The scan interval: `/readyz` wants a successful scan within three of them.
     interval: Duration,
+    /// What answers `/explain`, once the daemon has set it.
+    explainer: OnceLock<Explainer>,
+    /// One explanation at a time: each reads every rule of the node.
+    explaining: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -115,6 +121,8 @@ impl Shared {
             api_probe: OnceLock::new(),
             last_success: Mutex::new(None),
             interval,
+            explainer: OnceLock::new(),
+            explaining: Arc::new(Semaphore::new(1)),
         }
     }
 
@@ -130,6 +138,11 @@ impl Shared {
     /// are ignored.
     pub fn probe_api(&self, probe: impl Fn() -> (bool, bool) + Send + Sync + 'static) {
         let _ = self.api_probe.set(Box::new(probe));
+    }
+
+    /// Makes `/explain` answer with `explainer`. Set once; later calls are ignored.
+    pub fn serve_explanations(&self, explainer: Explainer) {
+        let _ = self.explainer.set(explainer);
     }
 
     /// (synced, fresh) now: from the probe when there is one.
@@ -225,7 +238,12 @@ pub async fn serve(
             let _permit = permit;
             let service = service_fn(move |req| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(&req, endpoints, &shared)) }
+                async move {
+                    if req.uri().path() == "/explain" {
+                        return Ok::<_, Infallible>(explain(&req, endpoints, &shared).await);
+                    }
+                    Ok::<_, Infallible>(handle(&req, endpoints, &shared))
+                }
             });
             let served = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -313,6 +331,86 @@ fn handle(req: &Request<Incoming>, endpoints: Endpoints, shared: &Shared) -> Res
                 ),
             }
         }
+    }
+}
+
+/// `/explain?port=tcp/30080[&source=IP][&format=text]`: on the findings listener only,
+/// as `/findings` (it shows rules, addresses and processes).
+async fn explain(req: &Request<Incoming>, endpoints: Endpoints, shared: &Shared) -> Response<Full<Bytes>> {
+    if endpoints == Endpoints::Public {
+        return respond(
+            StatusCode::NOT_FOUND,
+            PLAIN,
+            "not found: /explain is served on the agent's --findings-listen address only (the node's loopback by default)\n",
+        );
+    }
+    if req.method() != Method::GET {
+        let mut r = respond(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "method not allowed\n");
+        r.headers_mut()
+            .insert(ALLOW, http::HeaderValue::from_static("GET"));
+        return r;
+    }
+    let request = match ExplainRequest::parse(req.uri().query()) {
+        Ok(r) => r,
+        Err(why) => return respond(StatusCode::BAD_REQUEST, PLAIN, format!("{}\n", visible(&why))),
+    };
+    let Some(explainer) = shared.explainer.get().cloned() else {
+        return respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            PLAIN,
+            "explain is not available yet\n",
+        );
+    };
+    let Ok(permit) = shared.explaining.clone().try_acquire_owned() else {
+        return respond(
+            StatusCode::TOO_MANY_REQUESTS,
+            PLAIN,
+            "another explanation is running; try again when it is done\n",
+        );
+    };
+    let answer = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        explainer(request.query, request.source)
+    })
+    .await;
+    match answer {
+        Ok(Ok((node, e))) if request.text => respond(
+            StatusCode::OK,
+            PLAIN,
+            crate::heart::explain::render::render_text(&e, node.as_deref()),
+        ),
+        Ok(Ok((node, e))) => {
+            let document = Document::new(
+                DocumentKind::Explanation,
+                node.as_deref(),
+                jiff::Timestamp::now(),
+                &e,
+            );
+            match serde_json::to_vec_pretty(&document) {
+                Ok(mut json) => {
+                    json.push(b'\n');
+                    respond(StatusCode::OK, "application/json", json)
+                }
+                Err(_) => respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    PLAIN,
+                    "cannot encode the explanation\n",
+                ),
+            }
+        }
+        Ok(Err(why)) => {
+            tracing::warn!(query = %request.query, error = %visible(&why), "cannot explain");
+            respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                PLAIN,
+                format!("cannot explain: {}\n", visible(&why)),
+            )
+        }
+        Err(_) => respond(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            PLAIN,
+            "the explanation failed\n",
+        ),
     }
 }
 

@@ -7,11 +7,12 @@ use std::io::BufRead;
 use std::net::IpAddr;
 
 use crate::decode::explain::{iptables, nft};
+use crate::heart::detect::DetectConfig;
 use crate::heart::explain::explanation::{ExplainInput, Explanation, explain};
 use crate::heart::explain::model::{PortQuery, Rulesets};
 use crate::heart::model::{Backend, Family, Listener, ProcessInfo};
 use crate::heart::observed::SOCKET_FILES;
-use crate::heart::outcome::{ScanReport, SourceState, run_scan_keeping_inputs};
+use crate::heart::outcome::{ScanInput, ScanReport, SourceState, run_scan_keeping_inputs};
 use crate::scan::input::{BundleDir, Fetched, Source, read_bundle_with};
 use crate::scan::oneshot::{OneshotConfig, OneshotError, detect_config, read_live};
 use crate::sources::bundle::{IPTABLES_FILES, NFT_RULESET_FILE};
@@ -65,6 +66,38 @@ pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainErro
         }
         None => read_live(scan)?.input,
     };
+    let detect = detect_config(scan);
+    let outcome = match &scan.bundle {
+        Some(dir) => explain_input(
+            input,
+            &detect,
+            &mut BundleDir::new(dir, None),
+            config.query,
+            config.source,
+        ),
+        None => explain_input(
+            input,
+            &detect,
+            &mut LiveNode::new(LiveConfig {
+                cluster_state: None,
+                ..scan.live.clone()
+            }),
+            config.query,
+            config.source,
+        ),
+    };
+    outcome.map_err(ExplainError::Query)
+}
+
+/// Scans what was read, reads every rule from `src`, and explains `query`: the one
+/// path of the command and the agent's `/explain`.
+pub fn explain_input<S: Source>(
+    input: ScanInput,
+    detect: &DetectConfig,
+    src: &mut S,
+    query: PortQuery,
+    source: Option<IpAddr>,
+) -> Result<ExplainOutcome, String> {
     let sockets_read = input.sources.iter().any(|s| {
         SOCKET_FILES.iter().any(|(name, _, _)| *name == s.source)
             && matches!(
@@ -77,24 +110,17 @@ pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainErro
         owners: input.observed.owners.clone(),
     };
     let node = input.node.clone();
-    let (report, _, desired) = run_scan_keeping_inputs(input, &detect_config(scan));
-    let (rules, not_checked) = match &scan.bundle {
-        Some(dir) => read_rulesets(&mut BundleDir::new(dir, None)),
-        None => read_rulesets(&mut LiveNode::new(LiveConfig {
-            cluster_state: None,
-            ..scan.live.clone()
-        })),
-    };
+    let (report, _, desired) = run_scan_keeping_inputs(input, detect);
+    let (rules, not_checked) = read_rulesets(src);
     let explanation = explain_with(
         &rules,
         not_checked,
-        config.query,
-        config.source,
+        query,
+        source,
         desired.as_ref(),
         &report,
         &sockets,
-    )
-    .map_err(ExplainError::Query)?;
+    )?;
     Ok(ExplainOutcome {
         node,
         explanation,

@@ -22,10 +22,28 @@ const MAX_DEPTH: usize = 64;
 
 /// Follows `probe` through every table of its family in `rules`.
 pub fn follow(rules: &Rulesets, probe: &Probe) -> (Vec<Branch>, Remarks) {
+    follow_in_order(rules, probe, TieOrder::NewestFirst)
+}
+
+/// Which backend's base chain the walk runs first where two sit at one hook and
+/// priority: the kernel runs the one registered last first, which no dump shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TieOrder {
+    /// nftables, then iptables-nft, then iptables-legacy: a node with two backends
+    /// usually got the newer one last, when kube-proxy switched to it.
+    NewestFirst,
+    /// The other way round: what the kernel does when the older backend's tables
+    /// were created last (restored after a reboot, say).
+    OldestFirst,
+}
+
+/// [`follow`], with ties between backends broken as `order` says.
+pub fn follow_in_order(rules: &Rulesets, probe: &Probe, order: TieOrder) -> (Vec<Branch>, Remarks) {
     let mut walker = Walker {
         rules,
         remarks: Remarks::default(),
         branches: 0,
+        order,
     };
     let start = Branch {
         share: 1.0,
@@ -72,6 +90,7 @@ struct Walker<'a> {
     rules: &'a Rulesets,
     remarks: Remarks,
     branches: usize,
+    order: TieOrder,
 }
 
 /// What a chain walk handed back: ended in the chain (or one it jumped to), or fell
@@ -95,7 +114,11 @@ impl<'a> Walker<'a> {
                 if let Some(base) = chain.base
                     && base.hook == hook
                 {
-                    bases.push((base.priority, backend_order(table), ti, ci));
+                    let rank = match self.order {
+                        TieOrder::NewestFirst => backend_order(table),
+                        TieOrder::OldestFirst => 2 - backend_order(table),
+                    };
+                    bases.push((base.priority, rank, ti, ci));
                 }
             }
         }

@@ -8,7 +8,9 @@ use std::net::{IpAddr, SocketAddr};
 use serde::Serialize;
 
 use crate::heart::desired::DesiredState;
-use crate::heart::explain::eval::{Branch, End, Remarks, StepKind, follow, place_of};
+use crate::heart::explain::eval::{
+    Branch, End, Remarks, StepKind, TieOrder, follow, follow_in_order, place_of,
+};
 use crate::heart::explain::model::{Destination, Probe, RulePlace, Rulesets};
 use crate::heart::finding::Finding;
 use crate::heart::model::{Backend, Family, Listener, ProcessInfo, Protocol};
@@ -229,23 +231,33 @@ pub fn explain(input: &ExplainInput<'_>) -> Explanation {
         .iter()
         .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
         .map_or(Outcome::None, |(o, _)| *o);
-    let endpoints = shares(branches.iter().filter_map(|b| {
-        match b.end {
-            End::Forwarded(to) => Some((to, b.share)),
-            End::Delivered { .. } => b
-                .packet
-                .translated
-                .filter(|t| !t.redirect)
-                .map(|t| (t.to, b.share)),
-            _ => None,
-        }
-    }));
+    let endpoints = effective_endpoints(&branches);
     for b in &branches {
         if let End::Undecided { at, why } = &b.end {
             let place = at.map(|at| place_of(input.rules, at)).unwrap_or_default();
             not_checked.push(format!(
                 "{:.0}% of new connections reach a rule that cannot be followed ({place}): {why}",
                 b.share * 100.0
+            ));
+        }
+    }
+    if !remarks.nat_order_unknown.is_empty() {
+        // The order between backends is not in the dumps: if the other order sends
+        // connections elsewhere, the answer rests on what could not be checked.
+        let (other, _) = follow_in_order(input.rules, &probe, TieOrder::OldestFirst);
+        let other_endpoints = effective_endpoints(&other);
+        if other_endpoints != endpoints {
+            let list = if other_endpoints.is_empty() {
+                "no endpoint".to_string()
+            } else {
+                other_endpoints
+                    .iter()
+                    .map(|e| format!("{} ({})", e.target, compare_percent(e.fraction)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            not_checked.push(format!(
+                "which backend's nat chain the kernel runs first is not in any dump (it runs the one registered last first); this explanation takes the newer backend's, and had the older one's tables been created last, new connections would go to {list}"
             ));
         }
     }
@@ -333,6 +345,21 @@ impl Explanation {
             0
         }
     }
+}
+
+/// Where the branches' connections are translated to, with their shares.
+fn effective_endpoints(branches: &[Branch]) -> Vec<EndpointShare> {
+    shares(branches.iter().filter_map(|b| {
+        match b.end {
+            End::Forwarded(to) => Some((to, b.share)),
+            End::Delivered { .. } => b
+                .packet
+                .translated
+                .filter(|t| !t.redirect)
+                .map(|t| (t.to, b.share)),
+            _ => None,
+        }
+    }))
 }
 
 fn probe_port(probe: &Probe) -> String {
@@ -501,6 +528,24 @@ fn notes_of(input: &ExplainInput<'_>, branches: &[Branch], remarks: &Remarks) ->
             }
         }
     }
+    // A process on a port the rules translate: it gets only what they let through.
+    let translated = branches
+        .iter()
+        .any(|b| b.packet.translated.is_some_and(|t| !t.redirect));
+    if translated
+        && let Some(socket) = input.listeners.into_iter().flatten().find(|l| {
+            l.protocol == input.probe.protocol && l.port == input.probe.port && !l.addr.is_loopback()
+        })
+    {
+        let who = input.owners.get(&socket.inode).map_or_else(
+            || "a process".to_string(),
+            |p| format!("{} (pid {})", p.name, p.pid),
+        );
+        notes.push(format!(
+            "{who} listens on {} on this node, but the DNAT above takes new connections from outside before they reach it",
+            probe_port(&input.probe)
+        ));
+    }
     if let Some(seconds) = branches.iter().find_map(|b| b.affinity) {
         notes.push(format!(
             "session affinity: a client keeps the endpoint of its first connection for {seconds} s; the shares are for new clients"
@@ -512,7 +557,7 @@ fn notes_of(input: &ExplainInput<'_>, branches: &[Branch], remarks: &Remarks) ->
 mod compare;
 mod shadow;
 
-use compare::{differences, expected};
+use compare::{differences, expected, percent as compare_percent};
 use shadow::shadowed;
 
 /// Whether an address belongs to `family`.

@@ -187,7 +187,7 @@ fn translated_by(input: &ExplainInput<'_>, branches: &[Branch], target: &str) ->
     })
 }
 
-fn percent(f: f64) -> String {
+pub(super) fn percent(f: f64) -> String {
     let p = f * 100.0;
     if (p - p.round()).abs() < 0.05 {
         format!("{:.0}%", p)
