@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use crate::heart::explain::eval::{Branch, place_of};
+use crate::heart::explain::eval::{Branch, End, place_of};
 
 use super::{Difference, EndpointShare, Expected, ExplainInput, Outcome, probe_port, shares};
 
@@ -71,6 +71,11 @@ pub(super) fn differences(
     let Some(expected) = expected else {
         return Vec::new();
     };
+    // Where some connections cannot be followed, neither their shares nor what they
+    // miss is known: nothing is claimed (the explanation's not_checked says why).
+    if branches.iter().any(|b| matches!(b.end, End::Undecided { .. })) {
+        return Vec::new();
+    }
     let probe = input.probe;
     // The findings about this endpoint, else those about the port as a whole (a
     // duplicate rule explains why the API's endpoints are not reached).
