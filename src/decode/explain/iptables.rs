@@ -8,6 +8,10 @@ use std::borrow::Cow;
 use std::io::{self, BufRead};
 use std::net::IpAddr;
 
+// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
+// nothing for a dump read from the local kernel.
+use rustc_hash::FxHashMap;
+
 use crate::decode::iptables::tokens::tokens;
 use crate::decode::lines::BoundedLines;
 use crate::heart::explain::model::{
@@ -25,6 +29,8 @@ pub fn parse_save<R: BufRead>(
 ) -> io::Result<Rulesets> {
     let mut out = Rulesets::default();
     let mut open: Option<Table> = None;
+    // The open table's chains by name: a large node's nat table has 50,000 of them.
+    let mut index: FxHashMap<String, usize> = FxHashMap::default();
     let mut lines = BoundedLines::new(reader);
     while let Some(line) = lines.next_line()? {
         let number = line.number;
@@ -46,6 +52,7 @@ pub fn parse_save<R: BufRead>(
                 out.gaps.push(format!("{origin}: table {} has no COMMIT", t.name));
                 out.tables.push(t);
             }
+            index.clear();
             open = Some(Table {
                 backend,
                 family,
@@ -75,6 +82,7 @@ pub fn parse_save<R: BufRead>(
                     .push(format!("{origin}:{number}: an unreadable chain declaration"));
                 continue;
             }
+            index.insert(name.to_string(), table.chains.len());
             table.chains.push(Chain {
                 name: name.to_string(),
                 base,
@@ -83,8 +91,8 @@ pub fn parse_save<R: BufRead>(
             continue;
         }
         match read_rule(text, number) {
-            Some((chain, rule)) => match table.chains.iter_mut().rev().find(|c| c.name == chain) {
-                Some(c) => c.rules.push(rule),
+            Some((chain, rule)) => match index.get(chain) {
+                Some(&c) => table.chains[c].rules.push(rule),
                 None => out.gaps.push(format!(
                     "{origin}:{number}: a rule in the undeclared chain {chain}"
                 )),
