@@ -466,6 +466,7 @@ fn not_offline(line: &str) -> Option<String> {
         };
         let offline = match args.first().map(String::as_str) {
             Some("scan") => has("--from") && !has("--repair"),
+            Some("explain") => has("--from") && !has("--kubeconfig") && !has("--context"),
             Some("ports") => has("--cluster-state"),
             Some("lint") => !has("--kubeconfig") && !has("--context"),
             Some("completions" | "man" | "help" | "dev" | "--version" | "-V" | "--help" | "-h") => true,

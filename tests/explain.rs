@@ -443,3 +443,28 @@ fn bad_input_gets_a_clear_error() {
     assert_eq!(code, 2);
     assert!(stderr.contains("/nonexistent/bundle"), "{stderr}");
 }
+
+#[test]
+fn a_listing_of_kube_proxys_tables_only_is_not_taken_for_the_whole_ruleset() {
+    // As `nft -j list table ip kube-proxy` captures it: none of iptables-nft's tables,
+    // so the tables other components wrote with nft were never seen.
+    let dir = copy_of("udp-stale-endpoint");
+    std::fs::remove_file(dir.path().join("nft-ruleset.json")).unwrap();
+    std::fs::write(
+        dir.path().join("nft.json"),
+        r#"{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}}]}"#,
+    )
+    .unwrap();
+    let (code, stdout, _) = explain(dir.path(), "udp/30514", &[], "json");
+    let e: Value = serde_json::from_slice(&stdout).unwrap();
+    assert_eq!(code, 1, "the stale endpoint still differs: {e:#}");
+    assert_eq!(e["complete"], false);
+    assert!(
+        e["not_checked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("some tables only")),
+        "{e:#}"
+    );
+}

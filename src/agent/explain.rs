@@ -17,6 +17,11 @@ use crate::sources::live::{LiveConfig, LiveNode};
 pub type Explainer =
     Arc<dyn Fn(PortQuery, Option<IpAddr>) -> Result<(Option<String>, Explanation), String> + Send + Sync>;
 
+/// The most kube-proxy nftables NodePort rules for which the agent runs `nft -j list
+/// ruleset`: nft's memory grows with the ruleset (about a gigabyte at 10,000 Services),
+/// beyond the agent's limit well before that.
+const NFT_LIMIT: usize = 2_000;
+
 /// What `/explain` was asked, from its query string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExplainRequest {
@@ -69,7 +74,7 @@ pub fn live_explainer(node: String, live: LiveConfig, view: ClusterView, detect:
         let mut input =
             read_input(&mut live_node, Some(&node)).map_err(|e| format!("cannot read this node: {e}"))?;
         input.desired = Some(desired);
-        let outcome = explain_input(input, &detect, &mut live_node, query, source)?;
+        let outcome = explain_input(input, &detect, &mut live_node, query, source, Some(NFT_LIMIT))?;
         Ok((outcome.node, outcome.explanation))
     })
 }

@@ -10,7 +10,7 @@ use crate::decode::explain::{iptables, nft};
 use crate::heart::detect::DetectConfig;
 use crate::heart::explain::explanation::{ExplainInput, Explanation, explain};
 use crate::heart::explain::model::{PortQuery, Rulesets};
-use crate::heart::model::{Backend, Family, Listener, ProcessInfo};
+use crate::heart::model::{Backend, Family, Listener, ProcessInfo, ProxyMode};
 use crate::heart::observed::SOCKET_FILES;
 use crate::heart::outcome::{ScanInput, ScanReport, SourceState, run_scan_keeping_inputs};
 use crate::scan::input::{BundleDir, Fetched, Source, read_bundle_with};
@@ -74,6 +74,7 @@ pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainErro
             &mut BundleDir::new(dir, None),
             config.query,
             config.source,
+            None,
         ),
         None => explain_input(
             input,
@@ -84,6 +85,7 @@ pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainErro
             }),
             config.query,
             config.source,
+            None,
         ),
     };
     outcome.map_err(ExplainError::Query)
@@ -97,7 +99,23 @@ pub fn explain_input<S: Source>(
     src: &mut S,
     query: PortQuery,
     source: Option<IpAddr>,
+    nft_limit: Option<usize>,
 ) -> Result<ExplainOutcome, String> {
+    // `nft -j list ruleset` costs nft about a gigabyte at 10,000 Services in nftables
+    // mode: the agent, in its memory limit, does not run it on such a node.
+    let nft_rules: usize = input
+        .observed
+        .sources
+        .iter()
+        .filter(|s| s.backend == Backend::Nftables)
+        .map(|s| s.nodeports.len())
+        .sum();
+    let read_nft = match nft_limit {
+        Some(limit) if nft_rules > limit => Err(format!(
+            "the nftables ruleset was not read: kube-proxy's nftables tables hold {nft_rules} NodePort rules, and nft needs about a gigabyte to print 10,000 Services' worth, more than the agent may use; run `portdrift explain` on the node (kubectl debug) to follow them"
+        )),
+        _ => Ok(()),
+    };
     let sockets_read = input.sources.iter().any(|s| {
         SOCKET_FILES.iter().any(|(name, _, _)| *name == s.source)
             && matches!(
@@ -111,7 +129,7 @@ pub fn explain_input<S: Source>(
     };
     let node = input.node.clone();
     let (report, _, desired) = run_scan_keeping_inputs(input, detect);
-    let (rules, not_checked) = read_rulesets(src);
+    let (rules, not_checked) = read_rulesets(src, read_nft);
     let explanation = explain_with(
         &rules,
         not_checked,
@@ -153,6 +171,19 @@ pub fn explain_with(
     };
     if let Some(ip) = chosen {
         probe.destination = crate::heart::explain::model::Destination::Addr(ip);
+    }
+    // A datapath outside netfilter takes NodePort connections before, or instead of,
+    // the rules followed here: said first.
+    let mode = report.coverage.proxy_mode;
+    if matches!(mode, ProxyMode::Ipvs | ProxyMode::Replaced) {
+        not_checked.insert(
+            0,
+            format!(
+                "this node's Services are proxied in {} mode ({}): IPVS virtual servers or a BPF datapath, which this explanation does not follow, handle NodePort connections, so the netfilter path below may not be where they go",
+                mode.as_str(),
+                report.coverage.proxy_mode_evidence
+            ),
+        );
     }
     if sockets.listeners.is_none() {
         not_checked.push("the node's sockets (proc/net/tcp, udp) were not read: whether a process listens on the port is unknown".to_string());
@@ -212,7 +243,7 @@ fn nodeport_address(rules: &Rulesets, family: Family) -> Option<IpAddr> {
 
 /// Every backend's rules, whole: the iptables dumps and the nftables ruleset. The
 /// second value says what could not be read.
-pub fn read_rulesets<S: Source>(src: &mut S) -> (Rulesets, Vec<String>) {
+pub fn read_rulesets<S: Source>(src: &mut S, read_nft: Result<(), String>) -> (Rulesets, Vec<String>) {
     let mut rules = Rulesets::default();
     let mut not_checked = Vec::new();
     let mut iptables_nft = Vec::new();
@@ -239,9 +270,20 @@ pub fn read_rulesets<S: Source>(src: &mut S) -> (Rulesets, Vec<String>) {
             }
         }
     }
+    if let Err(why) = read_nft {
+        not_checked.push(why);
+        return (rules, not_checked);
+    }
     // iptables-nft's own tables show in the nftables ruleset too: they were read above.
-    let skip = move |family: Family, table: &str| {
-        iptables_nft.contains(&family) && matches!(table, "nat" | "filter" | "mangle" | "raw" | "security")
+    // Seeing none of them in a ruleset says it was a listing of kube-proxy's tables only.
+    let seen_iptables_nft = std::cell::Cell::new(false);
+    let skip = |family: Family, table: &str| {
+        let theirs = iptables_nft.contains(&family)
+            && matches!(table, "nat" | "filter" | "mangle" | "raw" | "security");
+        if theirs {
+            seen_iptables_nft.set(true);
+        }
+        theirs
     };
     let mut read_nft = |name: &str| -> Option<Result<Rulesets, String>> {
         let label = src.label(name);
@@ -260,6 +302,12 @@ pub fn read_rulesets<S: Source>(src: &mut S) -> (Rulesets, Vec<String>) {
     };
     match read_nft(NFT_RULESET_FILE).or_else(|| read_nft("nft.json")) {
         Some(Ok(read)) => {
+            if !iptables_nft.is_empty() && !seen_iptables_nft.get() {
+                not_checked.push(
+                    "the nftables ruleset read holds none of iptables-nft's tables, so it is a listing of some tables only (kube-proxy's, as `nft list table` prints them): other tables written with nft (firewalld, a CNI's) are not in this path; capture `nft -j list ruleset` as nft-ruleset.json"
+                        .to_string(),
+                );
+            }
             rules.gaps.extend(read.gaps);
             rules.tables.extend(read.tables);
         }

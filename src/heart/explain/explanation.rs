@@ -488,8 +488,13 @@ fn local_delivery(input: &ExplainInput<'_>, branches: &[Branch]) -> Option<Local
 fn notes_of(input: &ExplainInput<'_>, branches: &[Branch], remarks: &Remarks) -> Vec<String> {
     let rules = input.rules;
     let mut notes = Vec::new();
+    let mut ties = std::collections::BTreeSet::new();
     for (hook, a, b) in &remarks.nat_order_unknown {
         let (a, b) = (&rules.tables[*a], &rules.tables[*b]);
+        // Once per hook and pair of backends, however many branches met the tie.
+        if !ties.insert((*hook, a.backend, b.backend)) {
+            continue;
+        }
         notes.push(format!(
             "{} and {} both have nat chains at {} with the same priority: the kernel runs the one registered last in the network namespace first, which no dump shows; this explanation takes {}'s first (the newer backend's tables usually came last, when kube-proxy switched to it)",
             a.backend,
