@@ -70,6 +70,12 @@ fn bundles_are_complete() {
             "nft.json",
         ];
         assert!(dumps.iter().any(|f| b.join(f).is_file()), "{n}: no rule dump");
+        // The whole nftables ruleset, for explain: nft.json in nftables mode (captured
+        // with `nft -j list ruleset`), nft-ruleset.json otherwise.
+        assert!(
+            b.join("nft.json").is_file() || b.join("nft-ruleset.json").is_file(),
+            "{n}: no nftables ruleset for explain"
+        );
         // Every source has its capture, and nftables mode has both nft forms.
         for (src, dump) in [
             ("iptables-nft.rules", "iptables-nft-save.txt"),
