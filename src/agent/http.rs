@@ -344,10 +344,10 @@ async fn explain(req: &Request<Incoming>, endpoints: Endpoints, shared: &Shared)
             "not found: /explain is served on the agent's --findings-listen address only (the node's loopback by default)\n",
         );
     }
-    if req.method() != Method::GET {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = respond(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "method not allowed\n");
         r.headers_mut()
-            .insert(ALLOW, http::HeaderValue::from_static("GET"));
+            .insert(ALLOW, http::HeaderValue::from_static("GET, HEAD"));
         return r;
     }
     let request = match ExplainRequest::parse(req.uri().query()) {
