@@ -261,8 +261,7 @@ impl<'a> Walker<'a> {
                     continue;
                 }
                 Test::Undecided(why) => {
-                    branch.end = End::Undecided { at: Some(at), why };
-                    return emit(branch, Flow::Ended);
+                    return stop(branch, at, why, emit);
                 }
                 Test::Yes => {
                     return self.act(hook, at, &rule.action, 1.0, branch, depth, emit, None);
@@ -347,11 +346,12 @@ impl<'a> Walker<'a> {
             Action::Jump(target) | Action::Goto(target) => {
                 let goto = matches!(action, Action::Goto(_));
                 let Some(tci) = table.chain(target) else {
-                    branch.end = End::Undecided {
-                        at: Some(at),
-                        why: format!("it leads to the chain {target}, which the dump does not hold"),
-                    };
-                    return emit(branch, Flow::Ended);
+                    return stop(
+                        branch,
+                        at,
+                        format!("it leads to the chain {target}, which the dump does not hold"),
+                        emit,
+                    );
                 };
                 branch.steps.push(matched(format!(
                     "{} {target}",
@@ -448,14 +448,12 @@ impl<'a> Walker<'a> {
                 branch.end = End::Accepted;
                 emit(branch, Flow::Ended)
             }
-            Action::Dnat(_) | Action::Redirect(_) => {
-                branch.end = End::Undecided {
-                    at: Some(at),
-                    why: "a DNAT outside a nat chain at prerouting, which this explanation does not model"
-                        .to_string(),
-                };
-                emit(branch, Flow::Ended)
-            }
+            Action::Dnat(_) | Action::Redirect(_) => stop(
+                branch,
+                at,
+                "a DNAT outside a nat chain at prerouting, which this explanation does not model".to_string(),
+                emit,
+            ),
             Action::SourceNat => {
                 branch.steps.push(matched("source NAT".to_string()));
                 branch.end = End::Accepted;
@@ -463,24 +461,22 @@ impl<'a> Walker<'a> {
             }
             Action::Vmap { key, map } => {
                 let Some(elements) = self.elements(table, map) else {
-                    branch.end = End::Undecided {
-                        at: Some(at),
-                        why: format!("the map {} is not in the dump", set_name(map)),
-                    };
-                    return emit(branch, Flow::Ended);
+                    return stop(
+                        branch,
+                        at,
+                        format!("the map {} is not in the dump", set_name(map)),
+                        emit,
+                    );
                 };
                 match find_element(elements, key, &branch.packet) {
                     Lookup::Found(element) => {
                         let Some(action) = element.action.clone() else {
-                            branch.end = End::Undecided {
-                                at: Some(at),
-                                why: format!(
-                                    "the element {} of {} has no verdict",
-                                    element.text,
-                                    set_name(map)
-                                ),
-                            };
-                            return emit(branch, Flow::Ended);
+                            return stop(
+                                branch,
+                                at,
+                                format!("the element {} of {} has no verdict", element.text, set_name(map)),
+                                emit,
+                            );
                         };
                         let via = format!("{} finds {}", set_name(map), element.text);
                         self.act(hook, at, &action, share, branch, depth, emit, Some(&via))
@@ -503,19 +499,17 @@ impl<'a> Walker<'a> {
                             emit,
                         )
                     }
-                    Lookup::Undecided(why) => {
-                        branch.end = End::Undecided { at: Some(at), why };
-                        emit(branch, Flow::Ended)
-                    }
+                    Lookup::Undecided(why) => stop(branch, at, why, emit),
                 }
             }
             Action::Numgen { modulus, map } => {
                 let Some(elements) = self.elements(table, map) else {
-                    branch.end = End::Undecided {
-                        at: Some(at),
-                        why: format!("the map {} is not in the dump", set_name(map)),
-                    };
-                    return emit(branch, Flow::Ended);
+                    return stop(
+                        branch,
+                        at,
+                        format!("the map {} is not in the dump", set_name(map)),
+                        emit,
+                    );
                 };
                 let modulus = f64::from((*modulus).max(1));
                 let mut rest = branch.share;
@@ -549,13 +543,12 @@ impl<'a> Walker<'a> {
                     );
                 }
             }
-            Action::Unknown(what) => {
-                branch.end = End::Undecided {
-                    at: Some(at),
-                    why: format!("its action ({what}) is not one this explanation follows"),
-                };
-                emit(branch, Flow::Ended)
-            }
+            Action::Unknown(what) => stop(
+                branch,
+                at,
+                format!("its action ({what}) is not one this explanation follows"),
+                emit,
+            ),
         }
     }
 
@@ -590,6 +583,12 @@ pub fn could_match(rules: &Rulesets, at: RuleRef, probe: &Probe) -> bool {
         test_rule(table, rule, &Packet::new(probe)),
         Test::Yes | Test::Share(_)
     )
+}
+
+/// Ends `branch` as undecided at the rule `at`: nothing is followed past it.
+fn stop(mut branch: Branch, at: RuleRef, why: String, emit: &mut dyn FnMut(Branch, Flow)) {
+    branch.end = End::Undecided { at: Some(at), why };
+    emit(branch, Flow::Ended)
 }
 
 /// Newest backend first among equals: see [`Walker::hook`].
