@@ -25,18 +25,6 @@ pub fn follow(rules: &Rulesets, probe: &Probe) -> (Vec<Branch>, Remarks) {
     follow_in_order(rules, probe, TieOrder::NewestFirst)
 }
 
-/// Which backend's base chain the walk runs first where two sit at one hook and
-/// priority: the kernel runs the one registered last first, which no dump shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TieOrder {
-    /// nftables, then iptables-nft, then iptables-legacy: a node with two backends
-    /// usually got the newer one last, when kube-proxy switched to it.
-    NewestFirst,
-    /// The other way round: what the kernel does when the older backend's tables
-    /// were created last (restored after a reboot, say).
-    OldestFirst,
-}
-
 /// [`follow`], with ties between backends broken as `order` says.
 pub fn follow_in_order(rules: &Rulesets, probe: &Probe, order: TieOrder) -> (Vec<Branch>, Remarks) {
     let mut walker = Walker {
@@ -573,18 +561,6 @@ impl<'a> Walker<'a> {
     }
 }
 
-/// Whether the rule at `at` could match the new connection of `probe` (for sure or
-/// for a share of connections), judged on the connection as it arrives.
-pub fn could_match(rules: &Rulesets, at: RuleRef, probe: &Probe) -> bool {
-    let table = &rules.tables[at.table];
-    let Some(ri) = at.rule else { return false };
-    let rule = &table.chains[at.chain].rules[ri];
-    matches!(
-        test_rule(table, rule, &Packet::new(probe)),
-        Test::Yes | Test::Share(_)
-    )
-}
-
 /// Ends `branch` as undecided at the rule `at`: nothing is followed past it.
 fn stop(mut branch: Branch, at: RuleRef, why: String, emit: &mut dyn FnMut(Branch, Flow)) {
     branch.end = End::Undecided { at: Some(at), why };
@@ -603,7 +579,8 @@ fn backend_order(table: &Table) -> u8 {
 mod conditions;
 mod path;
 
-pub use path::{Branch, End, Packet, Remarks, RuleRef, Step, StepKind, Translation, place_of};
+pub use conditions::could_match;
+pub use path::{Branch, End, Packet, Remarks, RuleRef, Step, StepKind, TieOrder, Translation, place_of};
 
 use path::set_name;
 

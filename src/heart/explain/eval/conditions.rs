@@ -6,7 +6,9 @@ use crate::heart::explain::model::{
     Cond, CtState, Destination, Element, Field, KeyPart, Rule, SetRef, Side, Table,
 };
 
-use super::{Packet, set_name};
+use crate::heart::explain::model::{Probe, Rulesets};
+
+use super::{Packet, RuleRef, set_name};
 
 /// The result of a condition for this connection.
 pub(super) enum Test {
@@ -281,4 +283,16 @@ fn holds(field: Field, part: &KeyPart, p: &Packet) -> Option<bool> {
         (_, KeyPart::Unknown(_)) => None,
         _ => None,
     }
+}
+
+/// Whether the rule at `at` could match the new connection of `probe` (for sure or
+/// for a share of connections), judged on the connection as it arrives.
+pub fn could_match(rules: &Rulesets, at: RuleRef, probe: &Probe) -> bool {
+    let table = &rules.tables[at.table];
+    let Some(ri) = at.rule else { return false };
+    let rule = &table.chains[at.chain].rules[ri];
+    matches!(
+        test_rule(table, rule, &Packet::new(probe)),
+        Test::Yes | Test::Share(_)
+    )
 }

@@ -148,3 +148,15 @@ pub(crate) fn set_name(map: &SetRef) -> String {
         SetRef::Inline(_) => "the rule's map".to_string(),
     }
 }
+
+/// Which backend's base chain the walk runs first where two sit at one hook and
+/// priority: the kernel runs the one registered last first, which no dump shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TieOrder {
+    /// nftables, then iptables-nft, then iptables-legacy: a node with two backends
+    /// usually got the newer one last, when kube-proxy switched to it.
+    NewestFirst,
+    /// The other way round: what the kernel does when the older backend's tables
+    /// were created last (restored after a reboot, say).
+    OldestFirst,
+}
