@@ -118,6 +118,9 @@ impl TraceLab {
 import socket, time
 for i in range({count}):
     s = socket.socket()
+    # A port of its own: a port the kernel picks again after a close would find the
+    # earlier connection's conntrack entry, and the nat chains never see the packet.
+    s.bind(("{CLIENT_IP}", 20000 + i))
     s.setblocking(False)
     try:
         s.connect(("{NODE_IP}", {port}))
@@ -177,8 +180,10 @@ for i in range({count}):
             ])
             .output()
             .expect("portdrift runs");
+        // 0 and 1: as the API says or not; 3: something was not checked (said in
+        // the document). All print the explanation.
         assert!(
-            out.status.code().is_some_and(|c| c <= 1),
+            out.status.code().is_some_and(|c| matches!(c, 0 | 1 | 3)),
             "explain failed ({:?}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
