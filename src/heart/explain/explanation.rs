@@ -179,6 +179,9 @@ pub struct Explanation {
     pub affinity_seconds: Option<u32>,
     pub local: Option<LocalDelivery>,
     pub paths: Vec<Path>,
+    /// Rules passed over because they are about other ports, protocols or addresses
+    /// (counted on every path, not listed in the steps).
+    pub passed_over: usize,
     pub shadowed: Vec<Shadowed>,
     pub expected: Option<Expected>,
     pub differences: Vec<Difference>,
@@ -324,6 +327,7 @@ pub fn explain(input: &ExplainInput<'_>) -> Explanation {
         affinity_seconds: branches.iter().find_map(|b| b.affinity),
         local,
         paths,
+        passed_over: remarks.quietly_skipped,
         shadowed,
         expected,
         differences,

@@ -33,6 +33,14 @@ pub fn render_text(e: &Explanation, node: Option<&str>) -> String {
     }
     let common = common_prefix(&e.paths);
     let _ = writeln!(out, "\nPath:");
+    if e.passed_over > 0 {
+        let _ = writeln!(
+            out,
+            "      ({} rule{} about other ports, protocols or addresses passed over, not listed)",
+            e.passed_over,
+            if e.passed_over == 1 { "" } else { "s" }
+        );
+    }
     let mut n = 0;
     if let Some(first) = e.paths.first() {
         for step in first.steps[..common].iter().filter(|s| shown(s)) {
