@@ -329,6 +329,10 @@ fn dictionary(target: &str) -> Vec<&'static [u8]> {
             b":", b" 0A ", b" 07 ", b"00000000", b"0100007F", b"FFFFFFFF", b"00000000000000000000000000000000",
             b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n",
         ],
+        "cilium_maps" => &[
+            b"[", b"]", b"{", b"}", b",", b"\"key\":", b"\"value\":", b"\"formatted\":{}", b"\"0x00\"",
+            b"\"0xff\"", b"\"0x06\"", b"\"0x42\"", b"\"0x\"", b"\"0x100\"",
+        ],
         _ => &[
             b"==> iptables-nft-save.txt <==\n", b"==> cluster.json <==\n", b"==> nft.json <==\n",
             b"==> proc/net/tcp <==\n", b"==> node <==\n", b"\"nodePort\": ", b"\"type\": \"NodePort\"",

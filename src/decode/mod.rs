@@ -1,7 +1,8 @@
 //! Pure decoders: rule dumps (iptables-save and `-S` text, nft JSON and text), the
-//! kernel's `/proc/net` tables and sysctls, cluster JSON and manifests, into the
-//! heart's values. Bytes or readers in, values out.
+//! kernel's `/proc/net` tables and sysctls, cluster JSON and manifests, Cilium's service
+//! BPF maps, into the heart's values. Bytes or readers in, values out.
 
+pub mod cilium;
 pub mod cluster;
 pub mod explain;
 pub mod iptables;

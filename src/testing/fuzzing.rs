@@ -6,6 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, BufRead, Cursor};
 
+use crate::decode::cilium::{
+    MapKind, group_frontends, parse_backend_entry, parse_bpftool_dump, parse_rev_nat_entry,
+    parse_service_entry,
+};
 use crate::decode::iptables::{SourceHint, parse_save};
 use crate::decode::nftables::{parse_ruleset_json, parse_ruleset_text, table_views_json};
 use crate::decode::sockets::{WordOrder, parse_proc_net_with};
@@ -21,12 +25,13 @@ use crate::sources::bundle::{Fetched, Source};
 pub type Target = fn(&[u8]);
 
 /// Every target by name (the names of `fuzz/fuzz_targets/*.rs`).
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("iptables_save", iptables_save),
     ("nftables_json", nftables_json),
     ("nftables_text", nftables_text),
     ("proc_net", proc_net),
     ("bundle", bundle),
+    ("cilium_maps", cilium_maps),
 ];
 
 /// The target called `name`.
@@ -178,6 +183,91 @@ pub fn proc_net(data: &[u8]) {
         assert_eq!(l.protocol, protocol);
         assert_eq!(l.addr.is_ipv6(), v6, "{l:?}");
     }
+}
+
+/// Cilium's service maps: the first byte picks the map, the rest is `bpftool -j map
+/// dump` JSON. Every entry is read or kept as a problem with its index, and grouping
+/// keeps only slots a selection can reach. The raw bytes are also read as one entry of
+/// each kind, which must fail cleanly on a wrong size.
+pub fn cilium_maps(data: &[u8]) {
+    let Some((&pick, body)) = data.split_first() else {
+        return;
+    };
+    let kind = MapKind::ALL[usize::from(pick) % MapKind::ALL.len()];
+    for family in [Family::Ipv4, Family::Ipv6] {
+        let half = body.len() / 2;
+        let (key, value) = body.split_at(half);
+        let _ = parse_service_entry(key, value, family);
+        let _ = parse_backend_entry(key, value, family);
+        let _ = parse_rev_nat_entry(key, value, family);
+    }
+    let Ok(dump) = parse_bpftool_dump(body, kind) else {
+        return;
+    };
+    let read = dump.services.len() + dump.backends.len() + dump.rev_nats.len();
+    assert_eq!(
+        read + dump.problems.len(),
+        dump.entries,
+        "an entry was lost or counted twice"
+    );
+    for p in &dump.problems {
+        assert!(
+            p.index < dump.entries,
+            "problem index {} of {}",
+            p.index,
+            dump.entries
+        );
+    }
+    let (frontends, _) = group_frontends(&dump.services);
+    for f in &frontends {
+        let reachable = u32::from(f.count) + u32::from(f.qcount);
+        assert!(f.slots.windows(2).all(|w| w[0].0 < w[1].0), "slots out of order");
+        assert!(
+            f.slots
+                .iter()
+                .all(|(slot, _)| *slot >= 1 && u32::from(*slot) <= reachable),
+            "an unreachable slot was kept: {f:?}"
+        );
+    }
+}
+
+/// Seeds for [`cilium_maps`], built here: the bundles in `testdata/` hold no BPF maps.
+/// The bytes are a NodePort master and slot, a backend and a rev-NAT entry as bpftool
+/// prints them.
+fn cilium_seeds() -> Vec<Vec<u8>> {
+    let entry = |key: &[u8], value: &[u8]| {
+        let hex = |b: &[u8]| {
+            b.iter()
+                .map(|x| format!("\"0x{x:02x}\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        format!("{{\"key\":[{}],\"value\":[{}]}}", hex(key), hex(value))
+    };
+    let services = format!(
+        "[{},{}]",
+        entry(
+            &[10, 0, 1, 21, 0x75, 0x80, 0, 0, 6, 0, 0, 0],
+            &[0, 0, 0, 0, 1, 0, 0, 8, 0x42, 0, 0, 0]
+        ),
+        entry(
+            &[10, 0, 1, 21, 0x75, 0x80, 1, 0, 6, 0, 0, 0],
+            &[1, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0]
+        ),
+    );
+    let backends = format!(
+        "[{}]",
+        entry(&[1, 0, 0, 0], &[10, 244, 1, 5, 0x1f, 0x90, 6, 0, 0, 0, 0, 0])
+    );
+    let rev_nat = format!("[{}]", entry(&[0, 8], &[10, 0, 1, 21, 0x75, 0x80]));
+    [(0u8, services), (2, backends), (4, rev_nat)]
+        .into_iter()
+        .map(|(pick, json)| {
+            let mut input = vec![pick];
+            input.extend_from_slice(json.as_bytes());
+            input
+        })
+        .collect()
 }
 
 /// A whole bundle: `==> NAME <==` header lines (as `head` prints several files)
@@ -346,6 +436,7 @@ pub fn seeds(testdata: &std::path::Path) -> io::Result<HashMap<&'static str, Vec
             out.entry("bundle").or_default().push(join_bundle(&files));
         }
     }
+    out.entry("cilium_maps").or_default().extend(cilium_seeds());
     Ok(out)
 }
 
