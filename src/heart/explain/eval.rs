@@ -9,7 +9,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::heart::explain::model::{
-    Action, ChainType, Cond, Destination, Element, Hook, KeyPart, Probe, Rulesets, SetRef, Table, target_of,
+    Action, ChainType, Cond, Destination, Hook, KeyPart, Probe, Rulesets, Table, target_of,
 };
 
 /// At most this many branches: kube-proxy's cascades give one per endpoint, so more
@@ -306,30 +306,14 @@ impl<'a> Walker<'a> {
         match action {
             Action::Continue => {
                 branch.steps.push(matched("continue".to_string()));
-                self.run(
-                    hook,
-                    at.table,
-                    at.chain,
-                    at.rule.expect("a rule") + 1,
-                    branch,
-                    depth,
-                    emit,
-                )
+                self.after(hook, at, branch, depth, emit)
             }
             Action::SetMark { value, mask } => {
                 branch.packet.mark = (branch.packet.mark & !mask) ^ value;
                 branch
                     .steps
                     .push(matched(format!("set mark {:#x}", branch.packet.mark)));
-                self.run(
-                    hook,
-                    at.table,
-                    at.chain,
-                    at.rule.expect("a rule") + 1,
-                    branch,
-                    depth,
-                    emit,
-                )
+                self.after(hook, at, branch, depth, emit)
             }
             Action::Jump(target) | Action::Goto(target) => {
                 let goto = matches!(action, Action::Goto(_));
@@ -362,15 +346,7 @@ impl<'a> Walker<'a> {
                     if goto {
                         emit(b, Flow::Returned);
                     } else {
-                        self.run(
-                            hook,
-                            at.table,
-                            at.chain,
-                            at.rule.expect("a rule") + 1,
-                            b,
-                            depth,
-                            emit,
-                        );
+                        self.after(hook, at, b, depth, emit);
                     }
                 }
             }
@@ -448,7 +424,7 @@ impl<'a> Walker<'a> {
                 emit(branch, Flow::Ended)
             }
             Action::Vmap { key, map } => {
-                let Some(elements) = self.elements(table, map) else {
+                let Some(elements) = table.elements(map) else {
                     return stop(
                         branch,
                         at,
@@ -477,21 +453,13 @@ impl<'a> Walker<'a> {
                                 why: format!("{} has no element for this connection", set_name(map)),
                             },
                         });
-                        self.run(
-                            hook,
-                            at.table,
-                            at.chain,
-                            at.rule.expect("a rule") + 1,
-                            branch,
-                            depth,
-                            emit,
-                        )
+                        self.after(hook, at, branch, depth, emit)
                     }
                     Lookup::Undecided(why) => stop(branch, at, why, emit),
                 }
             }
             Action::Numgen { modulus, map } => {
-                let Some(elements) = self.elements(table, map) else {
+                let Some(elements) = table.elements(map) else {
                     return stop(
                         branch,
                         at,
@@ -520,15 +488,7 @@ impl<'a> Walker<'a> {
                     // Numbers no element holds: the rule does nothing for them.
                     let mut b = branch;
                     b.share = rest;
-                    self.run(
-                        hook,
-                        at.table,
-                        at.chain,
-                        at.rule.expect("a rule") + 1,
-                        b,
-                        depth,
-                        emit,
-                    );
+                    self.after(hook, at, b, depth, emit);
                 }
             }
             Action::Unknown(what) => stop(
@@ -538,6 +498,19 @@ impl<'a> Walker<'a> {
                 emit,
             ),
         }
+    }
+
+    /// Goes on with the rule after `at` in its chain.
+    fn after(
+        &mut self,
+        hook: Hook,
+        at: RuleRef,
+        branch: Branch,
+        depth: usize,
+        emit: &mut dyn FnMut(Branch, Flow),
+    ) {
+        let next = at.rule.expect("a rule") + 1;
+        self.run(hook, at.table, at.chain, next, branch, depth, emit)
     }
 
     /// Only a nat chain (or a chain it calls) translates addresses. iptables' nat
@@ -551,13 +524,6 @@ impl<'a> Walker<'a> {
                 .chains
                 .iter()
                 .any(|c| c.base.is_some_and(|b| b.kind == ChainType::Nat))
-    }
-
-    fn elements(&self, table: &'a Table, map: &'a SetRef) -> Option<&'a [Element]> {
-        match map {
-            SetRef::Inline(elements) => Some(elements),
-            SetRef::Named(name) => table.set(name).map(|s| s.elements.as_slice()),
-        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! endpoints the API says this port should reach beside the effective ones.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use serde::Serialize;
 
@@ -255,7 +255,7 @@ pub fn explain(input: &ExplainInput<'_>) -> Explanation {
             } else {
                 other_endpoints
                     .iter()
-                    .map(|e| format!("{} ({})", e.target, compare_percent(e.fraction)))
+                    .map(|e| format!("{} ({})", e.target, percent(e.fraction)))
                     .collect::<Vec<_>>()
                     .join(", ")
             };
@@ -566,10 +566,15 @@ fn notes_of(input: &ExplainInput<'_>, branches: &[Branch], remarks: &Remarks) ->
 mod compare;
 mod shadow;
 
-use compare::{differences, expected, percent as compare_percent};
+use compare::{differences, expected};
 use shadow::shadowed;
 
-/// Whether an address belongs to `family`.
-pub fn in_family(ip: IpAddr, family: Family) -> bool {
-    Family::of(&ip) == family
+/// A share as people read it: `25%`, `33.3%`.
+pub fn percent(f: f64) -> String {
+    let p = f * 100.0;
+    if (p - p.round()).abs() < 0.05 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
 }

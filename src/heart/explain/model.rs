@@ -349,6 +349,15 @@ impl Table {
     pub fn set(&self, name: &str) -> Option<&Set> {
         self.sets.iter().find(|s| s.name == name)
     }
+
+    /// The elements a set reference names: written in the rule, or the table's set of
+    /// that name; None when the table has no such set.
+    pub fn elements<'a>(&'a self, set: &'a SetRef) -> Option<&'a [Element]> {
+        match set {
+            SetRef::Inline(elements) => Some(elements),
+            SetRef::Named(name) => self.set(name).map(|s| s.elements.as_slice()),
+        }
+    }
 }
 
 /// Every table explain read, and what it could not read.

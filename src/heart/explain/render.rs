@@ -7,7 +7,7 @@
 
 use std::fmt::Write;
 
-use crate::heart::explain::explanation::{Explanation, Outcome, Path, PathStep, StepResult};
+use crate::heart::explain::explanation::{Explanation, Outcome, Path, PathStep, StepResult, percent};
 use crate::heart::visible::visible;
 
 /// The explanation as text, for a terminal.
@@ -215,15 +215,6 @@ fn common_prefix(paths: &[Path]) -> usize {
         );
     }
     n
-}
-
-pub fn percent(f: f64) -> String {
-    let p = f * 100.0;
-    if (p - p.round()).abs() < 0.05 {
-        format!("{p:.0}%")
-    } else {
-        format!("{p:.1}%")
-    }
 }
 
 /// The closing sentence.

@@ -2,9 +2,7 @@
 //! rule's together (a definite "no" wins over one that cannot be decided), and
 //! lookups of a connection's fields in nftables sets and maps.
 
-use crate::heart::explain::model::{
-    Cond, CtState, Destination, Element, Field, KeyPart, Rule, SetRef, Side, Table,
-};
+use crate::heart::explain::model::{Cond, CtState, Element, Field, KeyPart, Rule, Side, Table};
 
 use crate::heart::explain::model::{Probe, Rulesets};
 
@@ -94,11 +92,8 @@ fn test(table: &Table, cond: &Cond, p: &Packet) -> Test {
                     }
                 }
                 Side::Destination => {
-                    let (ip, any) = match (p.translated, p.destination) {
-                        (Some(t), _) => (Some(t.to.ip()), false),
-                        (None, Destination::Addr(ip)) => (Some(ip), false),
-                        (None, Destination::AnyNodeAddress(_)) => (None, true),
-                    };
+                    let ip = p.destination_ip();
+                    let any = ip.is_none();
                     let inside = match ip {
                         Some(ip) => nets.iter().any(|n| n.contains(ip)),
                         // "Any node address" is in no named prefix but loopback's, and is
@@ -125,7 +120,7 @@ fn test(table: &Table, cond: &Cond, p: &Packet) -> Test {
             negated,
         } => match side {
             Side::Destination => {
-                let port = p.translated.map_or(p.port, |t| t.to.port());
+                let port = p.destination_port();
                 let inside = ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&port));
                 if flip(inside, *negated) {
                     Test::Yes
@@ -199,11 +194,7 @@ fn test(table: &Table, cond: &Cond, p: &Packet) -> Test {
         Cond::Nth { every } => Test::Share(1.0 / f64::from(*every)),
         Cond::Affinity { .. } => no("a new client has no affinity entry yet", false),
         Cond::Lookup { key, set, negated } => {
-            let elements = match set {
-                SetRef::Inline(e) => Some(e.as_slice()),
-                SetRef::Named(name) => table.set(name).map(|s| s.elements.as_slice()),
-            };
-            let Some(elements) = elements else {
+            let Some(elements) = table.elements(set) else {
                 return Test::Undecided(format!("the set {} is not in the dump", set_name(set)));
             };
             match find_element(elements, key, p) {
@@ -254,10 +245,7 @@ pub(super) fn find_element<'e>(elements: &'e [Element], key: &[Field], p: &Packe
 
 /// Whether one component of an element holds the connection's field; None: unknown.
 fn holds(field: Field, part: &KeyPart, p: &Packet) -> Option<bool> {
-    let destination = p.translated.map(|t| t.to.ip()).or(match p.destination {
-        Destination::Addr(ip) => Some(ip),
-        Destination::AnyNodeAddress(_) => None,
-    });
+    let destination = p.destination_ip();
     match (field, part) {
         (Field::Addr(Side::Source), KeyPart::Addr(net)) => Some(net.contains(p.source)),
         // "Any node address" is no loopback address; whether it is in another set the
@@ -268,8 +256,7 @@ fn holds(field: Field, part: &KeyPart, p: &Packet) -> Option<bool> {
             None => None,
         },
         (Field::Port(Side::Destination), KeyPart::Port(lo, hi)) => {
-            let port = p.translated.map_or(p.port, |t| t.to.port());
-            Some((*lo..=*hi).contains(&port))
+            Some((*lo..=*hi).contains(&p.destination_port()))
         }
         (Field::Port(Side::Source), _) => None,
         (Field::L4Proto, KeyPart::Protocol(proto)) => Some(*proto == Some(p.protocol)),

@@ -47,6 +47,21 @@ impl Packet {
     pub(super) fn destination_local(&self) -> bool {
         self.translated.is_none_or(|t| t.local)
     }
+
+    /// The address the connection is going to now: the translation's, else the one
+    /// connected to; None for "any node address", which names none.
+    pub(super) fn destination_ip(&self) -> Option<IpAddr> {
+        match (self.translated, self.destination) {
+            (Some(t), _) => Some(t.to.ip()),
+            (None, Destination::Addr(ip)) => Some(ip),
+            (None, Destination::AnyNodeAddress(_)) => None,
+        }
+    }
+
+    /// The port the connection is going to now.
+    pub(super) fn destination_port(&self) -> u16 {
+        self.translated.map_or(self.port, |t| t.to.port())
+    }
 }
 
 /// A rule by position: table, chain and rule indices in the [`Rulesets`].

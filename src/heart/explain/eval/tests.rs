@@ -1,5 +1,7 @@
 use super::*;
-use crate::heart::explain::model::{BaseChain, Chain, DnatTo, Field, Net, Rule, RulePlace, Set, Side};
+use crate::heart::explain::model::{
+    BaseChain, Chain, DnatTo, Element, Field, Net, Rule, RulePlace, Set, SetRef, Side,
+};
 use crate::heart::model::{Backend, Family, Protocol};
 
 fn rule(conds: Vec<Cond>, action: Action) -> Rule {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use crate::heart::explain::eval::{Branch, End, place_of};
 
-use super::{Difference, EndpointShare, Expected, ExplainInput, Outcome, probe_port, shares};
+use super::{Difference, EndpointShare, Expected, ExplainInput, Outcome, percent, probe_port, shares};
 
 pub(super) fn expected(input: &ExplainInput<'_>) -> Option<Expected> {
     let desired = input.desired?;
@@ -190,15 +190,6 @@ fn translated_by(input: &ExplainInput<'_>, branches: &[Branch], target: &str) ->
             chain.name
         )
     })
-}
-
-pub(super) fn percent(f: f64) -> String {
-    let p = f * 100.0;
-    if (p - p.round()).abs() < 0.05 {
-        format!("{:.0}%", p)
-    } else {
-        format!("{:.1}%", p)
-    }
 }
 
 fn describe(o: Outcome) -> &'static str {
