@@ -29,6 +29,8 @@ use crate::heart::model::{
 mod args;
 mod foreign;
 mod line_parser;
+
+pub(crate) use line_parser::header_backend;
 mod listing;
 mod rules;
 mod signals;
