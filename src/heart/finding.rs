@@ -57,10 +57,23 @@ pub enum Kind {
     UnattributedRule,
     /// An accepted exception that has accepted no finding for a week (the agent).
     IdleAcceptance,
+    /// A Cilium service slot names a backend ID the backends map does not hold
+    /// (`backend N not found`): connections that select it fail.
+    MissingBackend,
+    /// A backend in Cilium's backends map that no service slot references: a leak that
+    /// fills the map.
+    LeakedBackend,
+    /// A Cilium frontend's reverse-NAT entry is missing or names another address: replies
+    /// leave with the wrong source.
+    RevNatMismatch,
+    /// A Cilium frontend's active or quarantined count disagrees with its slots.
+    SlotCountMismatch,
+    /// A Cilium service map within 10% of its `max_entries`: new entries will fail.
+    MapNearlyFull,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 20] = [
         Kind::StaleNodeport,
         Kind::StaleEndpoint,
         Kind::MissingEndpoint,
@@ -76,6 +89,11 @@ impl Kind {
         Kind::MalformedRule,
         Kind::UnattributedRule,
         Kind::IdleAcceptance,
+        Kind::MissingBackend,
+        Kind::LeakedBackend,
+        Kind::RevNatMismatch,
+        Kind::SlotCountMismatch,
+        Kind::MapNearlyFull,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -95,6 +113,11 @@ impl Kind {
             Kind::MalformedRule => "malformed-rule",
             Kind::UnattributedRule => "unattributed-rule",
             Kind::IdleAcceptance => "idle-acceptance",
+            Kind::MissingBackend => "missing-backend",
+            Kind::LeakedBackend => "leaked-backend",
+            Kind::RevNatMismatch => "rev-nat-mismatch",
+            Kind::SlotCountMismatch => "slot-count-mismatch",
+            Kind::MapNearlyFull => "map-nearly-full",
         }
     }
 }

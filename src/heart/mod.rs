@@ -3,6 +3,7 @@
 //! no I/O, no clock, no async runtime.
 
 pub mod acceptance;
+pub mod cilium;
 pub mod coverage;
 pub mod desired;
 pub mod detect;

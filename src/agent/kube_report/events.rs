@@ -41,6 +41,11 @@ pub fn reason(kind: Kind) -> &'static str {
         Kind::MalformedRule => "MalformedRule",
         Kind::UnattributedRule => "UnattributedRule",
         Kind::IdleAcceptance => "IdleAcceptance",
+        Kind::MissingBackend => "CiliumBackendNotFound",
+        Kind::LeakedBackend => "CiliumLeakedBackend",
+        Kind::RevNatMismatch => "CiliumRevNatMismatch",
+        Kind::SlotCountMismatch => "CiliumSlotCountMismatch",
+        Kind::MapNearlyFull => "CiliumMapNearlyFull",
     }
 }
 

@@ -4,61 +4,8 @@
 //! slot missing below `count + qcount`) is a [`GroupProblem`], never resolved by guess.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
-use super::{Frontend, L4, Scope, ServiceEntry};
-
-/// What names a frontend in the map: the key without its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FrontendKey {
-    pub address: IpAddr,
-    pub port: u16,
-    pub proto: L4,
-    pub scope: Scope,
-}
-
-impl FrontendKey {
-    pub fn of(entry: &ServiceEntry) -> FrontendKey {
-        FrontendKey {
-            address: entry.address,
-            port: entry.port,
-            proto: entry.proto,
-            scope: entry.scope,
-        }
-    }
-}
-
-/// Why entries could not all be placed under a frontend.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GroupProblem {
-    /// Backend slots whose frontend has no master entry: the datapath never reaches them.
-    MissingMaster { key: FrontendKey, slots: Vec<u16> },
-    /// Two different master values for one frontend (a dump taken while it changed);
-    /// the frontend is left out.
-    ConflictingMaster { key: FrontendKey },
-    /// One slot with different backend IDs; the slot is left out.
-    ConflictingSlot {
-        key: FrontendKey,
-        slot: u16,
-        backend_ids: Vec<u32>,
-    },
-    /// The same slot (or master) read more than once with the same value: kept once.
-    RepeatedEntry { key: FrontendKey, slot: u16 },
-    /// A slot past `count + qcount`: no selection reaches it; it is left out.
-    SlotBeyondCount {
-        key: FrontendKey,
-        slot: u16,
-        backend_id: u32,
-        count: u16,
-        qcount: u16,
-    },
-    /// Slots in `1..=count + qcount` that are not in the map, as `(first, last)`
-    /// ranges: a selection that lands on one finds no backend.
-    MissingSlots {
-        key: FrontendKey,
-        ranges: Vec<(u16, u16)>,
-    },
-}
+use crate::heart::cilium::{Frontend, FrontendKey, GroupProblem, ServiceEntry};
 
 #[derive(Default)]
 struct Found<'a> {

@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::heart::acceptance::{Acceptance, service_acceptances};
-use crate::heart::desired::model::{DesiredPort, DesiredState, LABEL_ZONE, ObjectProblem};
+use crate::heart::desired::model::{CiliumAnnotations, DesiredPort, DesiredState, LABEL_ZONE, ObjectProblem};
 use crate::heart::desired::slices::{
     OPT_OUT_LABELS, SliceRead, SliceSummary, ZoneTable, merge_port, parse_api_protocol, parse_ip_sloppy,
     read_slice,
@@ -58,6 +58,7 @@ struct ServiceSummary {
     internal_policy_local: bool,
     health_check_node_port: Option<u16>,
     created: Option<Timestamp>,
+    cilium: Option<Box<CiliumAnnotations>>,
 }
 
 /// Builds a [`DesiredState`] from Services and EndpointSlices given one at a time, in
@@ -167,6 +168,7 @@ impl DesiredBuilder {
             internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
             health_check_node_port: self.health_check_node_port(object, spec),
             created: crate::heart::desired::slices::last_recorded_change(&service.metadata),
+            cilium: CiliumAnnotations::from_annotations(service.metadata.annotations.as_ref()),
         })
     }
 
@@ -377,6 +379,7 @@ impl DesiredBuilder {
                 endpoints,
                 uncertain: slice_unreadable || ambiguous || local_unknown,
                 last_change: last_change.map(|t| t.to_string()),
+                cilium: service.cilium.clone(),
             });
         }
     }

@@ -101,6 +101,46 @@ impl FamilyEndpoints {
     }
 }
 
+/// Cilium's Service annotations that change where it exposes a NodePort (kube-proxy
+/// ignores them): as written, judged against the node by `heart::cilium`.
+pub const CILIUM_ANNOTATIONS: [&str; 3] = [
+    CiliumAnnotations::NODE,
+    CiliumAnnotations::NODE_SELECTOR,
+    CiliumAnnotations::TYPE,
+];
+
+/// The values of [`CILIUM_ANNOTATIONS`] on one Service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CiliumAnnotations {
+    /// Exposed only on nodes whose label `service.cilium.io/node` has this value.
+    pub node: Option<String>,
+    /// A label selector over the node's labels; when set it wins over `node`.
+    pub node_selector: Option<String>,
+    /// `ClusterIP`, `NodePort` or `LoadBalancer`: only that type of frontend is made.
+    pub frontend_type: Option<String>,
+}
+
+impl CiliumAnnotations {
+    pub const NODE: &str = "service.cilium.io/node";
+    pub const NODE_SELECTOR: &str = "service.cilium.io/node-selector";
+    pub const TYPE: &str = "service.cilium.io/type";
+
+    /// Read from a Service's annotations; None when it has none of them (the usual case,
+    /// kept small).
+    pub fn from_annotations(
+        annotations: Option<&BTreeMap<String, String>>,
+    ) -> Option<Box<CiliumAnnotations>> {
+        let annotations = annotations?;
+        let get = |key: &str| annotations.get(key).cloned();
+        let found = CiliumAnnotations {
+            node: get(Self::NODE),
+            node_selector: get(Self::NODE_SELECTOR),
+            frontend_type: get(Self::TYPE),
+        };
+        (found != CiliumAnnotations::default()).then(|| Box::new(found))
+    }
+}
+
 /// One Service port that owns a nodePort.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredPort {
@@ -128,6 +168,8 @@ pub struct DesiredPort {
     /// The newest change to the Service or its EndpointSlices, RFC 3339, when the
     /// objects carry it (creation time, or EndpointSlice's last-change-trigger-time).
     pub last_change: Option<String>,
+    /// Cilium's annotations on the Service, when it has any.
+    pub cilium: Option<Box<CiliumAnnotations>>,
 }
 
 impl DesiredPort {

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::heart::acceptance::ACCEPT_ANNOTATIONS;
 use crate::heart::desired::build::DesiredBuilder;
-use crate::heart::desired::model::DesiredState;
+use crate::heart::desired::model::{CILIUM_ANNOTATIONS, DesiredState};
 use crate::heart::desired::slices::{
     ANNOTATION_LAST_CHANGE_TRIGGER, LABEL_SERVICE_NAME, OPT_OUT_LABELS, last_recorded_change,
 };
@@ -96,7 +96,12 @@ fn trim_meta(meta: &mut ObjectMeta, keep_labels: &[&str], keep_annotations: &[&s
 /// from EndpointSlices.
 pub fn trim_service(service: &mut Service) {
     fold_last_change(&mut service.metadata);
-    trim_meta(&mut service.metadata, &OPT_OUT_LABELS, &ACCEPT_ANNOTATIONS);
+    let keep: Vec<&str> = ACCEPT_ANNOTATIONS
+        .iter()
+        .chain(&CILIUM_ANNOTATIONS)
+        .copied()
+        .collect();
+    trim_meta(&mut service.metadata, &OPT_OUT_LABELS, &keep);
     service.status = None;
     service.spec = service.spec.take().map(|spec| ServiceSpec {
         cluster_ip: spec.cluster_ip,

@@ -36,6 +36,7 @@ fn port(svc: &str, protocol: Protocol, node_port: u16, ready: &[&str]) -> Desire
         endpoints: vec![(Family::Ipv4, eps)],
         uncertain: false,
         last_change: None,
+        cilium: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn desired_web() -> DesiredState {
             )],
             uncertain: false,
             last_change: None,
+            cilium: None,
         }],
         ..Default::default()
     }
