@@ -380,7 +380,7 @@ pub enum Format {
 #[derive(Debug, Args)]
 pub struct ScanArgs {
     /// Scan a snapshot bundle (a directory captured from a node) instead of this node.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "bpf_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
     pub from: Option<PathBuf>,
 
     /// The cluster state, as `kubectl get services,endpointslices -A -o json` prints it
@@ -475,6 +475,12 @@ pub struct LiveArgs {
     /// (like node_exporter's --path.procfs; /host/proc in a container).
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub proc_root: PathBuf,
+
+    /// Where the BPF filesystem is mounted: Cilium's service maps are read from
+    /// DIR/tc/globals (with `bpftool -j`, read only). A node without them is read as
+    /// before.
+    #[arg(long, value_name = "DIR", default_value = crate::sources::live::DEFAULT_BPF_ROOT)]
+    pub bpf_root: PathBuf,
 
     /// Show a socket owner's command line in findings, with the values of
     /// secret-looking arguments (token, password, secret, key, credential, auth)

@@ -62,6 +62,7 @@ impl LiveArgs {
                 IptablesViaArg::Netlink => IptablesVia::Netlink,
                 IptablesViaArg::Save => IptablesVia::Save,
             },
+            bpf_root: self.bpf_root.clone(),
             process_argv: if self.process_argv {
                 crate::decode::proc_process::ArgvEvidence::Redacted
             } else {

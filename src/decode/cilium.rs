@@ -17,6 +17,7 @@
 //! from `bpftool -j map dump` output by [`parse_bpftool_dump`]. Nothing here panics on
 //! any input; what cannot be read is an error or a problem, never a guess.
 
+mod assemble;
 mod bpftool;
 mod group;
 
@@ -29,6 +30,7 @@ pub use crate::heart::cilium::{
     BackendState, Frontend, FrontendKey, GroupProblem, L4, MapBackend as Backend, MapKind, RevNat, Scope,
     ServiceEntry, SvcFlags,
 };
+pub use assemble::{FamilyDumps, family_maps, layout_mismatch, parse_bpftool_show};
 pub use bpftool::{DumpProblem, MapDump, parse_bpftool_dump};
 pub use group::group_frontends;
 

@@ -14,7 +14,7 @@ use crate::heart::desired::DesiredState;
 use crate::heart::model::{Backend, Family, ProxyMode};
 use crate::heart::observed::Observed;
 use crate::heart::observed::SOCKET_FILES;
-use crate::heart::proxy_mode::ProxyDecision;
+use crate::heart::proxy_mode::{Datapath, ProxyDecision};
 use crate::heart::source_status::{SourceState, SourceStatus};
 use crate::heart::words::count_of;
 
@@ -76,8 +76,10 @@ pub fn assess(input: &CoverageInput<'_>) -> Coverage {
             "kube-proxy runs in IPVS mode ({}): portdrift does not read IPVS virtual servers or their ipsets, so NodePort forwarding (stale, missing and duplicate rules, endpoints) was not checked; squatters, the port-range overlap and nodePort collisions in the API were.",
             proxy.evidence
         )),
+        // Cilium's maps were compared: what they lacked is in the proxy's unjudged.
+        ProxyMode::Replaced if proxy.datapath == Some(Datapath::CiliumMaps) => {}
         ProxyMode::Replaced => not_checked.push(format!(
-            "Services on this node are handled by a kube-proxy replacement ({}), not kube-proxy: portdrift does not read its maps, so NodePort forwarding was not checked; squatters, the port-range overlap and nodePort collisions in the API were.",
+            "Services on this node are handled by a kube-proxy replacement ({}), not kube-proxy, and its maps were not read (portdrift reads Cilium's service maps under --bpf-root; other replacements' are not read), so NodePort forwarding was not checked; squatters, the port-range overlap and nodePort collisions in the API were.",
             proxy.evidence
         )),
         ProxyMode::None => {

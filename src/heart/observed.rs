@@ -29,6 +29,11 @@ pub struct Observed {
     /// IPVS mode's traces outside netfilter, when `/proc/net/dev` or `/proc/net/ip_vs`
     /// was read.
     pub ipvs: Option<IpvsTraces>,
+    /// Cilium's service maps, when the node has them.
+    pub cilium: Option<crate::heart::cilium::CiliumMaps>,
+    /// A second read of the same maps, taken after the first (the live node): a
+    /// difference only one read shows is not reported.
+    pub cilium_confirm: Option<crate::heart::cilium::CiliumMaps>,
 }
 
 /// Whether each of kube-proxy's endpoints gave an HTTP answer, of any status, when it

@@ -12,10 +12,19 @@ use std::collections::BTreeMap;
 use crate::heart::model::{Backend, Family, ProxyMode, RuleSource};
 use crate::heart::observed::Observed;
 
+/// Where a mode's NodePorts were read from, when not from netfilter rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Datapath {
+    /// Cilium's service BPF maps.
+    CiliumMaps,
+}
+
 /// The decision, with what it rests on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyDecision {
     pub mode: ProxyMode,
+    /// The datapath the mode's NodePorts were compared in, when portdrift reads it.
+    pub datapath: Option<Datapath>,
     /// What the decision rests on, a phrase for people (`kube-proxy's /proxyMode`,
     /// `nat KUBE-SERVICES in iptables-nft ipv4 dispatches to IPVS`).
     pub evidence: String,
@@ -92,6 +101,12 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
                 .map(|evidence| (ProxyMode::Replaced, evidence))
         }
     };
+    let cilium = cilium_maps_shown(observed);
+    let from_rules = match (from_rules, &cilium) {
+        // Cilium's maps rather than a replacement's chains: they are what it forwards by.
+        (None | Some((ProxyMode::Replaced, _)), Some(maps)) => Some((ProxyMode::Replaced, maps.clone())),
+        (found, _) => found,
+    };
     let mut unjudged = Vec::new();
     let (mode, evidence) = match (reported, from_rules) {
         (Some(mode), rules) => {
@@ -123,11 +138,42 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
             ));
         }
     }
+    let datapath = (mode == ProxyMode::Replaced && cilium.is_some()).then_some(Datapath::CiliumMaps);
+    if datapath.is_none()
+        && let Some(maps) = &observed.cilium
+    {
+        let nodeports = maps
+            .families
+            .values()
+            .flat_map(|f| &f.frontends)
+            .filter(|f| f.flags.nodeport())
+            .count();
+        if nodeports > 0 {
+            unjudged.push(format!(
+                "Cilium's service maps also hold {nodeports} NodePort frontends, but the node was judged to run kube-proxy in {mode} mode: the maps' NodePorts were not compared with the cluster (their own consistency was checked)"
+            ));
+        }
+    }
     ProxyDecision {
         mode,
+        datapath,
         evidence,
         unjudged,
     }
+}
+
+/// Cilium's service maps, when the node has them, as the mode's evidence.
+fn cilium_maps_shown(observed: &Observed) -> Option<String> {
+    let maps = observed.cilium.as_ref().filter(|m| m.present())?;
+    let origin = maps
+        .reads
+        .first()
+        .map(|r| r.origin.as_str())
+        .unwrap_or("its pinned maps");
+    Some(format!(
+        "Cilium's service maps: {} frontends ({origin})",
+        maps.frontend_count()
+    ))
 }
 
 /// A replacement's chains where a whole dump shows kube-proxy's absent: the nat table

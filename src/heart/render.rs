@@ -194,6 +194,8 @@ fn render_sources(out: &mut String, report: &ScanReport) {
                 "listener"
             } else if s.source == "cluster.json" {
                 "Service port"
+            } else if s.source.starts_with("bpf/") {
+                "map entry"
             } else {
                 "NodePort rule"
             };

@@ -4,6 +4,10 @@
 pub fn count_of(n: usize, noun: &str) -> String {
     if n == 1 {
         format!("1 {noun}")
+    } else if let Some(stem) = noun.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'o', 'u'])
+    {
+        format!("{n} {stem}ies")
     } else {
         format!("{n} {noun}s")
     }

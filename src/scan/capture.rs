@@ -14,7 +14,7 @@ use crate::heart::observed::SOCKET_FILES;
 use crate::heart::outcome::SourceState;
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::readers::read_node_name;
-use crate::sources::bundle::{IPTABLES_FILES, NODE_FACT_FILES};
+use crate::sources::bundle::{CILIUM_MAP_FILES, IPTABLES_FILES, NODE_FACT_FILES};
 use crate::sources::bundle::{MANIFEST_FILE, Manifest, ManifestEntry, Source};
 
 /// What `snapshot` was asked for.
@@ -38,6 +38,7 @@ fn bundle_files() -> Vec<&'static str> {
     names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
     names.extend(NODE_FACT_FILES);
     names.extend(["cluster.json", "node", MANIFEST_FILE]);
+    names.extend(CILIUM_MAP_FILES.iter().flat_map(|f| [f.dump, f.info]));
     names
 }
 
@@ -191,6 +192,7 @@ pub fn write_snapshot<S: Source>(
     names.push(crate::sources::bundle::NFT_RULESET_FILE);
     names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
     names.extend(NODE_FACT_FILES);
+    names.extend(CILIUM_MAP_FILES.iter().flat_map(|f| [f.info, f.dump]));
     names.extend(["cluster.json"]);
     for name in names {
         if let Some(entry) = capture(src, out, name)? {

@@ -19,12 +19,14 @@ pub use crate::sources::bundle::{
 pub use rule_cache::RuleCache;
 pub use rules::read_nftables_only;
 
+use cilium_maps::read_cilium_maps;
 use cluster_state::read_cluster;
 use listeners::{read_owners, read_sockets};
 use node_facts::{read_healthz, read_ipvs_traces, read_proxy_mode, read_sysctls};
 use rule_cache::read_rules_cached;
 use rules::{read_iptables, read_nftables};
 
+mod cilium_maps;
 mod cluster_state;
 mod listeners;
 mod node_facts;
@@ -88,6 +90,7 @@ pub fn read_input_cached<S: Source>(
     present += usize::from(read_healthz(src, &mut input));
     present += usize::from(read_proxy_mode(src, &mut input));
     present += read_ipvs_traces(src, &mut input);
+    present += read_cilium_maps(src, &mut input);
     present += usize::from(read_cluster(src, &mut input)?);
     input.sources.extend(src.own_statuses());
     if present == 0 {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::heart::cilium::MapKind;
 use crate::heart::model::{Backend, Family};
 use crate::heart::outcome::SourceState;
 
@@ -70,6 +71,12 @@ pub trait Source {
     /// Whether its iptables dumps show every table the kernel has (the live node runs
     /// the tools without `-t`). A bundle's file may have been captured a table at a time.
     fn dumps_whole(&self) -> bool {
+        false
+    }
+
+    /// Whether reading an input again may give another answer (the live node, whose
+    /// maps change while they are walked): the reader then reads Cilium's maps twice.
+    fn rereads_may_differ(&self) -> bool {
         false
     }
 
@@ -406,6 +413,62 @@ pub const NODE_FACT_FILES: [&str; 6] = [
     NET_DEV_FILE,
     IP_VS_FILE,
 ];
+
+/// One of Cilium's service maps in a bundle: its entries as `bpftool -j map dump
+/// pinned` prints them, and its type and sizes as `bpftool -j map show pinned` does.
+#[derive(Debug, Clone, Copy)]
+pub struct CiliumMapFiles {
+    pub kind: MapKind,
+    pub dump: &'static str,
+    pub info: &'static str,
+}
+
+/// Cilium's service maps, under `bpf/` in a bundle, services first in each family.
+pub const CILIUM_MAP_FILES: [CiliumMapFiles; 6] = [
+    CiliumMapFiles {
+        kind: MapKind::Services4,
+        dump: "bpf/cilium_lb4_services_v2.json",
+        info: "bpf/cilium_lb4_services_v2.info.json",
+    },
+    CiliumMapFiles {
+        kind: MapKind::Backends4,
+        dump: "bpf/cilium_lb4_backends_v3.json",
+        info: "bpf/cilium_lb4_backends_v3.info.json",
+    },
+    CiliumMapFiles {
+        kind: MapKind::RevNat4,
+        dump: "bpf/cilium_lb4_reverse_nat.json",
+        info: "bpf/cilium_lb4_reverse_nat.info.json",
+    },
+    CiliumMapFiles {
+        kind: MapKind::Services6,
+        dump: "bpf/cilium_lb6_services_v2.json",
+        info: "bpf/cilium_lb6_services_v2.info.json",
+    },
+    CiliumMapFiles {
+        kind: MapKind::Backends6,
+        dump: "bpf/cilium_lb6_backends_v3.json",
+        info: "bpf/cilium_lb6_backends_v3.info.json",
+    },
+    CiliumMapFiles {
+        kind: MapKind::RevNat6,
+        dump: "bpf/cilium_lb6_reverse_nat.json",
+        info: "bpf/cilium_lb6_reverse_nat.info.json",
+    },
+];
+
+/// The map a `bpf/` file name holds, and whether it is the `.info.json` form.
+pub fn cilium_map_file(name: &str) -> Option<(MapKind, bool)> {
+    CILIUM_MAP_FILES.iter().find_map(|f| {
+        if f.dump == name {
+            Some((f.kind, false))
+        } else if f.info == name {
+            Some((f.kind, true))
+        } else {
+            None
+        }
+    })
+}
 
 /// The rule dumps whose every change the kernel announces on the nf_tables netlink
 /// group: iptables-nft's and kube-proxy's nftables tables. The legacy backend's are not

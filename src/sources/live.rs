@@ -11,9 +11,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::heart::cilium::MapKind;
 use crate::heart::model::{Family, RuleSource};
 use crate::heart::outcome::SourceState;
-use crate::sources::bundle::{Fetched, HEALTHZ_FILE, PROXY_MODE_FILE, Source, fetch_file, fetch_required};
+use crate::sources::bundle::{
+    Fetched, HEALTHZ_FILE, PROXY_MODE_FILE, Source, cilium_map_file, fetch_file, fetch_required,
+};
 use crate::sources::kube_proxy_http::{
     DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS, HEALTHZ_TIMEOUT, HttpError, http_get,
 };
@@ -49,6 +52,9 @@ pub struct LiveConfig {
     pub iptables_via: IptablesVia,
     /// Whether a socket owner's command line is read (redacted) or left out.
     pub process_argv: ArgvEvidence,
+    /// Where the BPF filesystem Cilium pins its maps in is mounted (`/sys/fs/bpf`):
+    /// its service maps are read from `<bpf_root>/tc/globals/`.
+    pub bpf_root: PathBuf,
 }
 
 /// How the live node's iptables-nft tables are read.
@@ -97,9 +103,13 @@ impl Default for LiveConfig {
             nftables_via: NftablesVia::default(),
             iptables_via: IptablesVia::default(),
             process_argv: ArgvEvidence::default(),
+            bpf_root: PathBuf::from(DEFAULT_BPF_ROOT),
         }
     }
 }
+
+/// Where Cilium's BPF filesystem is mounted unless told otherwise (its `--bpf-root`).
+pub const DEFAULT_BPF_ROOT: &str = "/sys/fs/bpf";
 
 /// The host's name as the kernel has it, under `proc_root` (what `scan` reports as the
 /// node); None when it cannot be read or is empty.
@@ -185,6 +195,16 @@ impl Following {
 
 /// The tool that prints each iptables dump of the bundle. Never `-t`: the legacy tools
 /// create the table they are asked to print.
+/// bpftool's arguments to show or dump the map pinned at `path`, as JSON.
+fn bpftool_args(path: &std::path::Path, info: bool) -> Vec<String> {
+    let verb = if info { "show" } else { "dump" };
+    ["-j", "map", verb, "pinned"]
+        .into_iter()
+        .map(str::to_string)
+        .chain([path.display().to_string()])
+        .collect()
+}
+
 fn tool_for(name: &str) -> Option<(&'static str, &'static [&'static str])> {
     Some(match name {
         "iptables-nft-save.txt" => ("iptables-nft-save", &[]),
@@ -239,6 +259,30 @@ impl LiveNode {
     /// The maps kept, when this node keeps them.
     pub fn constant_maps(&self) -> Option<&ConstantMaps> {
         self.constant_maps.as_ref()
+    }
+
+    /// Where Cilium pins `kind` under the BPF filesystem.
+    fn pin_path(&self, kind: MapKind) -> PathBuf {
+        self.config.bpf_root.join("tc/globals").join(kind.pin_name())
+    }
+
+    /// One of Cilium's service maps through `bpftool -j`: `map show` (`info`) or `map
+    /// dump`. bpftool rather than the bpf(2) calls themselves: the crate forbids `unsafe`
+    /// and the kernel's own tool prints the same JSON live as a bundle keeps, so a
+    /// snapshot replays exactly what a live scan parsed. A map that is not pinned is not
+    /// present: the node has no Cilium, or not that family.
+    fn cilium_map<T, F>(&self, kind: MapKind, info: bool, consume: F) -> Fetched<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+    {
+        let path = self.pin_path(kind);
+        if !path.exists() {
+            return Fetched::not_present();
+        }
+        let args = bpftool_args(&path, info);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.run("bpftool", &args, consume)
     }
 
     fn proc_path(&self, name: &str) -> Option<PathBuf> {
@@ -441,6 +485,9 @@ impl Source for LiveNode {
         if let Some((program, args)) = tool_for(name) {
             return self.run(program, args, consume);
         }
+        if let Some((kind, info)) = cilium_map_file(name) {
+            return self.cilium_map(kind, info, consume);
+        }
         match name {
             "nft.json" => self.nft_tables(consume),
             HEALTHZ_FILE => self.kube_proxy_get(self.config.kube_proxy_healthz, "/healthz", consume),
@@ -473,7 +520,14 @@ impl Source for LiveNode {
         true
     }
 
+    fn rereads_may_differ(&self) -> bool {
+        true
+    }
+
     fn label(&self, name: &str) -> String {
+        if let Some((kind, info)) = cilium_map_file(name) {
+            return format!("bpftool {}", bpftool_args(&self.pin_path(kind), info).join(" "));
+        }
         if let Some((program, args)) = tool_for(name) {
             return std::iter::once(program)
                 .chain(args.iter().copied())

@@ -23,7 +23,7 @@ pub struct ExplainArgs {
     pub source: Option<std::net::IpAddr>,
 
     /// Explain a snapshot bundle (a directory captured from a node) instead of this node.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "bpf_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
     pub from: Option<PathBuf>,
 
     /// The cluster state, as `kubectl get services,endpointslices -A -o json` prints it

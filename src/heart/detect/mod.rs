@@ -6,11 +6,12 @@
 
 use std::ops::RangeInclusive;
 
+use crate::heart::cilium::cilium_findings;
 use crate::heart::desired::DesiredState;
 use crate::heart::finding::Finding;
 use crate::heart::model::ProxyMode;
 use crate::heart::observed::Observed;
-use crate::heart::proxy_mode::{self, ProxyDecision};
+use crate::heart::proxy_mode::{self, Datapath, ProxyDecision};
 
 mod attribution;
 mod backend_split;
@@ -104,7 +105,7 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
     // Each rule is attributed to a Service port once; every check reads the verdict.
     let judged: Vec<Vec<Judged<'_>>> = observed.sources.iter().map(|s| judge_source(s, &index)).collect();
     let primaries = choose_primaries(&observed.sources, &judged, &index, has_desired);
-    let proxy = proxy_mode::decide(observed, &primaries);
+    let mut proxy = proxy_mode::decide(observed, &primaries);
     for (source, judged) in observed.sources.iter().zip(&judged) {
         // iptables-mode rules that IPVS mode's KUBE-SERVICES no longer leads to are
         // leftovers no packet reaches: not judged (the coverage says so).
@@ -124,6 +125,14 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
         for &primary in primaries.values() {
             unreached_nodeports(&observed.sources[primary], &mut findings);
         }
+    }
+    if let Some(maps) = &observed.cilium {
+        // The maps' NodePorts are compared with the cluster only when Cilium is the
+        // node's Service proxy; their own consistency always.
+        let judged = desired.filter(|_| proxy.datapath == Some(Datapath::CiliumMaps));
+        let check = cilium_findings(judged, maps, observed.cilium_confirm.as_ref());
+        findings.extend(check.findings);
+        proxy.unjudged.extend(check.not_checked);
     }
     port_range_overlap(observed, config, &mut findings);
     if has_desired {

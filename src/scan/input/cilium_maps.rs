@@ -1,0 +1,154 @@
+//! Reading Cilium's service maps: each map's type and sizes, then its entries, for
+//! every family whose services map the source has; decoded into the observed state's
+//! [`CiliumMaps`]. On the live node the maps are read a second time, so the check can
+//! drop what only a read that raced the agent's updates showed.
+
+use std::io;
+
+use crate::decode::cilium::{
+    FamilyDumps, MapDump, family_maps, layout_mismatch, parse_bpftool_dump, parse_bpftool_show,
+};
+use crate::heart::cilium::{CiliumMaps, MapRead, MapStats};
+use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
+use crate::scan::readers::read_all;
+use crate::sources::bundle::{CILIUM_MAP_FILES, CiliumMapFiles, Source};
+
+use super::settle;
+
+/// Problems quoted per map.
+const QUOTED: usize = 3;
+
+/// Reads the maps into `input`. Returns how many map files the source had.
+pub(super) fn read_cilium_maps<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
+    let (maps, statuses) = read_maps(src);
+    let present = statuses.len();
+    input.sources.extend(statuses);
+    if maps.present() {
+        if src.rereads_may_differ() {
+            input.observed.cilium_confirm = Some(read_maps(src).0);
+        }
+        input.observed.cilium = Some(maps);
+    }
+    present
+}
+
+fn read_maps<S: Source>(src: &mut S) -> (CiliumMaps, Vec<SourceStatus>) {
+    let mut maps = CiliumMaps::default();
+    let mut statuses = Vec::new();
+    for family_files in CILIUM_MAP_FILES.chunks(3) {
+        let mut dumps: Vec<Option<(MapDump, bool)>> = Vec::new();
+        for files in family_files {
+            let read = read_map(src, files);
+            if let Some((status, map_read, dump)) = read {
+                statuses.push(status);
+                maps.reads.push(map_read);
+                dumps.push(dump);
+            } else {
+                dumps.push(None);
+            }
+        }
+        let [services, backends, rev_nat] = [0, 1, 2].map(|i| {
+            dumps
+                .get(i)
+                .and_then(|d| d.as_ref())
+                .map(|(d, whole)| (d, *whole))
+        });
+        if services.is_none() {
+            continue;
+        }
+        let family = family_files[0].kind.family();
+        maps.families.insert(
+            family,
+            family_maps(FamilyDumps {
+                services,
+                backends,
+                rev_nat,
+            }),
+        );
+    }
+    (maps, statuses)
+}
+
+/// One map: its status, its read, and its entries when they were read (with whether
+/// whole). None when the source does not have the map.
+fn read_map<S: Source>(
+    src: &mut S,
+    files: &CiliumMapFiles,
+) -> Option<(SourceStatus, MapRead, Option<(MapDump, bool)>)> {
+    let kind = files.kind;
+    let stats = read_stats(src, files);
+    let fetched = src.fetch(files.dump, move |r| {
+        let bytes = read_all(r)?;
+        parse_bpftool_dump(&bytes, kind)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+    });
+    let settled = settle(src, files.dump, fetched)?;
+    let mut status = settled.status;
+    let mut read = MapRead {
+        kind,
+        origin: status.origin.clone().unwrap_or_else(|| files.dump.to_string()),
+        stats: None,
+        entries: 0,
+        unreadable: Vec::new(),
+        unreadable_count: 0,
+        complete: false,
+    };
+    match stats {
+        Some(Ok(stats)) => {
+            if let Some(why) = layout_mismatch(kind, &stats) {
+                status.status = SourceState::Error;
+                status.notes.push(format!("not decoded: {why}"));
+                read.unreadable.push(why);
+                read.stats = Some(stats);
+                return Some((status, read, None));
+            }
+            status.notes.push(format!("max_entries {}", stats.max_entries));
+            read.stats = Some(stats);
+        }
+        Some(Err(why)) => status.notes.push(format!("its size limit is unknown: {why}")),
+        None => status
+            .notes
+            .push(format!("its size limit is unknown: {} was not read", files.info)),
+    }
+    let Some(dump) = settled.value else {
+        read.unreadable.push(
+            status
+                .notes
+                .first()
+                .cloned()
+                .unwrap_or_else(|| format!("{} could not be read", files.dump)),
+        );
+        return Some((status, read, None));
+    };
+    read.entries = dump.entries;
+    read.unreadable_count = dump.problems.len();
+    read.unreadable = dump
+        .problems
+        .iter()
+        .take(QUOTED)
+        .map(|p| format!("entry {}: {}", p.index, p.error))
+        .collect();
+    read.complete = settled.trusted && dump.problems.is_empty();
+    status.items = Some(dump.entries);
+    status.unparsed = dump.problems.len();
+    if !dump.problems.is_empty() && status.status == SourceState::Ok {
+        status.status = SourceState::Partial;
+    }
+    status.notes.extend(read.unreadable.iter().cloned());
+    Some((status, read, Some((dump, settled.trusted))))
+}
+
+/// The map's type and sizes; None when the source does not have them.
+fn read_stats<S: Source>(src: &mut S, files: &CiliumMapFiles) -> Option<Result<MapStats, String>> {
+    let fetched = src.fetch(files.info, |r| read_all(r));
+    let settled = settle(src, files.info, fetched)?;
+    Some(match settled.value {
+        Some(bytes) => parse_bpftool_show(&bytes).map_err(|e| e.to_string()),
+        None => Err(settled
+            .status
+            .notes
+            .first()
+            .cloned()
+            .unwrap_or_else(|| format!("{} could not be read", files.info))),
+    })
+}
