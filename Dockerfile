@@ -1,5 +1,5 @@
-# portdrift's image: the agent and the netfilter tools it reads (and, with --repair,
-# writes) the node's rules with, and nothing else.
+# portdrift's image: the agent, the netfilter tools it reads (and, with --repair, writes)
+# the node's rules with, and bpftool, which reads Cilium's service maps; nothing else.
 #
 #   docker build -t portdrift:dev .
 #
@@ -31,14 +31,16 @@ RUN PORTDRIFT_REVISION="${REVISION}" cargo build --release --locked --bin portdr
 
 # Runtime: Debian's iptables package carries both backends (iptables-nft-save,
 # iptables-legacy-save, the ip6tables twins and every *-restore that repair uses),
-# nftables carries nft. Same Debian release as the build stage, so the binary's glibc
-# matches. No shell tools are added: the agent runs every tool by name, without a shell.
+# nftables carries nft, and bpftool reads the pinned BPF maps of Cilium's kube-proxy
+# replacement (`bpftool -j map show` and `map dump`, with --bpf-root; only read). Same
+# Debian release as the build stage, so the binary's glibc matches. No shell tools are
+# added: the agent runs every tool by name, without a shell.
 FROM debian:bookworm-slim
 # Versions are not pinned: Debian's security updates replace a pinned version, and the
-# netfilter tools are what should get them.
+# netfilter tools and bpftool are what should get them.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends iptables nftables \
+ && apt-get install -y --no-install-recommends iptables nftables bpftool \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/portdrift /usr/local/bin/portdrift
 COPY --from=build /out/share/ /usr/share/

@@ -11,6 +11,8 @@
 //!   exactly their union (and, with components/rbac-proxy, kube-rbac-proxy's token and
 //!   access reviews), nothing missing and nothing more; the other ClusterRoles only
 //!   let their holders read the agent's endpoints;
+//! - with components/cilium-maps, and only there, the agent holds CAP_BPF and the host's
+//!   BPF filesystem, read-only, at its `--bpf-root`;
 //! - with components/rbac-proxy the agent listens on the node's loopback only, and
 //!   kube-rbac-proxy serves the node's port over TLS in front of it, letting only the
 //!   probes' paths through without a token, as a non-root container with no
@@ -474,6 +476,16 @@ fn the_daemonset_is_a_least_privilege_node_agent() {
         if r.host_pid() {
             want.push("SYS_PTRACE");
         }
+        // Reading Cilium's maps (components/cilium-maps): the runtime's default seccomp
+        // profile lets bpf(2) through only with CAP_BPF.
+        let bpf_root = r
+            .args()
+            .iter()
+            .find_map(|a| a.strip_prefix("--bpf-root=").map(str::to_string));
+        if bpf_root.is_some() {
+            want.push("BPF");
+        }
+        want.sort();
         assert_eq!(added, want, "{ctx}");
         // The probes and the scrape port agree with --listen, or with the proxy in
         // front of it.
@@ -531,6 +543,23 @@ fn the_daemonset_is_a_least_privilege_node_agent() {
             .flatten()
             .any(|m| m["mountPath"] == "/run/xtables.lock");
         assert_eq!(repair, lock, "{ctx}: the xtables lock is mounted iff --repair");
+        // The host's BPF filesystem, only with --bpf-root and where it says: read-only, and
+        // seeing a bpffs that Cilium mounts after the agent started.
+        let bpf_mount = c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["name"] == "bpf-maps");
+        assert_eq!(
+            bpf_root.is_some(),
+            bpf_mount.is_some(),
+            "{ctx}: the BPF filesystem is mounted iff --bpf-root"
+        );
+        if let (Some(root), Some(m)) = (&bpf_root, bpf_mount) {
+            assert_eq!(m["mountPath"], root.as_str(), "{ctx}");
+            assert_eq!(m["readOnly"], true, "{ctx}");
+            assert_eq!(m["mountPropagation"], "HostToContainer", "{ctx}");
+        }
         // The Service selects the DaemonSet's pods, on the named port.
         let labels = &ds["spec"]["template"]["metadata"]["labels"];
         for svc in of_kind(&r.docs, "Service") {
