@@ -48,6 +48,10 @@ pub enum CiliumMapError {
     NotJson(String),
     #[error("expected a JSON array of entries, got {0}")]
     NotAnArray(&'static str),
+    /// bpftool's own `{"error": ...}` answer: a map carrying BTF, say, which it cannot
+    /// print without CAP_SYS_ADMIN (`failed to get btf`).
+    #[error("bpftool answered with an error: {0}")]
+    Tool(String),
     #[error("entry is not a JSON object")]
     NotAnObject,
     #[error("entry has no hex \"{0}\" array")]

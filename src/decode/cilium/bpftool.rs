@@ -43,6 +43,9 @@ pub fn parse_bpftool_dump(json: &[u8], kind: MapKind) -> Result<MapDump, CiliumM
         CiliumMapError::NotJson(text)
     })?;
     let Value::Array(items) = document else {
+        if let Some(Value::String(error)) = document.get("error") {
+            return Err(CiliumMapError::Tool(error.chars().take(MAX_QUOTED * 4).collect()));
+        }
         return Err(CiliumMapError::NotAnArray(json_type(&document)));
     };
     let mut dump = MapDump {

@@ -421,3 +421,10 @@ fn hex_bytes_accept_one_or_two_digits_either_case_only() {
         assert_eq!(!hex_error, ok, "{text}");
     }
 }
+
+#[test]
+fn bpftools_error_answer_is_said_as_such() {
+    let err = parse_bpftool_dump(br#"{"error":"failed to get btf"}"#, MapKind::Services4).unwrap_err();
+    assert_eq!(err, CiliumMapError::Tool("failed to get btf".into()));
+    assert!(err.to_string().contains("failed to get btf"));
+}

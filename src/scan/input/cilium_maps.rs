@@ -15,6 +15,9 @@ use crate::sources::bundle::{CILIUM_MAP_FILES, CiliumMapFiles, Source};
 
 use super::settle;
 
+/// A map's decoded entries, and whether the source gave it whole.
+type Entries = (MapDump, bool);
+
 /// Problems quoted per map.
 const QUOTED: usize = 3;
 
@@ -36,7 +39,7 @@ fn read_maps<S: Source>(src: &mut S) -> (CiliumMaps, Vec<SourceStatus>) {
     let mut maps = CiliumMaps::default();
     let mut statuses = Vec::new();
     for family_files in CILIUM_MAP_FILES.chunks(3) {
-        let mut dumps: Vec<Option<(MapDump, bool)>> = Vec::new();
+        let mut dumps: Vec<Option<Entries>> = Vec::new();
         for files in family_files {
             let read = read_map(src, files);
             if let Some((status, map_read, dump)) = read {
@@ -74,7 +77,7 @@ fn read_maps<S: Source>(src: &mut S) -> (CiliumMaps, Vec<SourceStatus>) {
 fn read_map<S: Source>(
     src: &mut S,
     files: &CiliumMapFiles,
-) -> Option<(SourceStatus, MapRead, Option<(MapDump, bool)>)> {
+) -> Option<(SourceStatus, MapRead, Option<Entries>)> {
     let kind = files.kind;
     let stats = read_stats(src, files);
     let fetched = src.fetch(files.dump, move |r| {
