@@ -3,15 +3,17 @@
 //! ([`crate::sources::tools`]), the netlink read, the `/proc` file or kube-proxy's HTTP
 //! endpoint ([`crate::sources::kube_proxy_http`]) a capture would have copied into it,
 //! so a live scan and a snapshot read the node through the same code as an offline
-//! scan reads a bundle directory.
+//! scan reads a bundle directory. Cilium's service maps are read in `bpf_maps`.
+
+mod bpf_maps;
 
 use crate::decode::proc_process::ArgvEvidence;
+use bpf_maps::bpftool_args;
 use std::io::{self, BufRead, Cursor};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::heart::cilium::MapKind;
 use crate::heart::model::{Family, RuleSource};
 use crate::heart::outcome::SourceState;
 use crate::sources::bundle::{
@@ -195,16 +197,6 @@ impl Following {
 
 /// The tool that prints each iptables dump of the bundle. Never `-t`: the legacy tools
 /// create the table they are asked to print.
-/// bpftool's arguments to show or dump the map pinned at `path`, as JSON.
-fn bpftool_args(path: &std::path::Path, info: bool) -> Vec<String> {
-    let verb = if info { "show" } else { "dump" };
-    ["-j", "map", verb, "pinned"]
-        .into_iter()
-        .map(str::to_string)
-        .chain([path.display().to_string()])
-        .collect()
-}
-
 fn tool_for(name: &str) -> Option<(&'static str, &'static [&'static str])> {
     Some(match name {
         "iptables-nft-save.txt" => ("iptables-nft-save", &[]),
@@ -259,30 +251,6 @@ impl LiveNode {
     /// The maps kept, when this node keeps them.
     pub fn constant_maps(&self) -> Option<&ConstantMaps> {
         self.constant_maps.as_ref()
-    }
-
-    /// Where Cilium pins `kind` under the BPF filesystem.
-    fn pin_path(&self, kind: MapKind) -> PathBuf {
-        self.config.bpf_root.join("tc/globals").join(kind.pin_name())
-    }
-
-    /// One of Cilium's service maps through `bpftool -j`: `map show` (`info`) or `map
-    /// dump`. bpftool rather than the bpf(2) calls themselves: the crate forbids `unsafe`
-    /// and the kernel's own tool prints the same JSON live as a bundle keeps, so a
-    /// snapshot replays exactly what a live scan parsed. A map that is not pinned is not
-    /// present: the node has no Cilium, or not that family.
-    fn cilium_map<T, F>(&self, kind: MapKind, info: bool, consume: F) -> Fetched<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
-    {
-        let path = self.pin_path(kind);
-        if !path.exists() {
-            return Fetched::not_present();
-        }
-        let args = bpftool_args(&path, info);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.run("bpftool", &args, consume)
     }
 
     fn proc_path(&self, name: &str) -> Option<PathBuf> {
