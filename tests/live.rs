@@ -117,12 +117,14 @@ fn which(tool: &str) -> Option<PathBuf> {
 
 /// The sh script that runs $PD_BEFORE in the prepared node when set (its failure is
 /// exit status 9, the setup's), scans the node (JSON to $1, exit status to $1.code),
-/// then snapshots it into $2. Extra scan flags follow.
+/// then snapshots it into $2. Extra scan flags follow (and `--bpf-root` when the bundle's
+/// node has Cilium's maps).
 const SCAN_AND_SNAPSHOT: &str = r#"
 pd=$0 out=$1 snap=$2; shift 2
 if [ -n "${PD_BEFORE:-}" ]; then sh -ec "$PD_BEFORE" || exit 9; fi
 node=$(cat "$BUNDLE/node")
 if [ -n "${PD_PATH:-}" ]; then pd="env PATH=$PD_PATH $pd"; fi
+if [ -n "${BPF_ROOT:-}" ]; then set -- --bpf-root "$BPF_ROOT" "$@"; fi
 $pd scan --cluster-state "$BUNDLE/cluster.json" --node "$node" --format json "$@" >"$out"
 echo $? >"$out.code"
 $pd snapshot --out "$snap" --cluster-state "$BUNDLE/cluster.json" --node "$node" "$@" >"$snap.log" 2>&1
