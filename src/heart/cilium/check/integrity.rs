@@ -247,7 +247,7 @@ pub(super) fn check_capacity(maps: &CiliumMaps, out: &mut Vec<Finding>) {
             },
             read.kind.family(),
             format!(
-                "Cilium's {} holds {used} of its {max} entries{}: {}; look for leaked entries, then raise the map size (bpf-lb-map-max) or {ADVICE}.",
+                "Cilium's {} holds {used} of its {max} entries{}: {}; look for leaked backends and stale frontends (`cilium-dbg bpf lb list`), and raise the map size (Cilium's `bpf-lb-map-max`) if the cluster needs it; portdrift never writes Cilium's maps.",
                 read.kind.pin_name(),
                 if full { " and is full" } else { "" },
                 if full {
