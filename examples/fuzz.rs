@@ -333,6 +333,12 @@ fn dictionary(target: &str) -> Vec<&'static [u8]> {
             b"[", b"]", b"{", b"}", b",", b"\"key\":", b"\"value\":", b"\"formatted\":{}", b"\"0x00\"",
             b"\"0xff\"", b"\"0x06\"", b"\"0x42\"", b"\"0x\"", b"\"0x100\"",
         ],
+        "ipvs" => &[
+            b"TCP  ", b"UDP  ", b"SCTP ", b"FWM  ", b"  -> ", b"Masq", b"Tunnel", b"Route", b"Local", b" rr ",
+            b"persistent 10800 ", b"FFFFFFFF", b"0A000115:7580", b"[fd00::1]:30080", b"10.0.1.21:30080",
+            b"[fd00:0000:0000:0000:0000:0000:0a00:0115]:7580", b"4294967296", b"-1",
+            b"Prot LocalAddress:Port Scheduler Flags\n", b"IP Virtual Server version 1.2.1 (size=4096)\n",
+        ],
         _ => &[
             b"==> iptables-nft-save.txt <==\n", b"==> cluster.json <==\n", b"==> nft.json <==\n",
             b"==> proc/net/tcp <==\n", b"==> node <==\n", b"\"nodePort\": ", b"\"type\": \"NodePort\"",

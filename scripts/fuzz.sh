@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(iptables_save nftables_json nftables_text proc_net bundle cilium_maps)
+[ ${#targets[@]} -gt 0 ] || targets=(iptables_save nftables_json nftables_text proc_net bundle cilium_maps ipvs)
 engine=${FUZZ_ENGINE:-}
 if [ -z "$engine" ]; then
   if cargo fuzz --version >/dev/null 2>&1; then engine=libfuzzer; else engine=stable; fi

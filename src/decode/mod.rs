@@ -1,11 +1,13 @@
 //! Pure decoders: rule dumps (iptables-save and `-S` text, nft JSON and text), the
-//! kernel's `/proc/net` tables and sysctls, cluster JSON and manifests, Cilium's service
-//! BPF maps, into the heart's values. Bytes or readers in, values out.
+//! kernel's `/proc/net` tables and sysctls, IPVS tables (`/proc/net/ip_vs`, `ipvsadm
+//! -Ln`), cluster JSON and manifests, Cilium's service BPF maps, into the heart's
+//! values. Bytes or readers in, values out.
 
 pub mod cilium;
 pub mod cluster;
 pub mod explain;
 pub mod iptables;
+pub mod ipvs;
 pub mod lines;
 pub mod manifests;
 pub(crate) mod name_index;

@@ -10,6 +10,7 @@ pub mod detect;
 pub mod document;
 pub mod explain;
 pub mod finding;
+pub mod ipvs;
 pub mod kube_proxy;
 pub mod model;
 pub mod observed;

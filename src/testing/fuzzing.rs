@@ -11,10 +11,14 @@ use crate::decode::cilium::{
     parse_service_entry,
 };
 use crate::decode::iptables::{SourceHint, parse_save};
+use crate::decode::ipvs::{parse_ipvsadm, parse_proc_ip_vs};
 use crate::decode::nftables::{parse_ruleset_json, parse_ruleset_text, table_views_json};
 use crate::decode::sockets::{WordOrder, parse_proc_net_with};
+use crate::heart::desired::{DesiredPort, DesiredState, FamilyEndpoints};
 use crate::heart::detect::DetectConfig;
-use crate::heart::model::{Backend, Family, Protocol};
+use crate::heart::finding::Kind;
+use crate::heart::ipvs::ipvs_findings;
+use crate::heart::model::{Backend, Family, Protocol, ServicePortRef};
 use crate::heart::outcome::{SourceState, run_scan};
 use crate::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
 use crate::heart::repair::ruleset::IptablesRuleset;
@@ -25,13 +29,14 @@ use crate::sources::bundle::{Fetched, Source};
 pub type Target = fn(&[u8]);
 
 /// Every target by name (the names of `fuzz/fuzz_targets/*.rs`).
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("iptables_save", iptables_save),
     ("nftables_json", nftables_json),
     ("nftables_text", nftables_text),
     ("proc_net", proc_net),
     ("bundle", bundle),
     ("cilium_maps", cilium_maps),
+    ("ipvs", ipvs),
 ];
 
 /// The target called `name`.
@@ -183,6 +188,114 @@ pub fn proc_net(data: &[u8]) {
         assert_eq!(l.protocol, protocol);
         assert_eq!(l.addr.is_ipv6(), v6, "{l:?}");
     }
+}
+
+/// IPVS tables: the same bytes read as `/proc/net/ip_vs` and as `ipvsadm -Ln`, and each
+/// table checked against a small cluster. Every line lands at most once (a virtual
+/// server, a real server or an unparsed line) at a line the input has, a real server
+/// after its virtual server, and an unparsed line is cut to a readable length.
+pub fn ipvs(data: &[u8]) {
+    let lines = data.split(|&b| b == b'\n').count();
+    let desired = ipvs_desired();
+    for table in [parse_proc_ip_vs(data), parse_ipvsadm(data)] {
+        let table = table.expect("reading from memory cannot fail");
+        let mut seen = BTreeSet::new();
+        for vs in &table.services {
+            assert!(seen.insert(vs.line), "line {} read twice", vs.line);
+            for r in &vs.reals {
+                assert!(r.line > vs.line, "a real server before its virtual server");
+                assert!(seen.insert(r.line), "line {} read twice", r.line);
+            }
+        }
+        for u in &table.unparsed {
+            assert!(seen.insert(u.line), "line {} read twice", u.line);
+            assert!(
+                u.text.len() <= 200,
+                "an unparsed line kept whole: {} bytes",
+                u.text.len()
+            );
+        }
+        assert!(
+            seen.iter().all(|&l| l >= 1 && l as usize <= lines),
+            "a line number past the input's {lines} lines"
+        );
+        for f in ipvs_findings(&desired, &table, "fuzz", 30000..=32767) {
+            assert!(
+                matches!(
+                    f.kind,
+                    Kind::StaleNodeport | Kind::MissingRule | Kind::StaleEndpoint | Kind::MissingEndpoint
+                ),
+                "{:?}",
+                f.kind
+            );
+            assert!(
+                f.rule.as_deref().is_none_or(|r| !r.contains('\n')),
+                "a rule spans lines"
+            );
+        }
+    }
+}
+
+/// Two NodePort Services (tcp/30080 and tcp/30081) with one endpoint each, for [`ipvs`].
+fn ipvs_desired() -> DesiredState {
+    let port = |name: &str, node_port: u16, endpoint: [u8; 4]| {
+        let addr = std::net::SocketAddr::from((endpoint, 8080));
+        let eps = FamilyEndpoints {
+            listed: [addr].into(),
+            cluster: [addr].into(),
+            local: [addr].into(),
+            has_endpoints: true,
+            has_external_endpoints: true,
+            cluster_uncertain: false,
+        };
+        DesiredPort {
+            service: ServicePortRef {
+                namespace: "default".to_string(),
+                name: name.to_string(),
+                port_name: String::new(),
+            },
+            protocol: Protocol::Tcp,
+            node_port,
+            families: vec![Family::Ipv4],
+            external_policy_local: false,
+            internal_policy_local: false,
+            health_check_node_port: None,
+            endpoints: vec![(Family::Ipv4, eps)],
+            uncertain: false,
+            last_change: None,
+            cilium: None,
+        }
+    };
+    DesiredState {
+        ports: vec![
+            port("web", 30080, [10, 244, 1, 5]),
+            port("api", 30081, [10, 244, 1, 6]),
+        ],
+        ..DesiredState::default()
+    }
+}
+
+/// Seeds for [`ipvs`] in the kernel's form (the bundles hold `ipvsadm` output only):
+/// NodePorts on two node addresses, a draining real server, IPv6, a persistent and a
+/// mark service, as `ip_vs_info_seq_show` prints them.
+fn ipvs_seeds() -> Vec<Vec<u8>> {
+    let table = concat!(
+        "IP Virtual Server version 1.2.1 (size=4096)\n",
+        "Prot LocalAddress:Port Scheduler Flags\n",
+        "  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n",
+        "TCP  0A000115:7580 rr  \n",
+        "  -> 0AF40105:1F90      Masq    1      2          1         \n",
+        "  -> 0AF40209:1F90      Masq    0      1          3         \n",
+        "TCP  0AF40100:7580 rr  \n",
+        "  -> 0AF40105:1F90      Masq    1      0          0         \n",
+        "TCP  0A000115:7581 rr  persistent 10800 FFFFFFFF\n",
+        "  -> 0AF40106:1F90      Masq    1      0          0         \n",
+        "TCP  [fd00:0000:0000:0000:0000:0000:0a00:0115]:7580 rr \n",
+        "  -> [fd00:0010:0244:0001:0000:0000:0000:0005]:1F90      Masq    1      0          0         \n",
+        "FWM  00000001 rr \n",
+        "  -> 0AF40107:0050      Masq    1      0          0         \n",
+    );
+    vec![table.as_bytes().to_vec()]
 }
 
 /// Cilium's service maps: the first byte picks the map, the rest is `bpftool -j map
@@ -409,6 +522,8 @@ pub fn seeds(testdata: &std::path::Path) -> io::Result<HashMap<&'static str, Vec
             let base = name.rsplit('/').next().unwrap_or(name);
             let target = if base.ends_with("-save.txt") || base.ends_with(".iptables") {
                 "iptables_save"
+            } else if base == "ipvsadm.txt" {
+                "ipvs"
             } else if base.ends_with(".json")
                 && !matches!(base, "cluster.json" | "snapshot.json")
                 && !base.starts_with("kube-proxy")
@@ -437,6 +552,7 @@ pub fn seeds(testdata: &std::path::Path) -> io::Result<HashMap<&'static str, Vec
         }
     }
     out.entry("cilium_maps").or_default().extend(cilium_seeds());
+    out.entry("ipvs").or_default().extend(ipvs_seeds());
     Ok(out)
 }
 
