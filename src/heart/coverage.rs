@@ -72,8 +72,10 @@ pub fn assess(input: &CoverageInput<'_>) -> Coverage {
     let mode = proxy.mode;
     match mode {
         ProxyMode::Iptables | ProxyMode::Nftables => {}
+        // The virtual servers were compared: what they lacked is in the proxy's unjudged.
+        ProxyMode::Ipvs if proxy.datapath == Some(Datapath::IpvsServers) => {}
         ProxyMode::Ipvs => not_checked.push(format!(
-            "kube-proxy runs in IPVS mode ({}): portdrift does not read IPVS virtual servers or their ipsets, so NodePort forwarding (stale, missing and duplicate rules, endpoints) was not checked; squatters, the port-range overlap and nodePort collisions in the API were.",
+            "kube-proxy runs in IPVS mode ({}), but the IPVS virtual servers were not read (no /proc/net/ip_vs, nor a bundle's ipvsadm.txt), so NodePort forwarding (stale and missing virtual servers, endpoints) was not checked; squatters, the port-range overlap and nodePort collisions in the API were.",
             proxy.evidence
         )),
         // Cilium's maps were compared: what they lacked is in the proxy's unjudged.

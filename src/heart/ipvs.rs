@@ -15,6 +15,16 @@ mod check;
 
 pub use check::{ipvs_findings, nodeport_addresses};
 
+/// The node's IPVS table as one source gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpvsRead {
+    /// The file or command it came from (`/proc/net/ip_vs`, `ipvsadm.txt`).
+    pub origin: String,
+    pub table: IpvsTable,
+    /// The source gave it whole (not cut by an error, a deadline or the size limit).
+    pub whole: bool,
+}
+
 /// One read of the node's IPVS table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpvsTable {

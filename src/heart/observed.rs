@@ -29,6 +29,9 @@ pub struct Observed {
     /// IPVS mode's traces outside netfilter, when `/proc/net/dev` or `/proc/net/ip_vs`
     /// was read.
     pub ipvs: Option<IpvsTraces>,
+    /// The IPVS virtual servers in full, when `/proc/net/ip_vs` (or a bundle's
+    /// `ipvsadm.txt`) was read.
+    pub ipvs_table: Option<crate::heart::ipvs::IpvsRead>,
     /// Cilium's service maps, when the node has them.
     pub cilium: Option<crate::heart::cilium::CiliumMaps>,
     /// A second read of the same maps, taken after the first (the live node): a

@@ -17,6 +17,8 @@ use crate::heart::observed::Observed;
 pub enum Datapath {
     /// Cilium's service BPF maps.
     CiliumMaps,
+    /// The kernel's IPVS virtual servers (kube-proxy's IPVS mode, kube-router).
+    IpvsServers,
 }
 
 /// The decision, with what it rests on.
@@ -138,8 +140,12 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
             ));
         }
     }
-    let datapath = (mode == ProxyMode::Replaced && cilium.is_some()).then_some(Datapath::CiliumMaps);
-    if datapath.is_none()
+    let datapath = match mode {
+        ProxyMode::Replaced if cilium.is_some() => Some(Datapath::CiliumMaps),
+        ProxyMode::Ipvs if observed.ipvs_table.is_some() => Some(Datapath::IpvsServers),
+        _ => None,
+    };
+    if datapath != Some(Datapath::CiliumMaps)
         && let Some(maps) = &observed.cilium
     {
         let nodeports = maps

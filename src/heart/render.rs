@@ -190,7 +190,9 @@ fn render_sources(out: &mut String, report: &ScanReport) {
             let _ = write!(line, " {f}");
         }
         if let Some(n) = s.items {
-            let what = if s.source.starts_with("proc/") {
+            let what = if s.source == "proc/net/ip_vs" || s.source == "ipvsadm.txt" {
+                "virtual server"
+            } else if s.source.starts_with("proc/") {
                 "listener"
             } else if s.source == "cluster.json" {
                 "Service port"

@@ -400,18 +400,21 @@ pub const PROXY_MODE_FILE: &str = "kube-proxy-mode.txt";
 pub const NET_DEV_FILE: &str = "proc/net/dev";
 /// The kernel's IPVS virtual servers (present while the `ip_vs` module is loaded).
 pub const IP_VS_FILE: &str = "proc/net/ip_vs";
+/// `ipvsadm -Ln` as a bundle may hold it (a paste): read when `proc/net/ip_vs` is not.
+pub const IPVSADM_FILE: &str = "ipvsadm.txt";
 /// Every nftables table (`nft -j list ruleset`), for `portdrift explain`: other
 /// components' tables (firewalld, a CNI's) act on NodePort connections too. A bundle
 /// without it offers its `nft.json`.
 pub const NFT_RULESET_FILE: &str = "nft-ruleset.json";
 /// The node's facts besides rules and sockets, in the order a bundle lists them.
-pub const NODE_FACT_FILES: [&str; 6] = [
+pub const NODE_FACT_FILES: [&str; 7] = [
     LOCAL_PORT_RANGE_FILE,
     RESERVED_PORTS_FILE,
     HEALTHZ_FILE,
     PROXY_MODE_FILE,
     NET_DEV_FILE,
     IP_VS_FILE,
+    IPVSADM_FILE,
 ];
 
 /// One of Cilium's service maps in a bundle: its entries as `bpftool -j map dump

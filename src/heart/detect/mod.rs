@@ -9,6 +9,7 @@ use std::ops::RangeInclusive;
 use crate::heart::cilium::cilium_findings;
 use crate::heart::desired::DesiredState;
 use crate::heart::finding::Finding;
+use crate::heart::ipvs::ipvs_findings;
 use crate::heart::model::ProxyMode;
 use crate::heart::observed::Observed;
 use crate::heart::proxy_mode::{self, Datapath, ProxyDecision};
@@ -20,6 +21,7 @@ mod collision;
 mod duplicate;
 mod entry;
 mod hostport;
+mod ipvs;
 mod marks;
 mod missing;
 mod orphan;
@@ -133,6 +135,19 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
         let check = cilium_findings(judged, maps, observed.cilium_confirm.as_ref());
         findings.extend(check.findings);
         proxy.unjudged.extend(check.not_checked);
+    }
+    if proxy.datapath == Some(Datapath::IpvsServers)
+        && let Some(read) = &observed.ipvs_table
+    {
+        proxy.unjudged.extend(ipvs::not_judged(desired, read, config));
+        if let Some(desired) = desired {
+            findings.extend(ipvs_findings(
+                desired,
+                &read.table,
+                &read.origin,
+                config.nodeport_range.clone(),
+            ));
+        }
     }
     port_range_overlap(observed, config, &mut findings);
     if has_desired {

@@ -3,13 +3,14 @@
 
 use std::io::BufRead;
 
-use crate::decode::node;
+use crate::decode::{ipvs, node};
+use crate::heart::ipvs::{IpvsRead, IpvsTable};
 use crate::heart::observed::{IpvsTraces, KubeProxyHealth, NodeSysctls};
 use crate::heart::outcome::{ScanInput, SourceState};
 use crate::scan::readers::read_small;
 use crate::sources::bundle::{
-    HEALTHZ_FILE, IP_VS_FILE, LOCAL_PORT_RANGE_FILE, NET_DEV_FILE, PROXY_MODE_FILE, RESERVED_PORTS_FILE,
-    Source,
+    HEALTHZ_FILE, IP_VS_FILE, IPVSADM_FILE, LOCAL_PORT_RANGE_FILE, NET_DEV_FILE, PROXY_MODE_FILE,
+    RESERVED_PORTS_FILE, Source,
 };
 
 use super::settle;
@@ -139,6 +140,38 @@ pub(super) fn read_proxy_mode<S: Source>(src: &mut S, input: &mut ScanInput) -> 
     true
 }
 
+/// Keeps a read IPVS table, with its status.
+fn keep_ipvs_table<S: Source>(
+    src: &S,
+    name: &str,
+    settled: super::Settled<IpvsTable>,
+    traces: &mut IpvsTraces,
+    input: &mut ScanInput,
+) {
+    let mut status = settled.status;
+    if let Some(table) = settled.value {
+        traces.virtual_servers = Some(table.services.len());
+        status.items = Some(table.services.len());
+        status.unparsed = table.unparsed.len();
+        if !table.unparsed.is_empty() && status.status == SourceState::Ok {
+            status.status = SourceState::Partial;
+        }
+        status.notes.extend(
+            table
+                .unparsed
+                .iter()
+                .take(5)
+                .map(|u| format!("line {}: {}", u.line, u.reason)),
+        );
+        input.observed.ipvs_table = Some(IpvsRead {
+            origin: src.label(name),
+            table,
+            whole: settled.trusted,
+        });
+    }
+    input.sources.push(status);
+}
+
 /// Reads IPVS mode's traces outside netfilter: `kube-ipvs0` among the interfaces, and
 /// the kernel's IPVS virtual servers. Returns how many of the two files the source knew.
 pub(super) fn read_ipvs_traces<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
@@ -165,23 +198,26 @@ pub(super) fn read_ipvs_traces<S: Source>(src: &mut S, input: &mut ScanInput) ->
         input.sources.push(status);
     }
     // A node without the ip_vs module has no such file: that is no news.
-    let fetched = src.fetch(IP_VS_FILE, |r| {
-        let mut count = 0;
-        for line in r.lines() {
-            count += node::count_ip_vs_services(&line?);
-        }
-        Ok(count)
-    });
+    let fetched = src.fetch(IP_VS_FILE, |r| ipvs::parse_proc_ip_vs(r));
     if let Some(settled) = settle(src, IP_VS_FILE, fetched).filter(|s| s.status.status != SourceState::Absent)
     {
         present += 1;
-        let mut status = settled.status;
-        if let Some(count) = settled.value {
-            read_any = true;
-            traces.virtual_servers = Some(count);
-            status.items = Some(count);
+        read_any |= settled.value.is_some();
+        keep_ipvs_table(src, IP_VS_FILE, settled, &mut traces, input);
+    }
+    // A bundle may hold `ipvsadm -Ln` instead (what people paste); the kernel's own
+    // file wins when both are there.
+    let fetched = src.fetch(IPVSADM_FILE, |r| ipvs::parse_ipvsadm(r));
+    if let Some(settled) = settle(src, IPVSADM_FILE, fetched) {
+        present += 1;
+        if input.observed.ipvs_table.is_none() {
+            read_any |= settled.value.is_some();
+            keep_ipvs_table(src, IPVSADM_FILE, settled, &mut traces, input);
+        } else {
+            let mut status = settled.status;
+            status.notes.push(format!("not used: {IP_VS_FILE} was read"));
+            input.sources.push(status);
         }
-        input.sources.push(status);
     }
     if read_any {
         input.observed.ipvs = Some(traces);
