@@ -123,7 +123,7 @@ fn the_checked_in_schemas_are_what_the_types_generate() {
         defs["Backend"]["enum"],
         json!(["iptables-nft", "iptables-legacy", "nftables"])
     );
-    assert_eq!(defs["Kind"]["enum"].as_array().unwrap().len(), 15);
+    assert_eq!(defs["Kind"]["enum"].as_array().unwrap().len(), 20);
     assert!(
         defs["Finding"]["required"]
             .as_array()

@@ -185,13 +185,21 @@ fn an_ipvs_node_is_named_and_not_judged_as_iptables() {
         .unwrap();
     });
     assert_eq!(r.coverage.proxy_mode, ProxyMode::Ipvs);
-    assert!(says(&r, "IPVS mode"), "{:?}", r.coverage);
+    // The table holds only a ClusterIP: nothing shows the node's NodePort addresses.
+    assert!(says(&r, "which node addresses carry NodePorts"), "{:?}", r.coverage);
     // Every Service has endpoints, yet no missing-rule: IPVS programs them elsewhere.
     assert!(
         r.findings.iter().all(|f| f.kind.as_str() != "missing-rule"),
         "{:?}",
         r.findings.first()
     );
+    assert_eq!(r.exit_code(), 3);
+    // Without the virtual servers, the mode is named and its forwarding not checked.
+    let r = scan_changed("clean-iptables", |d| {
+        std::fs::write(d.join("iptables-nft-save.txt"), IPVS_NAT).unwrap();
+    });
+    assert_eq!(r.coverage.proxy_mode, ProxyMode::Ipvs);
+    assert!(says(&r, "IPVS virtual servers were not read"), "{:?}", r.coverage);
     assert_eq!(r.exit_code(), 3);
 }
 
