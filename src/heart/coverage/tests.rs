@@ -186,7 +186,11 @@ fn an_ipvs_node_is_named_and_not_judged_as_iptables() {
     });
     assert_eq!(r.coverage.proxy_mode, ProxyMode::Ipvs);
     // The table holds only a ClusterIP: nothing shows the node's NodePort addresses.
-    assert!(says(&r, "which node addresses carry NodePorts"), "{:?}", r.coverage);
+    assert!(
+        says(&r, "which node addresses carry NodePorts"),
+        "{:?}",
+        r.coverage
+    );
     // Every Service has endpoints, yet no missing-rule: IPVS programs them elsewhere.
     assert!(
         r.findings.iter().all(|f| f.kind.as_str() != "missing-rule"),

@@ -191,7 +191,12 @@ impl Planner<'_> {
             return Err("the API server's own Service (default/kubernetes) is never touched".into());
         }
         let (Some(backend), Some(family)) = (f.backend, f.family) else {
-            return Err("the finding names no backend".into());
+            // Findings in Cilium's maps or IPVS have no netfilter backend: their owner
+            // fixes them, not portdrift.
+            return Err(
+                "the finding names no netfilter backend (Cilium's maps and IPVS are never written: restart the agent that owns them)"
+                    .into(),
+            );
         };
         let Some(rule) = f.rule.as_deref() else {
             return Err("the finding names no rule".into());

@@ -539,3 +539,25 @@ fn a_rule_named_for_the_owner_that_reaches_only_deleted_pods_goes() {
         "{p:#?}"
     );
 }
+
+#[test]
+fn a_finding_in_ciliums_maps_or_ipvs_is_refused_and_its_owner_named() {
+    let mut c = case(&dump("", ""));
+    // What the Cilium check reports: a stale backend, with no netfilter backend.
+    let mut stale = Finding::new(
+        Kind::StaleEndpoint,
+        crate::heart::finding::Severity::Critical,
+        "Cilium forwards to a deleted pod",
+    );
+    stale.protocol = Some(Protocol::Tcp);
+    stale.port = Some(30080);
+    stale.family = Some(Family::Ipv4);
+    stale.service = Some("shop/web".into());
+    stale.target = Some("10.244.2.9:8080".into());
+    stale.rule = Some("0.0.0.0:30080/TCP  10.244.2.9:8080/TCP (3) (2)".into());
+    c.findings = vec![stale];
+    let p = plan_of(&c, &no_nudge());
+    assert!(p.actions.is_empty(), "{:#?}", p.actions);
+    assert_eq!(p.refused.len(), 1, "{:#?}", p.refused);
+    assert!(p.refused[0].reason.contains("never written"), "{:#?}", p.refused);
+}
