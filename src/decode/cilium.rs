@@ -31,7 +31,7 @@ pub use crate::heart::cilium::{
     ServiceEntry, SvcFlags,
 };
 pub use assemble::{FamilyDumps, family_maps, layout_mismatch, parse_bpftool_show};
-pub use bpftool::{DumpProblem, MapDump, parse_bpftool_dump};
+pub use bpftool::{DumpProblem, MapDump, parse_bpftool_dump, read_bpftool_dump};
 pub use group::group_frontends;
 
 /// Why one entry (or a whole dump) could not be read.

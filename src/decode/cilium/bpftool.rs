@@ -36,40 +36,136 @@ pub struct MapDump {
 
 /// Reads one map's `bpftool -j map dump` output. An error means the document as a whole
 /// is unreadable (not JSON, not an array); a bad entry is a problem in the result.
+///
+/// The array is walked one entry at a time, each decoded as it is read: a whole
+/// `serde_json::Value` tree of a 65,536-entry map (every byte a string) would take
+/// several times the document's own size.
 pub fn parse_bpftool_dump(json: &[u8], kind: MapKind) -> Result<MapDump, CiliumMapError> {
-    let document: Value = serde_json::from_slice(json).map_err(|e| {
-        let mut text = e.to_string();
-        text.truncate(text.char_indices().nth(120).map_or(text.len(), |(i, _)| i));
-        CiliumMapError::NotJson(text)
+    read_bpftool_dump(json, kind)
+}
+
+/// [`parse_bpftool_dump`] from a reader (bpftool's stdout as it prints), so the document
+/// is never held whole either. Give it a buffered reader: serde_json reads byte by byte.
+pub fn read_bpftool_dump<R: std::io::Read>(reader: R, kind: MapKind) -> Result<MapDump, CiliumMapError> {
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let dump = serde::Deserializer::deserialize_any(&mut de, DumpVisitor { kind }).map_err(|e| {
+        let text = e.to_string();
+        // What the visitor itself refused travels in the error's text.
+        match text.split_once(VISITOR_ERROR) {
+            Some((_, rest)) => decode_visitor_error(rest),
+            None => CiliumMapError::NotJson(text.chars().take(120).collect()),
+        }
     })?;
-    let Value::Array(items) = document else {
-        if let Some(Value::String(error)) = document.get("error") {
-            return Err(CiliumMapError::Tool(error.chars().take(MAX_QUOTED * 4).collect()));
-        }
-        return Err(CiliumMapError::NotAnArray(json_type(&document)));
-    };
-    let mut dump = MapDump {
-        entries: items.len(),
-        ..MapDump::default()
-    };
-    let family = kind.family();
-    for (index, item) in items.iter().enumerate() {
-        let decoded = key_and_value(item).and_then(|(key, value)| match kind {
-            MapKind::Services4 | MapKind::Services6 => {
-                parse_service_entry(&key, &value, family).map(|e| dump.services.push(e))
-            }
-            MapKind::Backends4 | MapKind::Backends6 => {
-                parse_backend_entry(&key, &value, family).map(|b| dump.backends.push(b))
-            }
-            MapKind::RevNat4 | MapKind::RevNat6 => {
-                parse_rev_nat_entry(&key, &value, family).map(|r| dump.rev_nats.push(r))
-            }
-        });
-        if let Err(error) = decoded {
-            dump.problems.push(DumpProblem { index, error });
-        }
-    }
+    de.end()
+        .map_err(|e| CiliumMapError::NotJson(e.to_string().chars().take(120).collect()))?;
     Ok(dump)
+}
+
+/// Marks an error the visitor raised, so it can be told from serde_json's own.
+const VISITOR_ERROR: &str = "\u{1}cilium:";
+
+fn decode_visitor_error(rest: &str) -> CiliumMapError {
+    let rest = rest.split(" at line ").next().unwrap_or(rest);
+    match rest.split_once(':') {
+        Some(("tool", text)) => CiliumMapError::Tool(text.to_string()),
+        Some(("type", what)) => CiliumMapError::NotAnArray(json_type_name(what)),
+        _ => CiliumMapError::NotJson(rest.chars().take(120).collect()),
+    }
+}
+
+fn json_type_name(what: &str) -> &'static str {
+    [
+        "null",
+        "a boolean",
+        "a number",
+        "a string",
+        "an array",
+        "an object",
+    ]
+    .into_iter()
+    .find(|t| *t == what)
+    .unwrap_or("something else")
+}
+
+struct DumpVisitor {
+    kind: MapKind,
+}
+
+impl<'de> serde::de::Visitor<'de> for DumpVisitor {
+    type Value = MapDump;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON array of entries")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<MapDump, A::Error> {
+        let mut dump = MapDump::default();
+        let family = self.kind.family();
+        let mut index = 0;
+        // Each entry alone as a small value: bad ones become problems, not an error.
+        while let Some(item) = seq.next_element::<Value>()? {
+            let decoded = key_and_value(&item).and_then(|(key, value)| match self.kind {
+                MapKind::Services4 | MapKind::Services6 => {
+                    parse_service_entry(&key, &value, family).map(|e| dump.services.push(e))
+                }
+                MapKind::Backends4 | MapKind::Backends6 => {
+                    parse_backend_entry(&key, &value, family).map(|b| dump.backends.push(b))
+                }
+                MapKind::RevNat4 | MapKind::RevNat6 => {
+                    parse_rev_nat_entry(&key, &value, family).map(|r| dump.rev_nats.push(r))
+                }
+            });
+            if let Err(error) = decoded {
+                dump.problems.push(DumpProblem { index, error });
+            }
+            index += 1;
+        }
+        dump.entries = index;
+        Ok(dump)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<MapDump, A::Error> {
+        // bpftool's `{"error": "..."}` answer.
+        let mut error = None;
+        while let Some((k, v)) = map.next_entry::<String, Value>()? {
+            if k == "error"
+                && let Value::String(text) = v
+            {
+                error = Some(text);
+            }
+        }
+        Err(serde::de::Error::custom(match error {
+            Some(text) => format!(
+                "{VISITOR_ERROR}tool:{}",
+                text.chars().take(MAX_QUOTED * 4).collect::<String>()
+            ),
+            None => format!("{VISITOR_ERROR}type:an object"),
+        }))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<MapDump, E> {
+        Err(E::custom(format!("{VISITOR_ERROR}type:null")))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<MapDump, E> {
+        Err(E::custom(format!("{VISITOR_ERROR}type:a boolean")))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<MapDump, E> {
+        Err(E::custom(format!("{VISITOR_ERROR}type:a number")))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<MapDump, E> {
+        Err(E::custom(format!("{VISITOR_ERROR}type:a number")))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<MapDump, E> {
+        Err(E::custom(format!("{VISITOR_ERROR}type:a number")))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<MapDump, E> {
+        Err(E::custom(format!("{VISITOR_ERROR}type:a string")))
+    }
 }
 
 /// The entry's hex key and value bytes.
@@ -121,15 +217,4 @@ fn quote(v: &Value) -> String {
         other => other.to_string(),
     };
     text.chars().take(MAX_QUOTED).collect()
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }

@@ -397,6 +397,27 @@ fn a_document_that_is_not_a_json_array_is_an_error() {
         parse_bpftool_dump(b"{\"key\":[]}", MapKind::Backends4),
         Err(CiliumMapError::NotAnArray("an object"))
     );
+    for (doc, what) in [
+        ("42", "a number"),
+        ("\"x\"", "a string"),
+        ("null", "null"),
+        ("true", "a boolean"),
+    ] {
+        assert_eq!(
+            parse_bpftool_dump(doc.as_bytes(), MapKind::Backends4),
+            Err(CiliumMapError::NotAnArray(what)),
+            "{doc}"
+        );
+    }
+    // Cut short, or followed by more than one document: not read.
+    assert!(matches!(
+        parse_bpftool_dump(b"[{\"key\":[\"0x01\"]", MapKind::Backends4),
+        Err(CiliumMapError::NotJson(_))
+    ));
+    assert!(matches!(
+        parse_bpftool_dump(b"[] []", MapKind::Backends4),
+        Err(CiliumMapError::NotJson(_))
+    ));
     let empty = parse_bpftool_dump(b"[]", MapKind::RevNat6).unwrap();
     assert_eq!((empty.entries, empty.problems.len()), (0, 0));
 }

@@ -6,7 +6,7 @@
 use std::io;
 
 use crate::decode::cilium::{
-    FamilyDumps, MapDump, family_maps, layout_mismatch, parse_bpftool_dump, parse_bpftool_show,
+    FamilyDumps, MapDump, family_maps, layout_mismatch, parse_bpftool_show, read_bpftool_dump,
 };
 use crate::heart::cilium::{CiliumMaps, MapRead, MapStats};
 use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
@@ -81,9 +81,7 @@ fn read_map<S: Source>(
     let kind = files.kind;
     let stats = read_stats(src, files);
     let fetched = src.fetch(files.dump, move |r| {
-        let bytes = read_all(r)?;
-        parse_bpftool_dump(&bytes, kind)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+        read_bpftool_dump(r, kind).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
     });
     let settled = settle(src, files.dump, fetched)?;
     let mut status = settled.status;
