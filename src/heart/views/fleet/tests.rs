@@ -394,3 +394,38 @@ fn an_agents_answer_prints_no_control_byte() {
     );
     assert!(text.contains(r"reset\x0d\x1b]0;owned\x07"), "{text}");
 }
+
+#[test]
+fn cilium_and_ipvs_nodes_findings_join_the_fleet_view() {
+    // Findings from Cilium's maps carry no netfilter backend, and may be a map kind.
+    let cilium_stale = json!({"kind": "stale-endpoint", "severity": "critical", "protocol": "tcp",
+        "port": 30080, "family": "ipv4", "backend": null, "service": "shop/web",
+        "target": "10.244.1.5:8080", "message": "stale"});
+    let missing_backend = json!({"kind": "missing-backend", "severity": "critical", "protocol": "tcp",
+        "port": 30080, "family": "ipv4", "backend": null, "service": null,
+        "target": "0.0.0.0:30080", "message": "backend 3 not found"});
+    let answers = [
+        answer(
+            "node-a",
+            Ok(json!({"findings": [cilium_stale.clone(), missing_backend]})),
+        ),
+        answer(
+            "node-b",
+            Ok(json!({"findings": [stale("10.244.1.5:8080", "iptables-nft")]})),
+        ),
+    ];
+    let view = fleet_view(&answers);
+    assert_eq!((view.agents, view.answered), (2, 2));
+    let rows: Vec<(&str, Vec<&str>)> = view
+        .findings
+        .iter()
+        .map(|f| (f.key.kind.as_str(), f.nodes.iter().map(String::as_str).collect()))
+        .collect();
+    // The same drift on a Cilium node and a kube-proxy node is one row.
+    assert!(
+        rows.contains(&("stale-endpoint", vec!["node-a", "node-b"])),
+        "{rows:?}"
+    );
+    assert!(rows.contains(&("missing-backend", vec!["node-a"])), "{rows:?}");
+    assert!(render_fleet(&view).contains("missing-backend"));
+}
