@@ -312,6 +312,12 @@ fn nothing_is_concluded_missing_from_a_map_not_read_whole() {
         kinds(&check)
     );
     assert_eq!(check.not_checked.len(), 2, "{:?}", check.not_checked);
+    // Nor an endpoint missing from slots whose backends were not all read.
+    assert!(
+        check.findings.iter().all(|f| f.kind != Kind::MissingEndpoint),
+        "{:?}",
+        kinds(&check)
+    );
 }
 
 #[test]
@@ -519,4 +525,32 @@ fn a_map_at_ninety_percent_of_its_size_is_nearly_full() {
     );
     m.reads[0].entries = 17;
     assert_eq!(kinds(&cilium_findings(None, &m, None)), []);
+}
+
+#[test]
+fn slots_are_judged_only_when_every_services_entry_was_decoded() {
+    let mut m = healthy();
+    let fm = m.families.get_mut(&Family::Ipv4).unwrap();
+    fm.problems.push(GroupProblem::MissingSlots {
+        key: FrontendKey {
+            address: ip("0.0.0.0"),
+            port: 30080,
+            proto: L4::Tcp,
+            scope: Scope::External,
+        },
+        ranges: vec![(3, 3)],
+    });
+    assert_eq!(
+        kinds(&cilium_findings(None, &m, None)),
+        [(
+            Kind::SlotCountMismatch,
+            Severity::Critical,
+            Some("0.0.0.0:30080".into())
+        )]
+    );
+    // The slot may be the entry that could not be decoded.
+    m.families.get_mut(&Family::Ipv4).unwrap().services_complete = false;
+    let check = cilium_findings(None, &m, None);
+    assert_eq!(kinds(&check), []);
+    assert_eq!(check.not_checked.len(), 1, "{:?}", check.not_checked);
 }

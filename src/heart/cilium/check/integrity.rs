@@ -34,8 +34,11 @@ pub(super) fn check_family(
             );
         }
     }
-    for problem in &fm.problems {
-        slot_problem(family, problem, &services, check);
+    // An entry that could not be decoded may be the master or slot that looks missing.
+    if fm.services_complete {
+        for problem in &fm.problems {
+            slot_problem(family, problem, &services, check);
+        }
     }
     if fm.services_complete && fm.backends_complete {
         leaked(

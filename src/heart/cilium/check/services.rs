@@ -183,7 +183,8 @@ fn endpoints(
                     .push(slot_line(f, slot, id, Some(b)));
             }
         }
-        if local || !eps.cluster_uncertain {
+        // A slot's backend that was not read may be the endpoint: nothing is missing then.
+        if fm.backends_complete && fm.services_complete && (local || !eps.cluster_uncertain) {
             for addr in expected.iter().filter(|a| !active.contains(a)) {
                 missing.entry(*addr).or_default().push(frontend_name(f));
             }
