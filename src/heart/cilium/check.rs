@@ -71,7 +71,25 @@ fn examine(desired: Option<&DesiredState>, maps: &CiliumMaps) -> CiliumCheck {
     }
     integrity::check_capacity(maps, &mut check.findings);
     not_read(maps, &mut check.not_checked);
+    if let Some(desired) = desired {
+        families_not_found(desired, maps, &mut check.not_checked);
+    }
     check
+}
+
+/// A family the cluster's NodePorts use whose services map is not there: its NodePorts
+/// were not compared (Cilium without that family would not serve them either, but that
+/// is for the check to say, not to assume).
+fn families_not_found(desired: &DesiredState, maps: &CiliumMaps, out: &mut Vec<String>) {
+    for family in [Family::Ipv4, Family::Ipv6] {
+        let ports = desired.ports.iter().filter(|p| p.in_family(family)).count();
+        if ports > 0 && !maps.families.contains_key(&family) {
+            out.push(format!(
+                "Cilium's {family} services map ({}) was not found, though {ports} Service port(s) with a nodePort are {family}: their {family} NodePorts were not compared",
+                MapKind::services(family).pin_name()
+            ));
+        }
+    }
 }
 
 /// Every map that could not be read whole, in a sentence each.

@@ -554,3 +554,33 @@ fn slots_are_judged_only_when_every_services_entry_was_decoded() {
     assert_eq!(kinds(&check), []);
     assert_eq!(check.not_checked.len(), 1, "{:?}", check.not_checked);
 }
+
+#[test]
+fn a_family_the_cluster_uses_without_its_maps_is_said_not_checked() {
+    let svc = service(
+        "default",
+        "web",
+        json!({
+            "type": "NodePort",
+            "clusterIP": "10.96.0.10",
+            "clusterIPs": ["10.96.0.10", "fd00::10"],
+            "ipFamilies": ["IPv4", "IPv6"],
+            "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP", "nodePort": 30080}],
+        }),
+    );
+    let desired = desired_state(
+        &[svc],
+        &[v4_slice(
+            "default",
+            "web-1",
+            "web",
+            json!([ready("10.244.1.5", "node-a"), ready("10.244.2.6", "node-a")]),
+        )],
+        Some("node-a"),
+        None,
+    );
+    let check = cilium_findings(Some(&desired), &healthy(), None);
+    assert_eq!(kinds(&check), []);
+    assert_eq!(check.not_checked.len(), 1, "{:?}", check.not_checked);
+    assert!(check.not_checked[0].contains("cilium_lb6_services_v2"));
+}
