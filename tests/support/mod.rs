@@ -166,6 +166,7 @@ class Healthz(BaseHTTPRequestHandler):
 "#;
 
 pub mod agent_node;
+pub mod bpf_lab;
 
 /// Bash helpers for the scenarios run inside a node's namespace: `fail MESSAGE`,
 /// `now_ms`, and `wait_for SECONDS CMD...` (runs CMD every 0.1 s until it succeeds;

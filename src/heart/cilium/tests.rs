@@ -584,3 +584,19 @@ fn a_family_the_cluster_uses_without_its_maps_is_said_not_checked() {
     assert_eq!(check.not_checked.len(), 1, "{:?}", check.not_checked);
     assert!(check.not_checked[0].contains("cilium_lb6_services_v2"));
 }
+
+#[test]
+fn a_frontend_caught_between_two_slot_writes_is_not_judged() {
+    let desired = web(&["10.244.1.5", "10.244.2.6"]);
+    // Slots 1 and 2 being swapped: backend 1 in both for a moment.
+    let m = maps(
+        vec![
+            frontend("0.0.0.0", 30080, 8, &[1, 2]),
+            frontend(NODE_ADDR, 30080, 9, &[1, 1]),
+        ],
+        vec![backend(1, "10.244.1.5", 8080), backend(2, "10.244.2.6", 8080)],
+    );
+    let check = cilium_findings(Some(&desired), &m, Some(&m.clone()));
+    assert_eq!(kinds(&check), []);
+    assert_eq!(check.not_checked.len(), 1, "{:?}", check.not_checked);
+}
