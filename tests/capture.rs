@@ -16,7 +16,7 @@ fn every_bundle_recaptured_from_real_netfilter_gives_its_expected_findings() {
     let mut bundles: Vec<_> = std::fs::read_dir(&testdata)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("source").is_dir() && p.join("expected.json").is_file())
+        .filter(|p| support::built_from_sources(p))
         .collect();
     bundles.sort();
     assert!(bundles.len() >= 8, "found {} bundles with sources", bundles.len());

@@ -198,10 +198,7 @@ fn bundles_with_sources() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(support::root().join("testdata"))
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("source").is_dir() && p.join("expected.json").is_file())
-        // IPVS virtual servers cannot be built on a kernel without IPVS (this one): such a
-        // bundle's proc/net/ip_vs is written in the kernel's format, not captured.
-        .filter(|p| !p.join("proc/net/ip_vs").is_file())
+        .filter(|p| support::built_from_sources(p))
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     names.sort();

@@ -37,6 +37,15 @@ pub fn scan_json(dir: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
     (code, json)
 }
 
+/// Whether a bundle's node is built from its `source/` (and so can be captured again, or
+/// built live). IPVS virtual servers cannot be built on a kernel without IPVS (this
+/// one): such a bundle's `proc/net/ip_vs` is written in the kernel's format instead.
+pub fn built_from_sources(bundle: &Path) -> bool {
+    bundle.join("source").is_dir()
+        && bundle.join("expected.json").is_file()
+        && !bundle.join("proc/net/ip_vs").is_file()
+}
+
 /// The fields that decide whether a finding is the right one.
 pub const KEY_FIELDS: [&str; 8] = [
     "kind", "severity", "protocol", "port", "family", "backend", "service", "target",

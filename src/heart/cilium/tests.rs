@@ -432,14 +432,11 @@ fn an_any_protocol_frontend_serves_its_tcp_service() {
     assert_eq!(kinds(&cilium_findings(Some(&desired), &m, None)), []);
 }
 
-#[test]
-fn annotations_keep_a_service_off_a_node() {
+/// Service default/web on nodePort 30080 with one endpoint, annotated `key: value`.
+fn annotated_web(key: &str, value: &str) -> DesiredState {
     let mut svc = nodeport_service("default", "web", 30080);
-    svc.metadata.annotations = Some(BTreeMap::from([(
-        "service.cilium.io/type".to_string(),
-        "LoadBalancer".to_string(),
-    )]));
-    let desired = desired_state(
+    svc.metadata.annotations = Some(BTreeMap::from([(key.to_string(), value.to_string())]));
+    desired_state(
         &[svc],
         &[v4_slice(
             "default",
@@ -449,7 +446,12 @@ fn annotations_keep_a_service_off_a_node() {
         )],
         Some("node-a"),
         None,
-    );
+    )
+}
+
+#[test]
+fn annotations_keep_a_service_off_a_node() {
+    let desired = annotated_web("service.cilium.io/type", "LoadBalancer");
     // No frontend for it: nothing is missing.
     let empty = maps(vec![frontend("0.0.0.0", 31000, 3, &[])], Vec::new());
     let check = cilium_findings(Some(&desired), &empty, None);
@@ -471,22 +473,7 @@ fn annotations_keep_a_service_off_a_node() {
 
 #[test]
 fn a_node_selector_without_the_nodes_labels_is_not_judged() {
-    let mut svc = nodeport_service("default", "web", 30080);
-    svc.metadata.annotations = Some(BTreeMap::from([(
-        "service.cilium.io/node-selector".to_string(),
-        "pool=edge".to_string(),
-    )]));
-    let desired = desired_state(
-        &[svc],
-        &[v4_slice(
-            "default",
-            "web-1",
-            "web",
-            json!([ready("10.244.9.9", "node-a")]),
-        )],
-        Some("node-a"),
-        None,
-    );
+    let desired = annotated_web("service.cilium.io/node-selector", "pool=edge");
     let check = cilium_findings(Some(&desired), &healthy(), None);
     assert_eq!(kinds(&check), []);
     assert_eq!(check.not_checked.len(), 1, "{:?}", check.not_checked);
