@@ -197,8 +197,10 @@ fn every_shipped_iptables_nft_dump_reads_the_same_over_netlink() {
             let Ok(dump) = std::fs::read_to_string(&path) else {
                 continue;
             };
-            // A backend without tables: nothing to read either way.
-            if dump.trim().is_empty() {
+            // A backend without tables: nothing to read either way. IPVS mode's ipset
+            // matches (`-m set`) are not rendered over netlink: such a family is read with
+            // the tool (the fallback docs/scan.md describes), so there is nothing to compare.
+            if dump.trim().is_empty() || dump.contains("--match-set") {
                 continue;
             }
             let cluster = bundle.join("cluster.json");
