@@ -578,8 +578,10 @@ set -e
 pd=$1; fake=$2; dir=$3; out=$4; node=$5
 (sleep 120 | "$fake" --objects "$BUNDLE/cluster.json" --dir "$dir" 2>"$dir/server.log") &
 for _ in $(seq 100); do [ -f "$dir/kubeconfig" ] && break; sleep 0.1; done
-"$pd" scan --format json --kube-proxy-healthz off --node "$node" --kubeconfig "$dir/kubeconfig" >"$out" 2>"$out.err" || true
-"$pd" snapshot --out "$dir/snap" --kube-proxy-healthz off --node "$node" --kubeconfig "$dir/kubeconfig" >/dev/null 2>"$out.snap.err"
+# A node with Cilium's maps has them in its own BPF filesystem.
+if [ -n "${BPF_ROOT:-}" ]; then set -- --bpf-root "$BPF_ROOT"; else set --; fi
+"$pd" scan --format json --kube-proxy-healthz off --node "$node" --kubeconfig "$dir/kubeconfig" "$@" >"$out" 2>"$out.err" || true
+"$pd" snapshot --out "$dir/snap" --kube-proxy-healthz off --node "$node" --kubeconfig "$dir/kubeconfig" "$@" >/dev/null 2>"$out.snap.err"
 "$pd" scan --from "$dir/snap" --format json >"$out.offline" || true
 "#;
     let fake = support::fake_apiserver_bin();
