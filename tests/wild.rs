@@ -136,7 +136,8 @@ const EXPECTED: &[Expect] = &[
         backend: LEGACY,
         nodeports: 0,
         findings: &[("orphan-chain", 20)],
-        not_checked: &["IPVS mode (nat KUBE-SERVICES", NO_FILTER],
+        // Its ipvsadm.txt is read: IPVS mode itself is checked, against no cluster state.
+        not_checked: &["The cluster state was not read", NO_FILTER],
     },
     Expect {
         dir: "ipvs-azure-calico-grep-kube",
@@ -145,7 +146,8 @@ const EXPECTED: &[Expect] = &[
         backend: NFT_IPT,
         nodeports: 0,
         findings: &[],
-        not_checked: &["IPVS mode", FRAGMENT],
+        // Its ipvsadm.txt is read: IPVS mode itself is checked, against no cluster state.
+        not_checked: &["The cluster state was not read", FRAGMENT],
     },
     Expect {
         dir: "ipvs-calico-2019-nat-raw-mangle-fragments",
