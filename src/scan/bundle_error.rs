@@ -13,6 +13,8 @@ use crate::decode::cluster;
 pub enum SnapshotError {
     #[error("{0} is not a directory: a bundle is a directory of captured files")]
     NotADirectory(PathBuf),
+    #[error("{0} does not exist: give the directory a snapshot was written to")]
+    NotFound(PathBuf),
     #[error(
         "{0} holds none of the files of a bundle (iptables-*-save.txt, nft.json, proc/net/*, cluster.json)"
     )]

@@ -44,6 +44,9 @@ pub fn read_bundle_with(
     node: Option<&str>,
     cluster_state: Option<PathBuf>,
 ) -> Result<ScanInput, SnapshotError> {
+    if !dir.exists() {
+        return Err(SnapshotError::NotFound(dir.to_path_buf()));
+    }
     if !dir.is_dir() {
         return Err(SnapshotError::NotADirectory(dir.to_path_buf()));
     }

@@ -603,3 +603,13 @@ fn kube_proxys_endpoints_are_answered_unanswered_or_not_asked() {
         }
     );
 }
+
+#[test]
+fn a_bundle_that_does_not_exist_is_said_so_and_a_file_is_not_a_directory() {
+    let err = read_bundle(std::path::Path::new("/nonexistent/bundle"), None).unwrap_err();
+    assert!(matches!(err, SnapshotError::NotFound(_)), "{err}");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let err = read_bundle(file.path(), None).unwrap_err();
+    assert!(matches!(err, SnapshotError::NotADirectory(_)), "{err}");
+}
