@@ -145,7 +145,7 @@ fn api_objects_with_missing_fields_are_skipped_and_reported() {
 fn a_missing_or_empty_bundle_is_exit_2() {
     let out = support::portdrift(&["scan", "--from", "/nonexistent/bundle"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     let empty = TempDir::new().unwrap();
     let out = support::portdrift(&["scan", "--from", empty.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
