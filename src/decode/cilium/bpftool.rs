@@ -5,6 +5,8 @@
 //! form's field names follow whichever BTF the map carries. An entry that cannot be read
 //! is kept as a [`DumpProblem`] with its index, and the rest is still read.
 
+use std::cell::Cell;
+
 use serde_json::Value;
 
 use super::{
@@ -47,51 +49,39 @@ pub fn parse_bpftool_dump(json: &[u8], kind: MapKind) -> Result<MapDump, CiliumM
 /// [`parse_bpftool_dump`] from a reader (bpftool's stdout as it prints), so the document
 /// is never held whole either. Give it a buffered reader: serde_json reads byte by byte.
 pub fn read_bpftool_dump<R: std::io::Read>(reader: R, kind: MapKind) -> Result<MapDump, CiliumMapError> {
+    let refused = Cell::new(None);
     let mut de = serde_json::Deserializer::from_reader(reader);
-    let dump = serde::Deserializer::deserialize_any(&mut de, DumpVisitor { kind }).map_err(|e| {
-        let text = e.to_string();
-        // What the visitor itself refused travels in the error's text.
-        match text.split_once(VISITOR_ERROR) {
-            Some((_, rest)) => decode_visitor_error(rest),
-            None => CiliumMapError::NotJson(text.chars().take(120).collect()),
-        }
+    let visitor = DumpVisitor {
+        kind,
+        refused: &refused,
+    };
+    let dump = serde::Deserializer::deserialize_any(&mut de, visitor).map_err(|e| {
+        // What the visitor itself refused, it said in `refused`; the rest is serde_json's.
+        refused
+            .take()
+            .unwrap_or_else(|| CiliumMapError::NotJson(e.to_string().chars().take(120).collect()))
     })?;
     de.end()
         .map_err(|e| CiliumMapError::NotJson(e.to_string().chars().take(120).collect()))?;
     Ok(dump)
 }
 
-/// Marks an error the visitor raised, so it can be told from serde_json's own.
-const VISITOR_ERROR: &str = "\u{1}cilium:";
+struct DumpVisitor<'a> {
+    kind: MapKind,
+    /// Why the document was refused, when the visitor refused it (serde's own error
+    /// type carries only text).
+    refused: &'a Cell<Option<CiliumMapError>>,
+}
 
-fn decode_visitor_error(rest: &str) -> CiliumMapError {
-    let rest = rest.split(" at line ").next().unwrap_or(rest);
-    match rest.split_once(':') {
-        Some(("tool", text)) => CiliumMapError::Tool(text.to_string()),
-        Some(("type", what)) => CiliumMapError::NotAnArray(json_type_name(what)),
-        _ => CiliumMapError::NotJson(rest.chars().take(120).collect()),
+impl DumpVisitor<'_> {
+    fn refuse<E: serde::de::Error>(&self, why: CiliumMapError) -> E {
+        let text = why.to_string();
+        self.refused.set(Some(why));
+        E::custom(text)
     }
 }
 
-fn json_type_name(what: &str) -> &'static str {
-    [
-        "null",
-        "a boolean",
-        "a number",
-        "a string",
-        "an array",
-        "an object",
-    ]
-    .into_iter()
-    .find(|t| *t == what)
-    .unwrap_or("something else")
-}
-
-struct DumpVisitor {
-    kind: MapKind,
-}
-
-impl<'de> serde::de::Visitor<'de> for DumpVisitor {
+impl<'de> serde::de::Visitor<'de> for DumpVisitor<'_> {
     type Value = MapDump;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -134,37 +124,34 @@ impl<'de> serde::de::Visitor<'de> for DumpVisitor {
                 error = Some(text);
             }
         }
-        Err(serde::de::Error::custom(match error {
-            Some(text) => format!(
-                "{VISITOR_ERROR}tool:{}",
-                text.chars().take(MAX_QUOTED * 4).collect::<String>()
-            ),
-            None => format!("{VISITOR_ERROR}type:an object"),
+        Err(self.refuse(match error {
+            Some(text) => CiliumMapError::Tool(text.chars().take(MAX_QUOTED * 4).collect()),
+            None => CiliumMapError::NotAnArray("an object"),
         }))
     }
 
     fn visit_unit<E: serde::de::Error>(self) -> Result<MapDump, E> {
-        Err(E::custom(format!("{VISITOR_ERROR}type:null")))
+        Err(self.refuse(CiliumMapError::NotAnArray("null")))
     }
 
     fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<MapDump, E> {
-        Err(E::custom(format!("{VISITOR_ERROR}type:a boolean")))
+        Err(self.refuse(CiliumMapError::NotAnArray("a boolean")))
     }
 
     fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<MapDump, E> {
-        Err(E::custom(format!("{VISITOR_ERROR}type:a number")))
+        Err(self.refuse(CiliumMapError::NotAnArray("a number")))
     }
 
     fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<MapDump, E> {
-        Err(E::custom(format!("{VISITOR_ERROR}type:a number")))
+        Err(self.refuse(CiliumMapError::NotAnArray("a number")))
     }
 
     fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<MapDump, E> {
-        Err(E::custom(format!("{VISITOR_ERROR}type:a number")))
+        Err(self.refuse(CiliumMapError::NotAnArray("a number")))
     }
 
     fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<MapDump, E> {
-        Err(E::custom(format!("{VISITOR_ERROR}type:a string")))
+        Err(self.refuse(CiliumMapError::NotAnArray("a string")))
     }
 }
 
