@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch as signal_watch;
 
+use crate::agent::desired_view::{ClusterFile, DesiredView};
 use crate::agent::http::{Endpoints, ServerConfig, Shared};
 use crate::agent::kube_report::{KubeReporter, ReportConfig};
 use crate::agent::metrics::Metrics;
@@ -50,6 +51,8 @@ pub struct AgentConfig {
     pub startup_jitter: Duration,
     /// The acceptances file (`--accept`), read again when it changes.
     pub acceptances: Option<std::path::PathBuf>,
+    /// The desired state from this file (`--cluster-state`) instead of the API server.
+    pub cluster_state: Option<std::path::PathBuf>,
 }
 
 /// How long a scan still running at shutdown may delay the exit.
@@ -93,34 +96,24 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let kube = config.api.config().await.context("no API server configured")?;
-    let api = kube.cluster_url.to_string();
     let shared = Arc::new(Shared::with_metrics(
         config.interval,
         Metrics::with_max_series(config.metrics_max_series),
     ));
-    let reporter = match ReportConfig::for_flags(&config.node, config.events, config.node_condition) {
-        Some(report) => {
-            let client =
-                kube_client::kube_client(kube.clone()).context("cannot build a client to report findings")?;
-            Some(KubeReporter::start(
-                client,
-                report,
-                shared.metrics.kube_report().clone(),
-            ))
+    let (view, reporter, api) = match &config.cluster_state {
+        Some(path) => {
+            let file = ClusterFile::start(path, Some(&config.node))?;
+            (
+                DesiredView::File(file),
+                None,
+                format!("none (the cluster state from {})", path.display()),
+            )
         }
-        None => None,
+        None => {
+            let (view, reporter, api) = watch_api(&config, &shared).await?;
+            (DesiredView::Api(view), reporter, api)
+        }
     };
-    let start_delay = startup_delay(config.startup_jitter);
-    if !start_delay.is_zero() {
-        tracing::info!(delay = ?start_delay, jitter = ?config.startup_jitter, "first API list after a random delay (--startup-jitter)");
-    }
-    let options = WatchOptions {
-        start_delay,
-        ..WatchOptions::default()
-    };
-    let view =
-        ClusterView::start(kube, Some(&config.node), options).context("cannot watch the API server")?;
     let probed = view.clone();
     shared.probe_api(move || (probed.synced(), probed.fresh()));
     // `/explain` judges findings as a scan does, without the grace window: the path is
@@ -178,6 +171,39 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
     }
     tracing::info!("portdrift agent stopped");
     Ok(())
+}
+
+/// Starts the API watches (after the start-up jitter) and, with --events or
+/// --node-condition, the reporter; returns them and the API server's address.
+async fn watch_api(
+    config: &AgentConfig,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<(ClusterView, Option<KubeReporter>, String)> {
+    let kube = config.api.config().await.context("no API server configured")?;
+    let api = kube.cluster_url.to_string();
+    let reporter = match ReportConfig::for_flags(&config.node, config.events, config.node_condition) {
+        Some(report) => {
+            let client =
+                kube_client::kube_client(kube.clone()).context("cannot build a client to report findings")?;
+            Some(KubeReporter::start(
+                client,
+                report,
+                shared.metrics.kube_report().clone(),
+            ))
+        }
+        None => None,
+    };
+    let start_delay = startup_delay(config.startup_jitter);
+    if !start_delay.is_zero() {
+        tracing::info!(delay = ?start_delay, jitter = ?config.startup_jitter, "first API list after a random delay (--startup-jitter)");
+    }
+    let options = WatchOptions {
+        start_delay,
+        ..WatchOptions::default()
+    };
+    let view =
+        ClusterView::start(kube, Some(&config.node), options).context("cannot watch the API server")?;
+    Ok((view, reporter, api))
 }
 
 /// A delay drawn uniformly from `[0, jitter)` (zero for zero), so that agents started

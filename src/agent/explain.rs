@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::agent::watch::ClusterView;
+use crate::agent::desired_view::DesiredView;
 use crate::heart::detect::DetectConfig;
 use crate::heart::explain::explanation::Explanation;
 use crate::heart::explain::model::PortQuery;
@@ -62,7 +62,7 @@ impl ExplainRequest {
 }
 
 /// The explainer of this node, over the agent's API view.
-pub fn live_explainer(node: String, live: LiveConfig, view: ClusterView, detect: DetectConfig) -> Explainer {
+pub fn live_explainer(node: String, live: LiveConfig, view: DesiredView, detect: DetectConfig) -> Explainer {
     Arc::new(move |query, source| {
         let desired = view
             .desired_state()

@@ -3,6 +3,7 @@
 
 pub mod acceptances;
 pub mod daemon;
+pub mod desired_view;
 pub mod explain;
 pub mod http;
 pub mod kube_report;

@@ -5,11 +5,10 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum, ValueHint};
 
 use super::parse::{
-    HealthzAddr, parse_duration, parse_healthz_addr, parse_log_level, parse_port_range, parse_size,
-    parse_timeout,
+    HealthzAddr, parse_duration, parse_healthz_addr, parse_port_range, parse_size, parse_timeout,
 };
 use crate::sources::kube_proxy_http::{DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS};
 
@@ -17,12 +16,17 @@ use crate::sources::kube_proxy_http::{DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_P
 #[derive(Debug, Parser)]
 #[command(name = "portdrift", version = crate::BUILD_VERSION, about)]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
     #[command(subcommand)]
     pub command: Command,
 }
 
+mod common;
 mod explain;
 
+pub use common::{ColorWhen, GlobalArgs, LogFormat, LogLevelParser, Output, OutputArgs};
 pub use explain::ExplainArgs;
 
 #[derive(Debug, Subcommand)]
@@ -75,6 +79,7 @@ pub enum Command {
     /// Write portdrift's man pages (portdrift.1 and one per command) into a directory.
     Man {
         /// Where to write them (created if missing), e.g. /usr/local/share/man/man1.
+        #[arg(value_hint = ValueHint::DirPath)]
         dir: PathBuf,
     },
     /// Developer tools (undocumented; for tests and benchmarks).
@@ -92,7 +97,7 @@ pub enum DevCommand {
         via: NftablesViaArg,
         /// Read once as the agent does (keeping the constant maps), apply this file with
         /// `nft -f`, and print the second read, with how many maps it reused.
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
         reread_after: Option<PathBuf>,
     },
     /// Prints one family's iptables-nft tables as the netlink reader renders them, as
@@ -117,7 +122,7 @@ pub enum DevCommand {
 pub struct FleetArgs {
     /// Reach the API server with this kubeconfig (default: KUBECONFIG, ~/.kube/config,
     /// then the in-cluster service account).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig's context to use instead of its current-context (as kubectl's
@@ -143,8 +148,9 @@ pub struct FleetArgs {
     pub port: u16,
 
     /// How long one agent may take to answer (and each list, or Prometheus query).
-    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
-    pub timeout: Duration,
+    /// (`--timeout`, its old name, still works.)
+    #[arg(long, alias = "timeout", value_name = "DUR", default_value = "10s", value_parser = parse_timeout)]
+    pub api_timeout: Duration,
 
     /// How many agents are asked at once.
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
@@ -170,9 +176,8 @@ pub struct FleetArgs {
     )]
     pub prometheus_job: String,
 
-    /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Where a cluster-wide view reads the cluster's Services.
@@ -180,7 +185,7 @@ pub struct FleetArgs {
 pub struct ClusterSourceArgs {
     /// Read the Services from the API server with this kubeconfig (default: KUBECONFIG,
     /// ~/.kube/config, then the in-cluster service account).
-    #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, conflicts_with = "cluster_state")]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig's context to use instead of its current-context (as kubectl's
@@ -190,7 +195,7 @@ pub struct ClusterSourceArgs {
 
     /// Read the Services from a file, as `kubectl get services -A -o json` prints it
     /// (a bundle's cluster.json does too).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub cluster_state: Option<PathBuf>,
 
     /// How long listing the Services from the API may take.
@@ -217,9 +222,8 @@ pub struct LintArgs {
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
     pub nodeport_range: RangeInclusive<u16>,
 
-    /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -227,9 +231,8 @@ pub struct PortsArgs {
     #[command(flatten)]
     pub cluster: ClusterSourceArgs,
 
-    /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     /// The cluster's NodePort range (the API server's --service-node-port-range).
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
@@ -239,13 +242,6 @@ pub struct PortsArgs {
     /// band first (see docs/cluster-views.md).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub next: usize,
-}
-
-/// How the agent logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// `run --startup-jitter`'s default. At 5,000 nodes a DaemonSet created at once starts
@@ -289,7 +285,7 @@ pub struct RunArgs {
 
     /// Watch the API server with this kubeconfig (default: KUBECONFIG, ~/.kube/config,
     /// then the in-cluster service account).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig's context to use instead of its current-context (as kubectl's
@@ -297,14 +293,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 
-    /// Log format (on stderr).
-    #[arg(long, value_enum, default_value = "text")]
-    pub log_format: LogFormat,
-
-    /// Log level: error, warn, info, debug or trace, or a filter by module as RUST_LOG
-    /// takes it (`info,portdrift::sources=debug`). RUST_LOG, when set, wins.
-    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = parse_log_level)]
-    pub log_level: String,
+    /// Take the desired state from this file (as `kubectl get
+    /// services,endpointslices,nodes -A -o json` prints it; a bundle's cluster.json)
+    /// instead of the API server, read again when it changes: to try the agent without
+    /// a cluster, and on air-gapped nodes. No Events, Node condition or repair: they
+    /// need the API.
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, conflicts_with_all = ["kubeconfig", "context", "events", "node_condition", "enabled"])]
+    pub cluster_state: Option<PathBuf>,
 
     /// The cluster's NodePort range (the API server's --service-node-port-range).
     #[arg(long, value_name = "FIRST-LAST", default_value = "30000-32767", value_parser = parse_port_range)]
@@ -333,7 +328,7 @@ pub struct RunArgs {
     /// Findings accepted as exceptions (the JSON of `scan --accept`; mount it from a
     /// ConfigMap): read again when it changes, and while it is bad the last good one
     /// still applies. Services' own `portdrift.io/accept` annotations apply without it.
-    #[arg(long, env = "PORTDRIFT_ACCEPT", value_name = "FILE")]
+    #[arg(long, env = "PORTDRIFT_ACCEPT", value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub accept: Option<PathBuf>,
 
     #[command(flatten)]
@@ -371,28 +366,22 @@ pub struct RunRepairArgs {
     pub repair_nudge_wait: Duration,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
-}
-
 #[derive(Debug, Args)]
 pub struct ScanArgs {
     /// Scan a snapshot bundle (a directory captured from a node) instead of this node.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "bpf_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath, conflicts_with_all = ["proc_root", "bpf_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
     pub from: Option<PathBuf>,
 
     /// The cluster state, as `kubectl get services,endpointslices -A -o json` prints it
     /// (with --from: in place of the bundle's cluster.json). Without any, only the
     /// checks that need no cluster state run.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub cluster_state: Option<PathBuf>,
 
     /// Read the cluster state from the API server with this kubeconfig. Without it (and
     /// without --cluster-state) a live scan tries KUBECONFIG, ~/.kube/config and the
     /// in-cluster service account.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster_state", "from"])]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, conflicts_with_all = ["cluster_state", "from"])]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig's context to use instead of its current-context (as kubectl's
@@ -407,9 +396,8 @@ pub struct ScanArgs {
     #[command(flatten)]
     pub live: LiveArgs,
 
-    /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     /// The node whose endpoints count as local (default: the bundle's `node` file, or
     /// this host's name).
@@ -419,7 +407,7 @@ pub struct ScanArgs {
     /// Findings accepted as exceptions (JSON: `{"accept": [{"kind": "squatter", "port":
     /// "tcp/30080", "reason": "…"}]}`): shown as accepted, never counted in the exit
     /// status; each entry needs a reason and may expire.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub accept: Option<PathBuf>,
 
     /// How long kube-proxy may take to apply a change: a difference about a Service or
@@ -473,13 +461,13 @@ pub struct RepairArgs {
 pub struct LiveArgs {
     /// Where procfs is mounted: sockets are read from DIR/net, sysctls from DIR/sys
     /// (like node_exporter's --path.procfs; /host/proc in a container).
-    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath, default_value = "/proc")]
     pub proc_root: PathBuf,
 
     /// Where the BPF filesystem is mounted: Cilium's service maps are read from
     /// DIR/tc/globals (with `bpftool -j`, read only). A node without them is read as
     /// before.
-    #[arg(long, value_name = "DIR", default_value = crate::sources::live::DEFAULT_BPF_ROOT)]
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath, default_value = crate::sources::live::DEFAULT_BPF_ROOT)]
     pub bpf_root: PathBuf,
 
     /// Show a socket owner's command line in findings, with the values of
@@ -535,7 +523,7 @@ pub enum NftablesViaArg {
 #[derive(Debug, Args)]
 pub struct SnapshotArgs {
     /// The bundle directory to write (created if needed).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub out: PathBuf,
 
     /// Replace the bundle files of a non-empty DIR.
@@ -545,11 +533,11 @@ pub struct SnapshotArgs {
     /// A cluster state file to copy into the bundle as cluster.json. Without it, the
     /// Services, EndpointSlices and this Node are listed from the API server when one
     /// is configured (--kubeconfig, KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath)]
     pub cluster_state: Option<PathBuf>,
 
     /// Read the cluster state from the API server with this kubeconfig.
-    #[arg(long, value_name = "FILE", conflicts_with = "cluster_state")]
+    #[arg(long, value_name = "FILE", value_hint = ValueHint::FilePath, conflicts_with = "cluster_state")]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig's context to use instead of its current-context (as kubectl's

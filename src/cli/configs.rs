@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use super::args::{
-    ClusterSourceArgs, ExplainArgs, IptablesViaArg, LiveArgs, NftablesViaArg, RunArgs, ScanArgs, SnapshotArgs,
+    ClusterSourceArgs, Command, ExplainArgs, IptablesViaArg, LiveArgs, NftablesViaArg, RunArgs, ScanArgs,
+    SnapshotArgs,
 };
 use crate::agent::daemon::AgentConfig;
 use crate::agent::repair::RepairConfig;
@@ -173,6 +174,7 @@ impl RunArgs {
             node_condition: self.node_condition,
             startup_jitter: self.startup_jitter,
             acceptances: self.accept,
+            cluster_state: self.cluster_state,
             repair: self.repair.enabled.then(|| RepairConfig {
                 max_actions: self.repair.repair_max,
                 min_scans: 2,
@@ -193,5 +195,61 @@ pub(crate) fn api_target(kubeconfig: &Option<PathBuf>, context: &Option<String>)
     KubeTarget {
         kubeconfig: kubeconfig.clone(),
         context: context.clone(),
+    }
+}
+
+impl Command {
+    /// The files the command line names that `-` may stand for (standard input), with
+    /// their flags.
+    pub(crate) fn file_inputs(&mut self) -> Vec<(&'static str, &mut PathBuf)> {
+        let mut inputs: Vec<(&'static str, Option<&mut PathBuf>)> = Vec::new();
+        match self {
+            Command::Scan(a) => {
+                inputs.push(("--cluster-state", a.cluster_state.as_mut()));
+                inputs.push(("--accept", a.accept.as_mut()));
+                inputs.push(("--kubeconfig", a.kubeconfig.as_mut()));
+            }
+            Command::Explain(a) => {
+                inputs.push(("--cluster-state", a.cluster_state.as_mut()));
+                inputs.push(("--kubeconfig", a.kubeconfig.as_mut()));
+            }
+            Command::Snapshot(a) => {
+                inputs.push(("--cluster-state", a.cluster_state.as_mut()));
+                inputs.push(("--kubeconfig", a.kubeconfig.as_mut()));
+            }
+            Command::Run(a) => {
+                inputs.push(("--cluster-state", a.cluster_state.as_mut()));
+                inputs.push(("--accept", a.accept.as_mut()));
+                inputs.push(("--kubeconfig", a.kubeconfig.as_mut()));
+            }
+            Command::Ports(a) => {
+                inputs.push(("--cluster-state", a.cluster.cluster_state.as_mut()));
+                inputs.push(("--kubeconfig", a.cluster.kubeconfig.as_mut()));
+            }
+            Command::Lint(a) => {
+                inputs.push(("--cluster-state", a.cluster.cluster_state.as_mut()));
+                inputs.push(("--kubeconfig", a.cluster.kubeconfig.as_mut()));
+            }
+            Command::Fleet(a) => inputs.push(("--kubeconfig", a.kubeconfig.as_mut())),
+            Command::Completions { .. } | Command::Man { .. } | Command::Dev(_) => {}
+        }
+        inputs
+            .into_iter()
+            .filter_map(|(flag, path)| path.map(|p| (flag, p)))
+            .collect()
+    }
+
+    /// A kubeconfig or context the command line names for a scan is checked first: one
+    /// that cannot be used fails the command (exit 2) rather than giving a scan without
+    /// cluster state (exit 3) that hides the typo.
+    pub(crate) fn check_named_api(&self) -> anyhow::Result<()> {
+        let (kubeconfig, context) = match self {
+            Command::Scan(a) => (&a.kubeconfig, &a.context),
+            Command::Explain(a) => (&a.kubeconfig, &a.context),
+            Command::Snapshot(a) => (&a.kubeconfig, &a.context),
+            _ => return Ok(()),
+        };
+        api_target(kubeconfig, context).check_named()?;
+        Ok(())
     }
 }

@@ -7,25 +7,43 @@ use std::io::Write;
 use anyhow::Context;
 
 use super::args::{
-    Cli, Command, DevCommand, ExplainArgs, FleetArgs, Format, LintArgs, PortsArgs, ScanArgs, SnapshotArgs,
+    Cli, Command, DevCommand, ExplainArgs, FleetArgs, LintArgs, Output, PortsArgs, ScanArgs, SnapshotArgs,
 };
 use super::dev;
+use super::failure::stdout;
 use crate::agent::repair::oneshot::scan_and_repair;
-use crate::heart::render::render_text;
+use crate::heart::render::{Terminal, for_terminal, render_text, render_wide};
 use crate::scan::oneshot::{run_oneshot, snapshot_node};
 
 /// Runs the parsed command. Returns the process exit status; errors mean "could not
 /// run" (exit 2).
-pub fn run(cli: Cli) -> anyhow::Result<u8> {
+pub fn run(mut cli: Cli) -> anyhow::Result<u8> {
+    if let Command::Lint(args) = &cli.command
+        && args.inputs.iter().any(|p| p.as_os_str() == "-")
+        && args
+            .cluster
+            .cluster_state
+            .as_ref()
+            .is_some_and(|p| p.as_os_str() == "-")
+    {
+        anyhow::bail!(
+            "the manifests and --cluster-state both read standard input (-), which can be read once"
+        );
+    }
+    // Held to the end: the file that stands for standard input.
+    let _stdin = super::stdin::spool_stdin(cli.command.file_inputs())?;
+    cli.command.check_named_api()?;
+    let terminal = super::terminal::stdout_terminal(cli.global.color);
+    let out = Out { terminal: &terminal };
     match cli.command {
-        Command::Scan(args) => scan(args),
-        Command::Explain(args) => explain(args),
+        Command::Scan(args) => scan(args, out),
+        Command::Explain(args) => explain(args, out),
         Command::Snapshot(args) => snapshot(args),
-        Command::Ports(args) => ports(args),
-        Command::Lint(args) => lint(args),
-        Command::Fleet(args) => fleet(args),
+        Command::Ports(args) => ports(args, out),
+        Command::Lint(args) => lint(args, out),
+        Command::Fleet(args) => fleet(args, out),
         Command::Completions { shell } => {
-            super::docs::write_completions(shell, &mut std::io::stdout().lock())?;
+            super::docs::write_completions(shell, &mut stdout())?;
             Ok(0)
         }
         Command::Man { dir } => {
@@ -53,58 +71,73 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-fn scan(args: ScanArgs) -> anyhow::Result<u8> {
+/// Where a view's text goes.
+#[derive(Clone, Copy)]
+struct Out<'a> {
+    terminal: &'a Terminal,
+}
+
+impl Out<'_> {
+    /// Writes rendered text, fitted to the terminal.
+    fn text(&self, text: &str) -> anyhow::Result<()> {
+        let mut stdout = stdout();
+        stdout.write_all(for_terminal(text, self.terminal).as_bytes())?;
+        stdout.flush()?;
+        Ok(())
+    }
+
+    /// Writes `view` as a pretty JSON document of `kind` about `node`.
+    fn json<T: serde::Serialize>(
+        &self,
+        (kind, node): (DocumentKind, Option<&str>),
+        view: &T,
+    ) -> anyhow::Result<()> {
+        let document = Document::new(kind, node, jiff::Timestamp::now(), view);
+        let mut bytes = serde_json::to_vec_pretty(&document)?;
+        bytes.push(b'\n');
+        let mut stdout = stdout();
+        stdout.write_all(&bytes)?;
+        stdout.flush()?;
+        Ok(())
+    }
+}
+
+fn scan(args: ScanArgs, out: Out) -> anyhow::Result<u8> {
     if args.repair.enabled {
         let pass = scan_and_repair(&args.repair_pass_config())?;
-        let mut stdout = std::io::stdout().lock();
-        match args.format {
-            Format::Text => stdout.write_all(pass.render_text().as_bytes())?,
-            Format::Json => {
-                let json = pass.to_json()?;
-                serde_json::to_writer_pretty(
-                    &mut stdout,
-                    &Document::new(
-                        DocumentKind::ScanReport,
-                        pass.report.node.as_deref(),
-                        jiff::Timestamp::now(),
-                        &json,
-                    ),
-                )?;
-                stdout.write_all(b"\n")?;
-            }
+        match args.output.format {
+            Output::Text => out.text(&pass.render_text())?,
+            Output::Wide => out.text(&format!("{}{}", render_wide(&pass.report), pass.render_actions()))?,
+            Output::Json => out.json(
+                (DocumentKind::ScanReport, pass.report.node.as_deref()),
+                &pass.to_json()?,
+            )?,
         }
-        stdout.flush()?;
         return Ok(pass.exit_code());
     }
     let report = run_oneshot(&args.oneshot_config())?;
-    print_view(
-        args.format,
-        (DocumentKind::ScanReport, report.node.as_deref()),
-        &report,
-        render_text,
-    )?;
+    let about = (DocumentKind::ScanReport, report.node.as_deref());
+    match args.output.format {
+        Output::Text => out.text(&render_text(&report))?,
+        Output::Wide => out.text(&render_wide(&report))?,
+        Output::Json => out.json(about, &report)?,
+    }
     Ok(report.exit_code())
 }
 
-fn explain(args: ExplainArgs) -> anyhow::Result<u8> {
+fn explain(args: ExplainArgs, out: Out) -> anyhow::Result<u8> {
     use crate::heart::explain::render::render_text;
     let outcome = crate::scan::explain::run_explain(&args.explain_config())?;
     let node = outcome.node.as_deref();
     let e = &outcome.explanation;
-    let mut stdout = std::io::stdout().lock();
-    match args.format {
-        Format::Text => stdout.write_all(render_text(e, node).as_bytes())?,
-        Format::Json => {
-            let document = Document::new(DocumentKind::Explanation, node, jiff::Timestamp::now(), e);
-            serde_json::to_writer_pretty(&mut stdout, &document)?;
-            stdout.write_all(b"\n")?;
-        }
+    match args.output.format {
+        Output::Text | Output::Wide => out.text(&render_text(e, node))?,
+        Output::Json => out.json((DocumentKind::Explanation, node), e)?,
     }
-    stdout.flush()?;
     Ok(e.exit_code())
 }
 
-fn ports(args: PortsArgs) -> anyhow::Result<u8> {
+fn ports(args: PortsArgs, out: Out) -> anyhow::Result<u8> {
     use crate::heart::views::ports;
     use crate::scan::cluster_services;
     let services = cluster_services::load_services(&args.cluster.source())
@@ -112,7 +145,8 @@ fn ports(args: PortsArgs) -> anyhow::Result<u8> {
     let (claims, problems) = services.claims();
     let table = ports::allocation_table(claims, args.nodeport_range, args.next, problems);
     print_view(
-        args.format,
+        out,
+        args.output.format,
         (DocumentKind::PortAllocation, None),
         &table,
         ports::render_table,
@@ -120,7 +154,7 @@ fn ports(args: PortsArgs) -> anyhow::Result<u8> {
     Ok(table.exit_code())
 }
 
-fn lint(args: LintArgs) -> anyhow::Result<u8> {
+fn lint(args: LintArgs, out: Out) -> anyhow::Result<u8> {
     use crate::heart::views::lint;
     use crate::scan::cluster_services::load_services;
     use crate::sources::manifest_files;
@@ -142,7 +176,8 @@ fn lint(args: LintArgs) -> anyhow::Result<u8> {
     };
     let report = lint::lint(&services, &problems, live.as_deref(), &config);
     print_view(
-        args.format,
+        out,
+        args.output.format,
         (DocumentKind::LintReport, None),
         &report,
         lint::render_lint,
@@ -150,28 +185,32 @@ fn lint(args: LintArgs) -> anyhow::Result<u8> {
     Ok(report.exit_code())
 }
 
-fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
+fn fleet(args: FleetArgs, out: Out) -> anyhow::Result<u8> {
     use crate::heart::views::fleet;
     use crate::sources::{fleet_client, fleet_prometheus};
     if let Some(url) = args.prometheus {
         let query = fleet_prometheus::PromQuery {
             url: url.clone(),
             job: args.prometheus_job,
-            timeout: args.timeout,
+            timeout: args.api_timeout,
         };
         let answers = fleet_prometheus::query_prometheus(&query)?;
         if answers.up.is_empty() {
             anyhow::bail!("Prometheus at {url} has no target of job {:?} (up)", query.job);
         }
         let source = format!("Prometheus at {url} (job {})", query.job);
-        return print_fleet(args.format, &fleet::prometheus::prometheus_view(&answers, source));
+        return print_fleet(
+            out,
+            args.output.format,
+            &fleet::prometheus::prometheus_view(&answers, source),
+        );
     }
     let query = fleet_client::FleetQuery {
         api: super::configs::api_target(&args.kubeconfig, &args.context),
         namespace: args.namespace,
         selector: args.selector,
         port: args.port,
-        timeout: args.timeout,
+        timeout: args.api_timeout,
         concurrency: usize::from(args.concurrency),
         all: args.all,
     };
@@ -195,42 +234,37 @@ fn fleet(args: FleetArgs) -> anyhow::Result<u8> {
         None => (None, None),
     };
     print_fleet(
-        args.format,
+        out,
+        args.output.format,
         &fleet::fleet_view(&answers).with_nodes(source, summary, notes),
     )
 }
 
 /// Prints the fleet's view (about no one node); its exit status.
-fn print_fleet(format: Format, view: &crate::heart::views::fleet::FleetView) -> anyhow::Result<u8> {
+fn print_fleet(out: Out, output: Output, view: &crate::heart::views::fleet::FleetView) -> anyhow::Result<u8> {
     use crate::heart::views::fleet::render_fleet;
-    print_view(format, (DocumentKind::FleetView, None), view, render_fleet)?;
+    print_view(out, output, (DocumentKind::FleetView, None), view, render_fleet)?;
     Ok(view.exit_code())
 }
 
-/// Prints a view on stdout: rendered for a terminal, or as a pretty JSON document of
-/// `kind` about `node`.
+/// Prints a view on stdout: rendered for a terminal (`wide` too: these views' text
+/// already has a line per item), or as a pretty JSON document of `kind` about `node`.
 fn print_view<T: serde::Serialize>(
-    format: Format,
-    (kind, node): (DocumentKind, Option<&str>),
+    out: Out,
+    output: Output,
+    about: (DocumentKind, Option<&str>),
     view: &T,
     render: fn(&T) -> String,
 ) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match format {
-        Format::Text => stdout.write_all(render(view).as_bytes())?,
-        Format::Json => {
-            let document = Document::new(kind, node, jiff::Timestamp::now(), view);
-            serde_json::to_writer_pretty(&mut stdout, &document)?;
-            stdout.write_all(b"\n")?;
-        }
+    match output {
+        Output::Text | Output::Wide => out.text(&render(view)),
+        Output::Json => out.json(about, view),
     }
-    stdout.flush()?;
-    Ok(())
 }
 
 fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
     let manifest = snapshot_node(&args.snapshot_config())?;
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = stdout();
     writeln!(
         stdout,
         "portdrift: wrote {} (node {})",
@@ -255,6 +289,6 @@ fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
 
 /// Prints a generated page (docs/cli.md, docs/metrics.md) to standard output.
 fn print_page(page: &str) -> anyhow::Result<u8> {
-    std::io::Write::write_all(&mut std::io::stdout().lock(), page.as_bytes())?;
+    stdout().write_all(page.as_bytes())?;
     Ok(0)
 }

@@ -9,40 +9,89 @@ use clap::CommandFactory;
 
 use super::Cli;
 
-/// Writes `shell`'s completion script to `out`.
+/// Writes `shell`'s completion script to `out`: the commands `--help` lists (not the
+/// hidden `dev`), with value hints (directories for --from, level names for
+/// --log-level).
 pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn Write) -> anyhow::Result<()> {
-    let mut command = Cli::command();
+    let mut command = without_hidden_commands(Cli::command());
     clap_complete::generate(shell, &mut command, "portdrift", out);
     out.flush().context("writing the completion script")
 }
 
+/// `command` without its hidden subcommands: completion scripts offer every
+/// subcommand they are given.
+fn without_hidden_commands(command: clap::Command) -> clap::Command {
+    let shown: Vec<clap::Command> = command
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    let mut bare = clap::Command::new("portdrift")
+        .version(crate::BUILD_VERSION)
+        .args(command.get_arguments().cloned())
+        .subcommands(shown);
+    if let Some(about) = command.get_about() {
+        bare = bare.about(about.clone());
+    }
+    bare
+}
+
 /// Writes `portdrift.1` and `portdrift-COMMAND.1` for each command `--help` lists into
-/// `dir`; returns the files written.
+/// `dir`; returns the files written. Each page has EXIT STATUS, ENVIRONMENT, EXAMPLES
+/// and SEE ALSO after what clap's definitions give.
 pub fn write_man_pages(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let command = Cli::command();
-    let mut pages = vec![("portdrift".to_string(), command.clone())];
+    // No `help` command in the pages: it would refer to a portdrift-help(1) that is
+    // not written (`portdrift help CMD` still works).
+    let command = Cli::command().disable_help_subcommand(true);
+    let source = format!("portdrift {}", env!("CARGO_PKG_VERSION"));
+    let names: Vec<&str> = documented(&command).map(clap::Command::get_name).collect();
+    let mut pages = vec![("portdrift".to_string(), "", command.clone())];
     for sub in documented(&command) {
         let name = format!("portdrift-{}", sub.get_name());
-        // Its title and NAME say portdrift-scan; its synopsis, `portdrift scan`.
+        // Its title and NAME say portdrift-scan; its synopsis, `portdrift scan`. No
+        // version of its own: a subcommand has no -V.
         let page = sub
             .clone()
-            .version(crate::BUILD_VERSION)
             .display_name(name.clone())
             .bin_name(format!("portdrift {}", sub.get_name()));
-        pages.push((name, page));
+        pages.push((name, sub.get_name(), page));
     }
     let mut written = Vec::new();
-    for (name, page) in pages {
+    for (name, command_name, page) in pages {
         let path = dir.join(format!("{name}.1"));
-        let mut bytes = Vec::new();
-        clap_mangen::Man::new(page)
-            .render(&mut bytes)
+        let bytes = render_man_page(page, &source, command_name, &names)
             .with_context(|| format!("cannot render {name}.1"))?;
         std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
         written.push(path);
     }
     Ok(written)
+}
+
+/// One page: clap_mangen's sections (not its EXTRA, which repeats the exit statuses in
+/// a paragraph), then [`super::man::extra_sections`].
+fn render_man_page(
+    page: clap::Command,
+    source: &str,
+    command: &str,
+    commands: &[&str],
+) -> std::io::Result<Vec<u8>> {
+    let has_args = page.get_arguments().any(|a| !a.is_hide_set());
+    let has_subcommands = page.get_subcommands().any(|s| !s.is_hide_set());
+    let man = clap_mangen::Man::new(page).source(source.to_string());
+    let mut bytes = Vec::new();
+    man.render_title(&mut bytes)?;
+    man.render_name_section(&mut bytes)?;
+    man.render_synopsis_section(&mut bytes)?;
+    man.render_description_section(&mut bytes)?;
+    if has_args {
+        man.render_options_section(&mut bytes)?;
+    }
+    if has_subcommands {
+        man.render_subcommands_section(&mut bytes)?;
+    }
+    super::man::extra_sections(command, commands).to_writer(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// `docs/cli.md`: every command's `--help`, as the binary prints it.

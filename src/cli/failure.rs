@@ -1,20 +1,49 @@
 //! How a command that failed ends: its error printed once with each cause, or, when
 //! what read its output went away (`portdrift ... | head`), quietly.
 
-use std::io;
+use std::io::{self, Write};
+
+/// A write to standard output found its reader gone. Only [`Stdout`] makes it, so a
+/// broken pipe elsewhere (a socket to the API server, say) is still a failure.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed")]
+pub struct OutputClosed;
+
+/// Standard output, whose broken pipe is an [`OutputClosed`].
+pub struct Stdout(io::StdoutLock<'static>);
+
+/// Standard output for a command's result.
+pub fn stdout() -> Stdout {
+    Stdout(io::stdout().lock())
+}
+
+fn closed(error: io::Error) -> io::Error {
+    if error.kind() == io::ErrorKind::BrokenPipe {
+        io::Error::new(io::ErrorKind::BrokenPipe, OutputClosed)
+    } else {
+        error
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf).map_err(closed)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush().map_err(closed)
+    }
+}
 
 /// Whether the command failed only because its output's reader closed the pipe: as
-/// standard tools do, that ends it quietly, successfully.
+/// standard tools do, that ends it quietly (with [`CLOSED_PIPE`](super::exit::CLOSED_PIPE)).
 pub fn is_closed_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
-        let kind = match cause.downcast_ref::<io::Error>() {
-            Some(e) => Some(e.kind()),
-            // A JSON report is written through serde_json, which wraps the write's error.
-            None => cause
-                .downcast_ref::<serde_json::Error>()
-                .and_then(serde_json::Error::io_error_kind),
-        };
-        kind == Some(io::ErrorKind::BrokenPipe)
+        cause.is::<OutputClosed>()
+            || cause
+                .downcast_ref::<io::Error>()
+                .and_then(io::Error::get_ref)
+                .is_some_and(|inner| inner.is::<OutputClosed>())
     })
 }
 

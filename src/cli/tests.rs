@@ -24,13 +24,14 @@ fn an_error_prints_each_cause_once() {
 }
 
 #[test]
-fn only_a_closed_pipe_ends_quietly() {
-    let pipe = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+fn only_a_closed_standard_output_ends_quietly() {
+    let closed = std::io::Error::new(std::io::ErrorKind::BrokenPipe, OutputClosed);
     assert!(is_closed_pipe(
-        &anyhow::Error::new(pipe).context("writing the report")
+        &anyhow::Error::new(closed).context("writing the report")
     ));
-    let json = serde_json::Error::io(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
-    assert!(is_closed_pipe(&anyhow::Error::new(json)));
+    // A broken pipe elsewhere (a socket) is a failure, not a closed output.
+    let socket = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+    assert!(!is_closed_pipe(&anyhow::Error::new(socket)));
     let other = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
     assert!(!is_closed_pipe(&anyhow::Error::new(other)));
 }

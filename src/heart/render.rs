@@ -21,37 +21,8 @@ const INFO_LISTED: usize = 20;
 /// terminal.
 pub fn render_text(report: &ScanReport) -> String {
     let mut out = String::new();
-    let node = v(report.node.as_deref().unwrap_or("(node unknown)"));
+    render_verdict(&mut out, report);
     let s = report.summary;
-    let mut counts = format!("{} critical, {} warning, {} info", s.critical, s.warning, s.info);
-    if s.accepted > 0 {
-        let _ = write!(counts, ", {} accepted", s.accepted);
-    }
-    let coverage = &report.coverage;
-    if coverage.complete {
-        let _ = writeln!(out, "portdrift: node {node}: {counts}");
-        if report.findings.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nNo drift: this node's NodePort rules and listeners match the cluster state."
-            );
-        }
-    } else {
-        // What could not be checked comes first: a quiet report on partial inputs must
-        // never read as an all-clear.
-        let _ = writeln!(
-            out,
-            "portdrift: node {node}: INCOMPLETE CHECK, not an all-clear. Not checked:"
-        );
-        for sentence in &coverage.not_checked {
-            let _ = writeln!(out, "  - {}", v(sentence));
-        }
-        let _ = writeln!(out, "\nIn what was checked: {counts}");
-        if report.findings.is_empty() {
-            let _ = writeln!(out, "\nNothing was found in what could be checked.");
-        }
-    }
-
     let many_info = s.info > INFO_LISTED;
     let mut groups: BTreeMap<(u16, String), Vec<&Finding>> = BTreeMap::new();
     for f in &report.findings {
@@ -96,12 +67,46 @@ pub fn render_text(report: &ScanReport) -> String {
         let parts: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
         let _ = writeln!(
             out,
-            "\ninfo: {} (harmless leftovers; --format json lists them)",
+            "\ninfo: {} (harmless leftovers; -o wide or -o json lists them)",
             parts.join(", ")
         );
     }
     render_sources(&mut out, report);
     into_visible_lines(out)
+}
+
+/// The headline: the node and the counts, and, when the check was incomplete, what
+/// could not be checked before anything else, so a quiet report on partial inputs never
+/// reads as an all-clear.
+fn render_verdict(out: &mut String, report: &ScanReport) {
+    let node = v(report.node.as_deref().unwrap_or("(node unknown)"));
+    let s = report.summary;
+    let mut counts = format!("{} critical, {} warning, {} info", s.critical, s.warning, s.info);
+    if s.accepted > 0 {
+        let _ = write!(counts, ", {} accepted", s.accepted);
+    }
+    let coverage = &report.coverage;
+    if coverage.complete {
+        let _ = writeln!(out, "portdrift: node {node}: {counts}");
+        if report.findings.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNo drift: this node's NodePort rules and listeners match the cluster state."
+            );
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "portdrift: node {node}: INCOMPLETE CHECK, not an all-clear. Not checked:"
+        );
+        for sentence in &coverage.not_checked {
+            let _ = writeln!(out, "  - {}", v(sentence));
+        }
+        let _ = writeln!(out, "\nIn what was checked: {counts}");
+        if report.findings.is_empty() {
+            let _ = writeln!(out, "\nNothing was found in what could be checked.");
+        }
+    }
 }
 
 fn render_finding(out: &mut String, f: &Finding) {
@@ -214,6 +219,12 @@ fn render_sources(out: &mut String, report: &ScanReport) {
         }
     }
 }
+
+mod terminal;
+mod wide;
+
+pub use terminal::{Terminal, for_terminal};
+pub use wide::render_wide;
 
 #[cfg(test)]
 mod tests;

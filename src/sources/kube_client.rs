@@ -33,20 +33,22 @@ pub const DEFAULT_PAGE_SIZE: u32 = 250;
 /// [`metric_label`](Self::metric_label) for error counters.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    #[error("cannot read the kubeconfig {}: {source}", path.display())]
+    #[error("cannot read the kubeconfig {}: {}", path.display(), kubeconfig_cause(error, false))]
     Kubeconfig {
         path: PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
+        /// Not a `#[source]`: its message is kube's, with the path in debug form.
+        error: kube::config::KubeconfigError,
     },
     #[error("cannot find a cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config): {0}")]
     InferConfig(#[source] kube::config::InferConfigError),
     /// `--context` without `--kubeconfig`, and the inferred kubeconfig cannot be read.
-    #[error("cannot read the kubeconfig (KUBECONFIG or ~/.kube/config) for context {context:?}: {source}")]
+    #[error(
+        "cannot read the kubeconfig (KUBECONFIG or ~/.kube/config) for context {context:?}: {}",
+        kubeconfig_cause(error, true)
+    )]
     InferKubeconfig {
         context: String,
-        #[source]
-        source: kube::config::KubeconfigError,
+        error: kube::config::KubeconfigError,
     },
     #[error("context {context:?} is not in the kubeconfig {kubeconfig} (its contexts: {known})")]
     UnknownContext {
@@ -151,12 +153,18 @@ impl KubeTarget {
         self.kubeconfig.is_some() || self.context.is_some()
     }
 
-    /// The client configuration. A context applies to the named kubeconfig, else to the
-    /// inferred one (never in-cluster: a service account has no contexts); a context
-    /// the kubeconfig lacks is an error that names it.
-    pub async fn config(&self) -> Result<kube::Config, WatchError> {
+    /// Checks a kubeconfig or context named on the command line before anything is
+    /// read: one that cannot be used is the caller's mistake, said at once, never turned
+    /// into a scan without cluster state. Nothing named: nothing to check.
+    pub fn check_named(&self) -> Result<(), WatchError> {
+        self.named_kubeconfig().map(|_| ())
+    }
+
+    /// The kubeconfig named (or, for a context alone, the inferred one), read, with
+    /// the named context checked to be in it; None when neither is named.
+    fn named_kubeconfig(&self) -> Result<Option<(kube::config::Kubeconfig, String)>, WatchError> {
         let (kubeconfig, source) = match (&self.kubeconfig, &self.context) {
-            (None, None) => return kube::Config::infer().await.map_err(WatchError::InferConfig),
+            (None, None) => return Ok(None),
             (Some(path), _) => {
                 let kubeconfig = kube::config::Kubeconfig::read_from(path)
                     .map_err(|source| kubeconfig_error(path, source))?;
@@ -164,9 +172,9 @@ impl KubeTarget {
             }
             (None, Some(context)) => {
                 let kubeconfig =
-                    kube::config::Kubeconfig::read().map_err(|source| WatchError::InferKubeconfig {
+                    kube::config::Kubeconfig::read().map_err(|error| WatchError::InferKubeconfig {
                         context: context.clone(),
-                        source,
+                        error,
                     })?;
                 (kubeconfig, "KUBECONFIG or ~/.kube/config".to_string())
             }
@@ -185,6 +193,16 @@ impl KubeTarget {
                 },
             });
         }
+        Ok(Some((kubeconfig, source)))
+    }
+
+    /// The client configuration. A context applies to the named kubeconfig, else to the
+    /// inferred one (never in-cluster: a service account has no contexts); a context
+    /// the kubeconfig lacks is an error that names it.
+    pub async fn config(&self) -> Result<kube::Config, WatchError> {
+        let Some((kubeconfig, _)) = self.named_kubeconfig()? else {
+            return kube::Config::infer().await.map_err(WatchError::InferConfig);
+        };
         let options = kube::config::KubeConfigOptions {
             context: self.context.clone(),
             ..Default::default()
@@ -195,16 +213,28 @@ impl KubeTarget {
                 Some(path) => kubeconfig_error(path, source),
                 None => WatchError::InferKubeconfig {
                     context: self.context.clone().unwrap_or_default(),
-                    source,
+                    error: source,
                 },
             })
+    }
+}
+
+/// kube's message for an unreadable file prints its path in Rust's debug form
+/// (`'"/root/.kube/config"'`); the file's own error, with the path plainly, reads better.
+fn kubeconfig_cause(error: &kube::config::KubeconfigError, with_path: bool) -> String {
+    match error {
+        kube::config::KubeconfigError::ReadConfig(io, path) if with_path => {
+            format!("{}: {io}", path.display())
+        }
+        kube::config::KubeconfigError::ReadConfig(io, _) => io.to_string(),
+        other => other.to_string(),
     }
 }
 
 fn kubeconfig_error(path: &Path, source: kube::config::KubeconfigError) -> WatchError {
     WatchError::Kubeconfig {
         path: path.to_path_buf(),
-        source,
+        error: source,
     }
 }
 

@@ -4,14 +4,15 @@
 use std::time::Instant;
 
 use super::AgentConfig;
+use crate::agent::desired_view::DesiredView;
 use crate::agent::http::Shared;
 use crate::agent::metrics::{ResultLabel, ScanTimes};
 use crate::agent::repair::{ApiState, CycleInput, CycleOutcome, Repairer};
-use crate::agent::watch::{self, ClusterView};
+use crate::agent::watch;
 use crate::heart::acceptance::{AcceptanceInput, Acceptances};
 use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, Grace};
-use crate::heart::outcome::{API_SOURCE, ScanReport, SourceState, SourceStatus, run_scan_keeping_inputs};
+use crate::heart::outcome::{ScanReport, SourceState, SourceStatus, run_scan_keeping_inputs};
 use crate::scan::input::{RuleCache, read_input_cached};
 use crate::sources::bundle::NF_TABLES_DUMPS;
 use crate::sources::live::LiveNode;
@@ -54,7 +55,8 @@ impl NodeReader {
 #[derive(Debug)]
 pub(super) struct ScanStats {
     times: ScanTimes,
-    api: watch::ViewStatus,
+    /// None: the desired state is read from a file.
+    api: Option<watch::ViewStatus>,
     /// What the repair cycle after the scan did (with `--repair`).
     pub(super) repair: Option<CycleOutcome>,
 }
@@ -68,7 +70,7 @@ pub(super) type FileAcceptances = (Acceptances, Option<SourceStatus>);
 /// One scan on a blocking thread. The node reader is moved in and handed back.
 pub(super) async fn scan_once(
     config: &AgentConfig,
-    view: &ClusterView,
+    view: &DesiredView,
     mut node: NodeReader,
     (accepted, accepted_from): FileAcceptances,
 ) -> Result<(NodeReader, ScanOutcome), tokio::task::JoinError> {
@@ -86,19 +88,19 @@ pub(super) async fn scan_once(
             let changes = *view.changes().borrow();
             let desired = match node.desired.take() {
                 Some((built_at, desired)) if built_at == changes => desired,
-                _ => view.desired_state().map_err(|e| ("cluster", e.to_string()))?,
+                _ => view.desired_state().map_err(|e| ("cluster", e))?,
             };
             let desired_built = Instant::now();
             let NodeReader { live, cache, .. } = &mut node;
             let mut input =
                 read_input_cached(live, Some(&name), cache).map_err(|e| ("node", e.to_string()))?;
             let node_read = Instant::now();
-            let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
+            let (source, path) = view.source();
+            let mut status = SourceStatus::new(source, SourceState::Ok);
+            status.origin = path.map(|p| p.display().to_string());
             status.describe_cluster_state(&desired);
             if stale {
-                status
-                    .notes
-                    .push("the API watch is not current: findings are marked on_stale_cluster_state".into());
+                status.notes.push(view.stale_note().into());
             }
             input.sources.push(status);
             input.sources.extend(accepted_from);
@@ -135,7 +137,7 @@ pub(super) async fn scan_once(
                 };
                 repairer.cycle(&input, Instant::now())
             });
-            let api = view.status();
+            let api = view.watch_status();
             Ok((report, ScanStats { times, api, repair }))
         })();
         (node, outcome)
@@ -150,7 +152,9 @@ pub(super) fn record(shared: &Shared, report: &ScanReport, stats: ScanStats) {
         .unwrap_or(0.0);
     // Counts each failed source as a scan error too.
     shared.metrics.scan_done(report, &stats.times, now);
-    shared.metrics.set_api_watches(&stats.api, now);
+    if let Some(api) = &stats.api {
+        shared.metrics.set_api_watches(api, now);
+    }
     if let Some(outcome) = &stats.repair {
         // Each action was logged before and after by the repair module itself.
         for action in &outcome.actions {

@@ -11,9 +11,9 @@ use super::log::{Key, SUMMARY_EVERY, log_changes, log_coverage, log_summary};
 use super::scan::{NodeReader, record, scan_once};
 use super::{AgentConfig, stopped};
 use crate::agent::acceptances::{AcceptanceFile, AcceptanceMemory, RELOAD_EVERY};
+use crate::agent::desired_view::DesiredView;
 use crate::agent::http::Shared;
 use crate::agent::kube_report::KubeReporter;
-use crate::agent::watch::ClusterView;
 use crate::heart::coverage::Coverage;
 use crate::heart::finding::Finding;
 use crate::sources::bundle::NF_TABLES_DUMPS;
@@ -109,7 +109,7 @@ fn nf_tables_unchanged(rules: Option<&mut signal_watch::Receiver<u64>>) -> bool 
 
 pub(super) async fn scan_loop(
     config: &AgentConfig,
-    view: &ClusterView,
+    view: &DesiredView,
     shared: &Arc<Shared>,
     mut reporter: Option<KubeReporter>,
     stop: signal_watch::Receiver<bool>,

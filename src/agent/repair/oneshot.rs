@@ -52,6 +52,11 @@ impl RepairPass {
         text
     }
 
+    /// What repair did, for a terminal (the section after the report).
+    pub fn render_actions(&self) -> String {
+        render_outcomes(&self.outcomes, self.dry_run)
+    }
+
     /// The JSON report, with what repair did as its `repair` field.
     pub fn to_json(&self) -> serde_json::Result<serde_json::Value> {
         let mut json = serde_json::to_value(&self.report)?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::super::parse::{parse_duration, parse_port_range};
-use super::{Format, LiveArgs};
+use super::{LiveArgs, OutputArgs};
 
 /// `portdrift explain PROTO/PORT`.
 #[derive(Debug, Args)]
@@ -23,17 +23,17 @@ pub struct ExplainArgs {
     pub source: Option<std::net::IpAddr>,
 
     /// Explain a snapshot bundle (a directory captured from a node) instead of this node.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["proc_root", "bpf_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath, conflicts_with_all = ["proc_root", "bpf_root", "tool_timeout", "tool_max_output", "kube_proxy_healthz", "kube_proxy_metrics"])]
     pub from: Option<PathBuf>,
 
     /// The cluster state, as `kubectl get services,endpointslices -A -o json` prints it
     /// (with --from: in place of the bundle's cluster.json).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
     pub cluster_state: Option<PathBuf>,
 
     /// Read the cluster state from the API server with this kubeconfig (default as
     /// for `scan`).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster_state", "from"])]
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, conflicts_with_all = ["cluster_state", "from"])]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig's context to use instead of its current-context.
@@ -47,9 +47,8 @@ pub struct ExplainArgs {
     #[command(flatten)]
     pub live: LiveArgs,
 
-    /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     /// The node whose endpoints count as local (default: the bundle's `node` file, or
     /// this host's name).
