@@ -1,9 +1,25 @@
-//! The documentation as a reader meets it: README.md, ARCHITECTURE.md, SECURITY.md
-//! and docs/*.md.
+//! The documentation as a reader meets it: README.md, ARCHITECTURE.md, SECURITY.md,
+//! CHANGELOG.md and docs/*.md.
 //!
 //! - Every relative link leads to a file that exists, and every `#anchor` to a heading
 //!   of its file, by GitHub's rules (lowercase; a space becomes `-`; punctuation other
 //!   than `-` and `_` goes; a repeated heading gets `-1`, `-2`, ...).
+//! - Every repository path a document names in a code span or a link's text exists:
+//!   a word that starts with one of the repository's top-level directories (`src/`,
+//!   `tests/`, `docs/`, `deploy/`, `scripts/`, `testdata/`, ...), one of its top-level
+//!   files, or, in ARCHITECTURE.md, a layer's directory under `src/` (`heart/`,
+//!   `decode/`, ...). A node's paths (`/proc/...`, `/sys/fs/bpf`) and a bundle's own
+//!   files (`proc/net/tcp`, `bpf/*.json`) start with none of these and are not paths of
+//!   the repository. A placeholder (`<name>`, `*`, `{4,6}`, `...`, `NAME`) ends what is
+//!   checked of a path: the part before it must exist.
+//! - Every JSON log example (a block fenced as ```` ```json agent-log ````) holds lines as
+//!   the agent writes them with `--log-format json`: one flat object a line, `timestamp`
+//!   (RFC 3339), `level` (`TRACE`, `DEBUG`, `INFO`, `WARN` or `ERROR`), `message`, then
+//!   the event's fields, each a scalar and none twice, no `target` and no nested
+//!   `fields`; each field named as the agent's code names one, and each message begun as
+//!   one of its log calls begins. A `json` block that holds such lines must be marked so.
+//! - Every reason the agent writes an Event with (src/agent/kube_report/events.rs) is in
+//!   docs/operate.md's Event table, each finding kind on the row of its own reason.
 //! - Every alert of deploy/prometheus/portdrift-alerts.yaml has a section in
 //!   docs/troubleshooting.md whose heading is exactly its name, and a `runbook_url`, where
 //!   one is set, points there.
@@ -51,7 +67,7 @@ fn root() -> PathBuf {
 }
 
 fn doc_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = ["README.md", "ARCHITECTURE.md", "SECURITY.md"]
+    let mut files: Vec<PathBuf> = ["README.md", "ARCHITECTURE.md", "SECURITY.md", "CHANGELOG.md"]
         .iter()
         .map(|f| root().join(f))
         .collect();
@@ -301,6 +317,377 @@ fn every_relative_link_and_anchor_resolves() {
         "only {checked} links found: is the link reader broken?"
     );
     assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+}
+
+/// The repository's top-level directories: a word of a document that starts with one
+/// of them names a path of the repository.
+const TOP_DIRS: &[&str] = &[
+    "src", "tests", "docs", "deploy", "scripts", "testdata", "benches", "examples", "fuzz", ".ci", ".github",
+    ".cargo",
+];
+
+/// The repository's top-level files, when a document names one alone.
+const TOP_FILES: &[&str] = &[
+    "README.md",
+    "ARCHITECTURE.md",
+    "SECURITY.md",
+    "CHANGELOG.md",
+    "LICENSE",
+    "Cargo.toml",
+    "Cargo.lock",
+    "Dockerfile",
+    "build.rs",
+    "rustfmt.toml",
+    "deps-policy.toml",
+    ".dockerignore",
+    ".gitignore",
+];
+
+/// The layers' directories under `src/`, which the documents (ARCHITECTURE.md above all)
+/// name paths from: `heart/detect/` is `src/heart/detect/`.
+const LAYERS: &[&str] = &["cli", "agent", "scan", "sources", "decode", "heart", "testing"];
+
+/// The contents of a line's code spans (a run of backticks closed by a run as long).
+fn code_spans(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while let Some(open) = rest.find('`') {
+        let ticks = rest[open..].chars().take_while(|&c| c == '`').count();
+        let after = &rest[open + ticks..];
+        let fence = "`".repeat(ticks);
+        let mut at = 0;
+        let close = loop {
+            match after[at..].find(&fence) {
+                None => break None,
+                Some(i) => {
+                    let start = at + i;
+                    let run = after[start..].chars().take_while(|&c| c == '`').count();
+                    if run == ticks {
+                        break Some(start);
+                    }
+                    at = start + run;
+                }
+            }
+        };
+        match close {
+            Some(end) => {
+                out.push(after[..end].to_string());
+                rest = &after[end + ticks..];
+            }
+            None => rest = after,
+        }
+    }
+    out
+}
+
+/// The texts of a line's inline links, outside code spans.
+fn link_texts(line: &str) -> Vec<String> {
+    let line = without_code(line);
+    let mut out = Vec::new();
+    let mut rest = line.as_str();
+    while let Some(mid) = rest.find("](") {
+        if let Some(open) = rest[..mid].rfind('[') {
+            out.push(rest[open + 1..mid].to_string());
+        }
+        rest = &rest[mid + 2..];
+    }
+    out
+}
+
+/// Whether a path's component stands for something (`<name>`, `*.json`, `{4,6}`,
+/// `...`, `NAME`) rather than naming a file.
+fn placeholder(component: &str) -> bool {
+    component.contains(['<', '>', '*', '{', '}', '$', '…', '[', '?'])
+        || component.contains("...")
+        || (component.len() > 1
+            && component
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_' || c == '-'))
+}
+
+/// The repository path a word names (relative to the root, up to its first
+/// placeholder), or None when it names none.
+fn repo_path(word: &str) -> Option<String> {
+    // Sentence punctuation after a path is not part of it (a leading dot is: `.ci/run`).
+    let mut word = word.trim_end_matches(['.', ',', ':', ';', '!']);
+    while let Some(rest) = word.strip_prefix("../").or_else(|| word.strip_prefix("./")) {
+        word = rest;
+    }
+    // A fragment, a line number (`file.rs:12`) or a query is not part of the path.
+    let word = word.split(['#', ':', '?']).next().unwrap_or("");
+    let first = word.split('/').next().unwrap_or("");
+    let path = if word.contains('/') && TOP_DIRS.contains(&first) || TOP_FILES.contains(&word) {
+        word.to_string()
+    } else if word.contains('/') && LAYERS.contains(&first) {
+        format!("src/{word}")
+    } else {
+        return None;
+    };
+    // The first component is a name this test knows, never a placeholder.
+    let kept: Vec<&str> = path
+        .split('/')
+        .enumerate()
+        .take_while(|(i, c)| *i == 0 || !placeholder(c))
+        .map(|(_, c)| c)
+        .filter(|c| !c.is_empty())
+        .collect();
+    Some(kept.join("/"))
+}
+
+/// Whether git ignores `path` (a `.gitignore` of one of its directories lists the
+/// component below it): output the tools write, such as `fuzz/artifacts/`, which a
+/// checkout has only after a run.
+fn ignored(path: &str) -> bool {
+    let components: Vec<&str> = path.split('/').collect();
+    (0..components.len()).any(|i| {
+        let dir = root().join(components[..i].join("/"));
+        let Ok(rules) = std::fs::read_to_string(dir.join(".gitignore")) else {
+            return false;
+        };
+        rules
+            .lines()
+            .any(|rule| rule.trim().trim_matches('/') == components[i])
+    })
+}
+
+/// The repository paths a line names in its code spans and its links' texts.
+fn named_paths(line: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for text in code_spans(line).into_iter().chain(link_texts(line)) {
+        for word in text.split(|c: char| {
+            c.is_whitespace() || matches!(c, '=' | '(' | ')' | '\'' | '"' | ',' | ';' | '|' | '`')
+        }) {
+            if let Some(path) = repo_path(word) {
+                out.push((word.to_string(), path));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_repository_path_the_documents_name_exists() {
+    for dir in TOP_DIRS {
+        assert!(
+            root().join(dir).is_dir(),
+            "{dir}/ is not a directory of the repository"
+        );
+    }
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for file in doc_files() {
+        let doc = parse(&std::fs::read_to_string(&file).unwrap());
+        for (n, line) in doc.text.iter().enumerate() {
+            for (word, path) in named_paths(line) {
+                checked += 1;
+                if std::env::var_os("DOCS_LIST_PATHS").is_some() {
+                    eprintln!("{}:{}: {word} -> {path}", rel(&file), n + 1);
+                }
+                if !root().join(&path).exists() && !ignored(&path) {
+                    problems.push(format!(
+                        "{}:{}: `{word}`: no {path} in the repository",
+                        rel(&file),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "only {checked} paths found: is the path reader broken?"
+    );
+    assert!(
+        problems.is_empty(),
+        "paths that do not exist:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// The levels tracing-subscriber writes in its JSON format.
+const LOG_LEVELS: &[&str] = &["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
+
+/// A JSON object's members in order, a key given twice kept twice.
+struct Members(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut out = Vec::new();
+                while let Some(member) = map.next_entry()? {
+                    out.push(member);
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(Visitor)
+    }
+}
+
+/// Every Rust source file under `src/`, concatenated.
+fn sources() -> String {
+    fn walk(dir: &Path, out: &mut String) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push_str(&std::fs::read_to_string(&path).unwrap());
+                out.push('\n');
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(&root().join("src"), &mut out);
+    out
+}
+
+/// What is wrong with one line of a JSON log example, as the agent would write it;
+/// `src` is the agent's source, which must name each field and begin each message.
+fn log_line_problems(line: &str, src: &str) -> Vec<String> {
+    let members = match serde_json::from_str::<Members>(line) {
+        Ok(Members(m)) => m,
+        Err(e) => return vec![format!("not one JSON object ({e})")],
+    };
+    let mut problems = Vec::new();
+    let keys: Vec<&str> = members.iter().map(|(k, _)| k.as_str()).collect();
+    if keys.iter().take(3).copied().collect::<Vec<_>>() != ["timestamp", "level", "message"] {
+        problems.push(format!(
+            "the agent writes timestamp, level and message first, then the fields; this has {keys:?}"
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (key, value) in &members {
+        if !seen.insert(key.as_str()) {
+            problems.push(format!("`{key}` twice"));
+        }
+        match key.as_str() {
+            "timestamp" => match value.as_str().map(str::parse::<jiff::Timestamp>) {
+                Some(Ok(_)) => {}
+                _ => problems.push(format!("timestamp {value} is not RFC 3339")),
+            },
+            "level" => {
+                if !value.as_str().is_some_and(|l| LOG_LEVELS.contains(&l)) {
+                    problems.push(format!("level {value} is none of {LOG_LEVELS:?}"));
+                }
+            }
+            "message" => match value.as_str() {
+                Some(m) if !m.is_empty() => {
+                    let start = m.split(": ").next().unwrap_or(m);
+                    if !src.contains(&format!("\"{start}")) {
+                        problems.push(format!("no log call in src/ begins its message with {start:?}"));
+                    }
+                }
+                _ => problems.push(format!("message {value} is not a sentence")),
+            },
+            "target" | "fields" | "span" | "spans" => problems.push(format!(
+                "`{key}`: the agent's JSON is flat and has no {key} (flatten_event, with_target(false), no spans)"
+            )),
+            _ => {
+                if value.is_object() || value.is_array() {
+                    problems.push(format!("`{key}` is {value}: tracing's fields are strings, numbers and booleans"));
+                }
+                let named = [
+                    format!("{key} ="),
+                    format!("%{key},"),
+                    format!("?{key},"),
+                    format!("{key},\n"),
+                ];
+                if !named.iter().any(|n| src.contains(n.as_str())) {
+                    problems.push(format!("no log call in src/ has a field `{key}`"));
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_json_log_example_is_a_line_the_agent_writes() {
+    let src = sources();
+    let mut problems = Vec::new();
+    let mut lines = 0;
+    for file in doc_files() {
+        let doc = parse(&std::fs::read_to_string(&file).unwrap());
+        for block in &doc.blocks {
+            let mut info = block.info.split_whitespace();
+            if info.next() != Some("json") {
+                continue;
+            }
+            let at = format!("{}:{}", rel(&file), block.line);
+            if !info.any(|w| w == "agent-log") {
+                if block
+                    .body
+                    .iter()
+                    .any(|l| l.trim_start().starts_with("{\"timestamp\""))
+                {
+                    problems.push(format!(
+                        "{at}: log lines in a `json` block: fence it as ```json agent-log"
+                    ));
+                }
+                continue;
+            }
+            for (n, line) in block.body.iter().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                lines += 1;
+                for p in log_line_problems(line, &src) {
+                    problems.push(format!("{at}, line {}: {p}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        lines >= 2,
+        "only {lines} JSON log lines found: is the block reader broken?"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn every_event_reason_is_in_operates_table() {
+    use portdrift::agent::kube_report::events::reason;
+    use portdrift::heart::finding::Kind;
+    let operate = std::fs::read_to_string(root().join("docs/operate.md")).unwrap();
+    let mut problems = Vec::new();
+    for kind in Kind::ALL {
+        let row = format!("| `{}` | `{}`", kind.as_str(), reason(kind));
+        if !operate.contains(&row) {
+            problems.push(format!("no row `{row} |` in docs/operate.md's Event table"));
+        }
+    }
+    // The reasons that are not a finding kind's (a repair's), as the code spells them.
+    let events = std::fs::read_to_string(root().join("src/agent/kube_report/events.rs")).unwrap();
+    let mut reasons = 0;
+    for literal in events.split('"').skip(1).step_by(2) {
+        let camel = literal.len() > 1
+            && literal.starts_with(|c: char| c.is_ascii_uppercase())
+            && literal.chars().all(|c| c.is_ascii_alphanumeric())
+            && literal.chars().filter(char::is_ascii_uppercase).count() >= 2;
+        if !camel {
+            continue;
+        }
+        reasons += 1;
+        if !operate.contains(&format!("`{literal}`")) {
+            problems.push(format!("the Event reason {literal} is not in docs/operate.md"));
+        }
+    }
+    assert!(
+        reasons > Kind::ALL.len(),
+        "only {reasons} reasons read from events.rs"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
@@ -741,6 +1128,49 @@ fn the_readers_of_the_documents_read_them_right() {
         None,
         "portdrift as an argument"
     );
+    assert_eq!(code_spans("a `b` c ``d ` e`` f `g"), ["b", "d ` e"]);
+    assert_eq!(
+        repo_path("src/heart/detect/mod.rs:12,").as_deref(),
+        Some("src/heart/detect/mod.rs")
+    );
+    assert_eq!(repo_path("heart/detect/").as_deref(), Some("src/heart/detect"));
+    assert_eq!(repo_path("../deploy/base").as_deref(), Some("deploy/base"));
+    assert_eq!(
+        repo_path("testdata/<name>/INCIDENT.md").as_deref(),
+        Some("testdata")
+    );
+    assert_eq!(
+        repo_path("docs/troubleshooting.md#alerts").as_deref(),
+        Some("docs/troubleshooting.md")
+    );
+    assert_eq!(repo_path("LICENSE").as_deref(), Some("LICENSE"));
+    for not_ours in [
+        "/proc/net/tcp",
+        "proc/net/tcp",
+        "bpf/*.json",
+        "/sys/fs/bpf",
+        "https://x/src/a",
+    ] {
+        assert_eq!(repo_path(not_ours), None, "{not_ours}");
+    }
+    assert!(ignored("fuzz/artifacts/iptables_save"));
+    assert!(!ignored("fuzz/regressions"));
+    let src = sources();
+    let good = r#"{"timestamp":"2026-12-06T00:16:39.119347Z","level":"INFO","message":"finding cleared: x","id":"1","port":1}"#;
+    assert_eq!(log_line_problems(good, &src), Vec::<String>::new());
+    for bad in [
+        r#"{"timestamp":"2026-12-06T00:16:39Z","level":"info","message":"finding cleared: x"}"#,
+        r#"{"timestamp":"yesterday","level":"INFO","message":"finding cleared: x"}"#,
+        r#"{"timestamp":"2026-12-06T00:16:39Z","level":"INFO","message":"finding cleared: x","port":1,"port":2}"#,
+        r#"{"timestamp":"2026-12-06T00:16:39Z","level":"INFO","message":"finding cleared: x","target":"portdrift::agent"}"#,
+        r#"{"timestamp":"2026-12-06T00:16:39Z","level":"INFO","message":"finding cleared: x","fields":{"port":1}}"#,
+        r#"{"timestamp":"2026-12-06T00:16:39Z","level":"INFO","message":"finding cleared: x","no_such_field":1}"#,
+        r#"{"timestamp":"2026-12-06T00:16:39Z","level":"INFO","message":"no agent says this"}"#,
+        r#"{"level":"INFO","timestamp":"2026-12-06T00:16:39Z","message":"finding cleared: x"}"#,
+        r#"2026-12-06T00:16:39Z INFO portdrift::agent: finding cleared: x"#,
+    ] {
+        assert!(!log_line_problems(bad, &src).is_empty(), "{bad}");
+    }
     let lines = |s: &str| s.lines().map(String::from).collect::<Vec<_>>();
     assert!(shows(&lines("a\n...\nd"), "a\nb\nc\nd\n"));
     assert!(shows(&lines("...\nc\n..."), "a\nb\nc\nd\n"));

@@ -3,8 +3,10 @@
 Used by scripts/gen-testdata.py to produce the `source/` files of the snapshot
 bundles under testdata/. It follows kube-proxy's iptables proxier (pkg/proxy/iptables,
 ~v1.31) and nftables proxier (pkg/proxy/nftables, ~v1.33+) closely enough that the
-rules, chain names and hashes are the ones a real node would hold; see
-shared/reference/kube-proxy-rules.md for the layout it reproduces.
+rules, chain names and hashes are the ones a real node would hold. The chain names
+it reproduces across releases are in docs/findings.md ("Chain names across kube-proxy
+releases"); the layout is kube-proxy's own, in pkg/proxy/iptables/proxier.go and
+pkg/proxy/nftables/proxier.go of its source.
 
 Nothing here decides findings: expected.json files are written by hand.
 """
