@@ -1,10 +1,12 @@
-//! The daemon's HTTP endpoints (hyper 1, HTTP/1.1 only): `/metrics`, `/healthz`,
-//! `/readyz`, `/findings`. GET and HEAD only; anything else is 405 with `Allow`.
+//! The daemon's HTTP endpoints (hyper 1, HTTP/1.1 only): `/` (a page for people),
+//! `/metrics`, `/healthz`, `/readyz`, `/findings`, `/explain`. GET and HEAD only;
+//! anything else is 405 with `Allow`.
 //!
 //! Two listeners: `--listen` (the node's network) serves [`Endpoints::Public`], counts
-//! and states that name no pod, address or process; `--findings-listen` (loopback by
-//! default) serves [`Endpoints::All`], `/findings` among them (SECURITY.md says why).
-//! Given one address for both, one listener serves everything there.
+//! and states that name no pod, address or process (its `/` too); `--findings-listen`
+//! (loopback by default) serves [`Endpoints::All`], `/findings` among them and the whole
+//! page (SECURITY.md says why). Given one address for both, one listener serves
+//! everything there.
 //!
 //! Small by design: a slow or hostile client gets [`ServerConfig::header_read_timeout`]
 //! to send its headers, and at most [`ServerConfig::max_connections`] connections are
@@ -19,7 +21,10 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{ACCEPT, ALLOW, CONTENT_TYPE};
+use http::header::{
+    ACCEPT, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
+    X_CONTENT_TYPE_OPTIONS,
+};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -32,6 +37,7 @@ use tokio::sync::Semaphore;
 use crate::agent::explain::{ExplainRequest, Explainer};
 use crate::agent::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use crate::heart::outcome::ScanReport;
+use crate::heart::render::html::{PageContext, View, render_page, render_starting};
 use crate::heart::visible::visible;
 
 /// The default `--listen` address. No common node agent uses 9741 (node_exporter is
@@ -46,11 +52,12 @@ pub const DEFAULT_FINDINGS_LISTEN: &str = "127.0.0.1:9742";
 /// Which endpoints a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoints {
-    /// `/metrics`, `/healthz`, `/readyz`: safe on the node's network (every label of
-    /// the metrics is bounded, and none holds an address or a process).
+    /// `/metrics`, `/healthz`, `/readyz`, and `/` with counts only: safe on the node's
+    /// network (every label of the metrics is bounded, and none holds an address or a
+    /// process; the page shows no more than they do).
     Public,
-    /// Those and `/findings`, which holds pods' addresses, rule text and processes'
-    /// command lines.
+    /// Those, `/findings` and `/explain`, which hold pods' addresses, rule text and
+    /// processes' command lines, and `/` with every finding.
     All,
 }
 
@@ -80,6 +87,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// The last report, as the JSON `/findings` serves.
     report: RwLock<Option<Bytes>>,
+    /// The last report and when its scan ended, for the page `/` renders on request.
+    last: RwLock<Option<Arc<(ScanReport, jiff::Timestamp)>>>,
     api_synced: AtomicBool,
     api_fresh: AtomicBool,
     /// When set, `/readyz` and the API gauges ask the view itself: the scan loop
@@ -116,6 +125,7 @@ impl Shared {
         Shared {
             metrics,
             report: RwLock::new(None),
+            last: RwLock::new(None),
             api_synced: AtomicBool::new(false),
             api_fresh: AtomicBool::new(false),
             api_probe: OnceLock::new(),
@@ -163,18 +173,15 @@ impl Shared {
     /// Records a successful scan's report.
     pub fn set_report(&self, report: &ScanReport) {
         // Written when the scan ends: the document's time is the scan's.
-        let document = Document::new(
-            DocumentKind::ScanReport,
-            report.node.as_deref(),
-            jiff::Timestamp::now(),
-            report,
-        );
+        let now = jiff::Timestamp::now();
+        let document = Document::new(DocumentKind::ScanReport, report.node.as_deref(), now, report);
         let mut json = serde_json::to_vec_pretty(&document).unwrap_or_else(|e| {
             // A report is plain data; this cannot happen, but must not kill the daemon.
             serde_json::to_vec(&serde_json::json!({ "error": e.to_string() })).unwrap_or_default()
         });
         json.push(b'\n');
         *self.report.write().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::from(json));
+        *self.last.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new((report.clone(), now)));
         *self.last_success.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 
@@ -193,6 +200,10 @@ impl Shared {
 
     fn report(&self) -> Option<Bytes> {
         self.report.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn last(&self) -> Option<Arc<(ScanReport, jiff::Timestamp)>> {
+        self.last.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -278,7 +289,7 @@ fn handle(req: &Request<Incoming>, endpoints: Endpoints, shared: &Shared) -> Res
             "not found: /findings is served on the agent's --findings-listen address only (the node's loopback by default); see SECURITY.md\n",
         );
     }
-    if !matches!(path, "/metrics" | "/healthz" | "/readyz" | "/findings") {
+    if !matches!(path, "/" | "/metrics" | "/healthz" | "/readyz" | "/findings") {
         return respond(StatusCode::NOT_FOUND, PLAIN, "not found\n");
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -288,6 +299,7 @@ fn handle(req: &Request<Incoming>, endpoints: Endpoints, shared: &Shared) -> Res
         return r;
     }
     match path {
+        "/" => page(endpoints, shared),
         "/healthz" => respond(StatusCode::OK, PLAIN, "ok\n"),
         "/readyz" => {
             if shared.ready() {
@@ -333,6 +345,44 @@ fn handle(req: &Request<Incoming>, endpoints: Endpoints, shared: &Shared) -> Res
         }
     }
 }
+
+/// The page: the last scan, whole on the findings listener and as counts on the public
+/// one; before the first scan, a page that says so, with `/findings`' 503. Rendered on
+/// request (nobody may ever look), under a policy that lets the browser run no script
+/// and load nothing but the page's own inline style.
+fn page(endpoints: Endpoints, shared: &Shared) -> Response<Full<Bytes>> {
+    let view = match endpoints {
+        Endpoints::All => View::Full,
+        Endpoints::Public => View::CountsOnly,
+    };
+    let (status, body) = match shared.last() {
+        Some(last) => {
+            let (report, scanned_at) = &*last;
+            let context = PageContext {
+                view,
+                now: jiff::Timestamp::now(),
+                scanned_at: *scanned_at,
+                ready: shared.ready(),
+            };
+            (StatusCode::OK, render_page(report, &context))
+        }
+        None => (StatusCode::SERVICE_UNAVAILABLE, render_starting(view)),
+    };
+    let mut r = respond(status, "text/html; charset=utf-8", body);
+    let headers = r.headers_mut();
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        http::HeaderValue::from_static(PAGE_POLICY),
+    );
+    headers.insert(X_CONTENT_TYPE_OPTIONS, http::HeaderValue::from_static("nosniff"));
+    headers.insert(REFERRER_POLICY, http::HeaderValue::from_static("no-referrer"));
+    headers.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The page's Content-Security-Policy: nothing may load or run but its inline style; it
+/// may not be framed, and has no form to submit nor base to change.
+pub const PAGE_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// `/explain?port=tcp/30080[&source=IP][&format=text]`: on the findings listener only,
 /// as `/findings` (it shows rules, addresses and processes).

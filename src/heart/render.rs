@@ -9,21 +9,82 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::outcome::{ScanReport, SourceState};
+use crate::heart::model::Protocol;
+use crate::heart::outcome::{ScanReport, SourceState, Summary};
 use crate::heart::visible::{into_visible_lines, visible as v};
 use crate::heart::words::count_of;
 
 /// Above this many info findings, they are summarised by kind.
-const INFO_LISTED: usize = 20;
+pub const INFO_LISTED: usize = 20;
 
-/// Renders the report as text. Every field that came from a dump, a process or the
-/// API is escaped ([`v`]), and the whole once more, so no control byte reaches the
-/// terminal.
-pub fn render_text(report: &ScanReport) -> String {
-    let mut out = String::new();
-    render_verdict(&mut out, report);
-    let s = report.summary;
-    let many_info = s.info > INFO_LISTED;
+/// What a report may claim at its top. The text report and the agent's page both say
+/// it from here, so neither claims more than the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every check ran on complete inputs and found nothing: the only all-clear.
+    NoDrift,
+    /// Every check ran on complete inputs, and found something (perhaps only info or
+    /// accepted findings, which is still not "no drift").
+    Found,
+    /// Something could not be checked: never an all-clear, whatever was found.
+    Incomplete,
+}
+
+impl Verdict {
+    pub fn of(report: &ScanReport) -> Verdict {
+        if !report.coverage.complete {
+            Verdict::Incomplete
+        } else if report.findings.is_empty() {
+            Verdict::NoDrift
+        } else {
+            Verdict::Found
+        }
+    }
+}
+
+/// The all-clear, said only for [`Verdict::NoDrift`].
+pub const NO_DRIFT: &str = "No drift: this node's NodePort rules and listeners match the cluster state.";
+
+/// The heading of an incomplete check ([`Verdict::Incomplete`]), before what was not
+/// checked.
+pub const INCOMPLETE: &str = "INCOMPLETE CHECK, not an all-clear";
+
+/// An incomplete check that found nothing in what it could check.
+pub const NOTHING_FOUND_IN_CHECKED: &str = "Nothing was found in what could be checked.";
+
+/// `2 critical, 0 warning, 1 info[, 3 accepted]`.
+pub fn counts(s: &Summary) -> String {
+    let mut counts = format!("{} critical, {} warning, {} info", s.critical, s.warning, s.info);
+    if s.accepted > 0 {
+        let _ = write!(counts, ", {} accepted", s.accepted);
+    }
+    counts
+}
+
+/// The findings of one port (or the node-wide ones), as a report lists them.
+#[derive(Debug)]
+pub struct PortGroup<'a> {
+    /// `tcp/30080`, `port 30080` (no protocol) or `node-wide`.
+    pub title: String,
+    pub protocol: Option<Protocol>,
+    pub port: Option<u16>,
+    /// The Services of its findings, sorted, each once.
+    pub services: Vec<&'a str>,
+    pub findings: Vec<&'a Finding>,
+}
+
+/// The findings grouped as a report lists them: ports with a critical finding first,
+/// then by port number; when there are more than [`INFO_LISTED`] info findings, those are
+/// counted by kind (`info_by_kind`) instead of listed, so leftovers never bury the one
+/// line that matters.
+#[derive(Debug)]
+pub struct Grouped<'a> {
+    pub groups: Vec<PortGroup<'a>>,
+    pub info_by_kind: Option<BTreeMap<Kind, usize>>,
+}
+
+pub fn group_by_port(report: &ScanReport) -> Grouped<'_> {
+    let many_info = report.summary.info > INFO_LISTED;
     let mut groups: BTreeMap<(u16, String), Vec<&Finding>> = BTreeMap::new();
     for f in &report.findings {
         if many_info && f.severity == Severity::Info {
@@ -39,31 +100,54 @@ pub fn render_text(report: &ScanReport) -> String {
     // Ports with a critical finding first, then by port number.
     let mut ordered: Vec<_> = groups.into_iter().collect();
     ordered.sort_by_key(|((port, _), fs)| (fs.iter().map(|f| f.severity).min(), *port));
-    for ((_, title), findings) in ordered {
-        let services: Vec<&str> = {
-            let mut v: Vec<&str> = findings.iter().filter_map(|f| f.service.as_deref()).collect();
-            v.sort();
-            v.dedup();
-            v
-        };
-        let _ = writeln!(
-            out,
-            "\n{title}{}",
-            if services.is_empty() {
-                String::new()
-            } else {
-                format!("  ({})", v(&services.join(", ")))
+    let groups = ordered
+        .into_iter()
+        .map(|((_, title), findings)| {
+            let mut services: Vec<&str> = findings.iter().filter_map(|f| f.service.as_deref()).collect();
+            services.sort();
+            services.dedup();
+            PortGroup {
+                title,
+                protocol: findings[0].port.and(findings[0].protocol),
+                port: findings[0].port,
+                services,
+                findings,
             }
-        );
-        for f in findings {
-            render_finding(&mut out, f);
-        }
-    }
-    if many_info {
+        })
+        .collect();
+    let info_by_kind = many_info.then(|| {
         let mut by_kind: BTreeMap<Kind, usize> = BTreeMap::new();
         for f in report.findings.iter().filter(|f| f.severity == Severity::Info) {
             *by_kind.entry(f.kind).or_default() += 1;
         }
+        by_kind
+    });
+    Grouped { groups, info_by_kind }
+}
+
+/// Renders the report as text. Every field that came from a dump, a process or the
+/// API is escaped ([`v`]), and the whole once more, so no control byte reaches the
+/// terminal.
+pub fn render_text(report: &ScanReport) -> String {
+    let mut out = String::new();
+    render_verdict(&mut out, report);
+    let grouped = group_by_port(report);
+    for group in grouped.groups {
+        let _ = writeln!(
+            out,
+            "\n{}{}",
+            group.title,
+            if group.services.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", v(&group.services.join(", ")))
+            }
+        );
+        for f in group.findings {
+            render_finding(&mut out, f);
+        }
+    }
+    if let Some(by_kind) = grouped.info_by_kind {
         let parts: Vec<String> = by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
         let _ = writeln!(
             out,
@@ -80,31 +164,24 @@ pub fn render_text(report: &ScanReport) -> String {
 /// reads as an all-clear.
 fn render_verdict(out: &mut String, report: &ScanReport) {
     let node = v(report.node.as_deref().unwrap_or("(node unknown)"));
-    let s = report.summary;
-    let mut counts = format!("{} critical, {} warning, {} info", s.critical, s.warning, s.info);
-    if s.accepted > 0 {
-        let _ = write!(counts, ", {} accepted", s.accepted);
-    }
-    let coverage = &report.coverage;
-    if coverage.complete {
-        let _ = writeln!(out, "portdrift: node {node}: {counts}");
-        if report.findings.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nNo drift: this node's NodePort rules and listeners match the cluster state."
-            );
+    let counts = counts(&report.summary);
+    match Verdict::of(report) {
+        Verdict::NoDrift => {
+            let _ = writeln!(out, "portdrift: node {node}: {counts}");
+            let _ = writeln!(out, "\n{NO_DRIFT}");
         }
-    } else {
-        let _ = writeln!(
-            out,
-            "portdrift: node {node}: INCOMPLETE CHECK, not an all-clear. Not checked:"
-        );
-        for sentence in &coverage.not_checked {
-            let _ = writeln!(out, "  - {}", v(sentence));
+        Verdict::Found => {
+            let _ = writeln!(out, "portdrift: node {node}: {counts}");
         }
-        let _ = writeln!(out, "\nIn what was checked: {counts}");
-        if report.findings.is_empty() {
-            let _ = writeln!(out, "\nNothing was found in what could be checked.");
+        Verdict::Incomplete => {
+            let _ = writeln!(out, "portdrift: node {node}: {INCOMPLETE}. Not checked:");
+            for sentence in &report.coverage.not_checked {
+                let _ = writeln!(out, "  - {}", v(sentence));
+            }
+            let _ = writeln!(out, "\nIn what was checked: {counts}");
+            if report.findings.is_empty() {
+                let _ = writeln!(out, "\n{NOTHING_FOUND_IN_CHECKED}");
+            }
         }
     }
 }
@@ -220,6 +297,7 @@ fn render_sources(out: &mut String, report: &ScanReport) {
     }
 }
 
+pub mod html;
 mod terminal;
 mod wide;
 

@@ -76,6 +76,15 @@ async fn endpoints_over_real_http() {
     assert_eq!(r.status, 200);
     assert_eq!(request(addr, "GET", "/readyz", "").await.status, 503);
     assert_eq!(request(addr, "GET", "/findings", "").await.status, 503);
+    // The page says the agent is starting, with /findings' status.
+    let r = request(addr, "GET", "/", "").await;
+    assert_eq!(r.status, 503);
+    assert!(
+        r.head.contains("content-type: text/html; charset=utf-8"),
+        "{}",
+        r.head
+    );
+    assert!(r.body.contains("No scan has completed yet"), "{}", r.body);
 
     // Synced but no scan yet: still not ready. A scan alone is not enough either.
     shared.set_api(true, true);
@@ -158,7 +167,11 @@ async fn endpoints_over_real_http() {
         assert_eq!(r.status, 405, "{path}");
         assert!(r.head.contains("allow: get, head"), "{}", r.head);
     }
-    assert_eq!(request(addr, "GET", "/", "").await.status, 404);
+    assert_eq!(request(addr, "GET", "/index.html", "").await.status, 404);
+    assert_eq!(
+        request(addr, "POST", "/", "Content-Length: 0\r\n").await.status,
+        405
+    );
     assert_eq!(request(addr, "GET", "/metricsx", "").await.status, 404);
 
     // A client that never finishes its headers is cut off.
@@ -304,4 +317,56 @@ async fn findings_are_served_on_the_private_listener_only() {
     for path in ["/metrics", "/healthz", "/readyz"] {
         assert_eq!(request(private, "GET", path, "").await.status, 200, "{path}");
     }
+
+    // The page: whole on the findings listener, counts on the public one.
+    let page = request(private, "GET", "/", "").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("10.244.7.19") && page.body.contains("haproxy"),
+        "{}",
+        page.body
+    );
+    let page = request(public, "GET", "/", "").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("squatter"), "{}", page.body);
+    for secret in [
+        "10.244.7.19",
+        "haproxy",
+        "4242",
+        "0123abcd",
+        "5e0f1b7a",
+        "secret-frontend",
+        "shop/web",
+    ] {
+        assert!(
+            !page.body.contains(secret),
+            "the public page names {secret}:\n{}",
+            page.body
+        );
+    }
+}
+
+/// The page is HTML that may run nothing: its policy allows no script and no load, and
+/// the browser may not guess another type.
+#[tokio::test]
+async fn the_page_is_served_with_a_policy_that_runs_nothing() {
+    let (addr, shared, _stop) = start(Duration::from_secs(30)).await;
+    shared.set_report(&empty_report());
+    for method in ["GET", "HEAD"] {
+        let r = request(addr, method, "/", "").await;
+        assert_eq!(r.status, 200, "{method}");
+        for header in [
+            "content-type: text/html; charset=utf-8",
+            "content-security-policy: default-src 'none'; style-src 'unsafe-inline';",
+            "x-content-type-options: nosniff",
+            "referrer-policy: no-referrer",
+            "cache-control: no-store",
+        ] {
+            assert!(r.head.contains(header), "{method}: no {header}:\n{}", r.head);
+        }
+    }
+    let r = request(addr, "GET", "/", "").await;
+    assert!(r.body.starts_with("<!DOCTYPE html>"), "{}", r.body);
+    assert!(r.body.contains("<h2>No drift</h2>"), "{}", r.body);
+    assert!(r.body.contains("Agent not ready"), "{}", r.body);
 }
