@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(iptables nftables iproute2 nfacct conntrack bpftool prometheus shellcheck python3 curl chromium tmux)
+packages=(iptables nftables iproute2 nfacct conntrack bpftool prometheus shellcheck python3 curl jq chromium tmux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

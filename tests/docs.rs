@@ -27,10 +27,11 @@
 //!   `console`) is run, unless an HTML comment right above it says why not:
 //!   `<!-- not run: REASON -->`. With `<!-- run: 1,3 -->` beside it, only those commands
 //!   (counted from 1) run and the reason covers the rest. A run command may use only
-//!   `portdrift` (or `cargo run --release --`, run as `portdrift`) and a few file tools
-//!   (RUNNABLE), so a block that needs a cluster, root, a container engine or the
-//!   network fails here until it is marked. Each `portdrift` command must exit with the
-//!   status of `<!-- exit: N -->` (0 without one); every other command with 0.
+//!   `portdrift` (or `cargo run --release --` or `./target/release/portdrift`, run as
+//!   `portdrift`) and a few file tools (RUNNABLE), so a block that needs a cluster, root,
+//!   a container engine or the network fails here until it is marked. Each `portdrift`
+//!   command must exit with the status of `<!-- exit: N -->` (0 without one); every other
+//!   command with 0.
 //! - Commands run one by one with bash, the built binary's directory first on PATH, in a
 //!   scratch directory that stands for the repository root (its top-level entries are
 //!   symlinked there), so `testdata/...` reads the repository's files and what a command
@@ -38,6 +39,16 @@
 //!   is unset, so no command can reach a real cluster.
 //! - In a `console` block, lines starting with `$ ` are commands and the lines after one
 //!   are its standard output, exactly, except that a line `...` stands for lines left out.
+//! - The walk of docs/try.md, its blocks fenced as ```` ```sh try-walk ```` and
+//!   ```` ```console try-walk ```` (in that document only), runs as the reader runs it:
+//!   every command in order, in one bash, as root, with `./target/release/portdrift` the
+//!   built binary. It starts the agent in a network namespace of its own (the walk's
+//!   `portdrift-try` renamed to a name of this run), so it never touches the host's
+//!   rules, and whatever it leaves running there is killed and the namespace deleted,
+//!   also when it fails. Each command must exit 0 and a console block's output is checked
+//!   as above. Without root it is skipped, unless `CI` is set: then it fails.
+
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -782,7 +793,8 @@ fn commands(block: &Block, console: bool) -> Result<Vec<Cmd>, String> {
         return Err("the last command ends with `\\`".into());
     }
     for cmd in &mut out {
-        if let Some(rest) = cmd.line.strip_prefix("cargo run --release -- ") {
+        let built = ["cargo run --release -- ", "./target/release/portdrift "];
+        if let Some(rest) = built.iter().find_map(|b| cmd.line.strip_prefix(b)) {
             cmd.line = format!("portdrift {rest}");
         }
         while cmd.output.last().is_some_and(String::is_empty) {
@@ -1071,6 +1083,23 @@ fn every_command_block_runs_or_says_why_not() {
                 }
                 continue;
             }
+            if is_walk(block) {
+                // Run whole, as root, by the_try_walk_runs_as_written_in_a_namespace_of_its_own.
+                if rel(&file) != WALK {
+                    problems.push(format!(
+                        "{}:{}: `{WALK_TAG}` blocks are {WALK}'s walk alone",
+                        rel(&file),
+                        block.line
+                    ));
+                } else if !block.directives.is_empty() {
+                    problems.push(format!(
+                        "{}:{}: a `{WALK_TAG}` block always runs: no <!-- ... --> above it",
+                        rel(&file),
+                        block.line
+                    ));
+                }
+                continue;
+            }
             let not_run = block.directives.iter().any(|d| d.starts_with("not run:"))
                 && !block.directives.iter().any(|d| d.starts_with("run:"));
             if not_run {
@@ -1128,6 +1157,31 @@ fn the_readers_of_the_documents_read_them_right() {
         None,
         "portdrift as an argument"
     );
+    let built = Block {
+        line: 1,
+        info: "console".into(),
+        body: vec![
+            "$ ./target/release/portdrift scan --from x".into(),
+            "out".into(),
+            "$ cargo run --release -- lint y".into(),
+        ],
+        directives: Vec::new(),
+    };
+    let cmds = commands(&built, true).unwrap();
+    assert_eq!(
+        cmds.iter().map(|c| c.line.as_str()).collect::<Vec<_>>(),
+        ["portdrift scan --from x", "portdrift lint y"],
+        "the built binary is run as portdrift"
+    );
+    assert_eq!(cmds[0].output, ["out"]);
+    let walk = |info: &str| Block {
+        line: 1,
+        info: info.into(),
+        body: Vec::new(),
+        directives: Vec::new(),
+    };
+    assert!(is_walk(&walk("sh try-walk")) && is_walk(&walk("console try-walk")));
+    assert!(!is_walk(&walk("sh")) && !is_walk(&walk("try-walk")));
     assert_eq!(code_spans("a `b` c ``d ` e`` f `g"), ["b", "d ` e"]);
     assert_eq!(
         repo_path("src/heart/detect/mod.rs:12,").as_deref(),
@@ -1186,4 +1240,197 @@ fn the_readers_of_the_documents_read_them_right() {
         !shows(&lines("b\n..."), "a\nb\n"),
         "without `...` the output starts at once"
     );
+}
+
+/// The document whose walk runs whole, and the tag of its blocks.
+const WALK: &str = "docs/try.md";
+const WALK_TAG: &str = "try-walk";
+
+/// The network namespace the walk names; the test runs it under a name of its own.
+const WALK_NETNS: &str = "portdrift-try";
+
+/// Longest the whole walk may take.
+const WALK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Whether a block belongs to the walk (` ```sh try-walk `, ` ```console try-walk `).
+fn is_walk(block: &Block) -> bool {
+    block.info.split_whitespace().skip(1).any(|w| w == WALK_TAG)
+}
+
+/// The walk's commands in order, each with the line of its block.
+fn walk_commands(doc: &Doc) -> Result<Vec<(usize, Cmd)>, String> {
+    let mut out = Vec::new();
+    for block in doc.blocks.iter().filter(|b| is_walk(b)) {
+        let console = match block.info.split_whitespace().next() {
+            Some("console") => true,
+            Some("sh") => false,
+            other => {
+                return Err(format!(
+                    "line {}: a walk block is sh or console, not {other:?}",
+                    block.line
+                ));
+            }
+        };
+        for cmd in commands(block, console).map_err(|e| format!("line {}: {e}", block.line))? {
+            out.push((block.line, cmd));
+        }
+    }
+    Ok(out)
+}
+
+/// The walk's namespace under this run's name: whatever runs in it is killed and it is
+/// deleted on drop, also when the walk failed half-way.
+struct WalkNetns(String);
+
+impl WalkNetns {
+    fn exists(&self) -> bool {
+        Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .is_ok_and(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .any(|l| l.split_whitespace().next() == Some(self.0.as_str()))
+            })
+    }
+}
+
+impl Drop for WalkNetns {
+    fn drop(&mut self) {
+        if !self.exists() {
+            return;
+        }
+        // Only this run's processes are in a namespace of this run's name.
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", &self.0]).output() {
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn the_try_walk_runs_as_written_in_a_namespace_of_its_own() {
+    let source = std::fs::read_to_string(root().join(WALK)).unwrap();
+    let cmds = walk_commands(&parse(&source)).unwrap_or_else(|e| panic!("{WALK}: {e}"));
+    let lines: Vec<&str> = cmds.iter().map(|(_, c)| c.line.as_str()).collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some(format!("ip netns add {WALK_NETNS}").as_str()),
+        "{WALK}: the walk starts by making its namespace: is the block reader broken?"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("portdrift run ") && l.ends_with('&'))
+            && lines.contains(&format!("ip netns del {WALK_NETNS}").as_str())
+            && cmds.iter().filter(|(_, c)| !c.output.is_empty()).count() >= 4,
+        "{WALK}: the walk starts the agent, shows what it serves and deletes its namespace; read {lines:#?}"
+    );
+    let test = "the_try_walk_runs_as_written_in_a_namespace_of_its_own";
+    if !support::require_root(test) {
+        return;
+    }
+    for tool in [
+        "ip",
+        "iptables-nft",
+        "iptables-nft-restore",
+        "nfacct",
+        "curl",
+        "jq",
+        "timeout",
+    ] {
+        if !support::require_tool(tool, test) {
+            return;
+        }
+    }
+
+    // The checkout as the reader has it after `cargo build --release`.
+    let dir = scratch();
+    std::fs::create_dir_all(dir.path().join("target/release")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_portdrift"),
+        dir.path().join("target/release/portdrift"),
+    )
+    .unwrap();
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_micros();
+    let netns = WalkNetns(format!("pdtry{}x{stamp}", std::process::id()));
+    assert!(!netns.exists(), "{} exists already", netns.0);
+
+    // One bash, as the reader's shell: each command's output, error and status to files
+    // of its number, stopping at the first that fails.
+    let out = tempfile::TempDir::new().unwrap();
+    let mut script = String::new();
+    for (n, (_, cmd)) in cmds.iter().enumerate() {
+        let line = cmd.line.replace(WALK_NETNS, &netns.0);
+        script.push_str(&format!(
+            "echo {n} >\"$WALK_OUT/at\"\n{{ {line}\n}} >\"$WALK_OUT/{n}.out\" 2>\"$WALK_OUT/{n}.err\"\n\
+             walk_status=$?; echo $walk_status >\"$WALK_OUT/{n}.status\"; [ $walk_status = 0 ] || exit 1\n"
+        ));
+    }
+    let started = Instant::now();
+    let status = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            &WALK_TIMEOUT.as_secs().to_string(),
+            "bash",
+            "-c",
+            &script,
+        ])
+        .current_dir(dir.path())
+        .env("WALK_OUT", out.path())
+        .env("HOME", dir.path())
+        .env_remove("KUBECONFIG")
+        .env_remove("NODE_NAME")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(out.path().join("bash.out")).unwrap())
+        .stderr(std::fs::File::create(out.path().join("bash.err")).unwrap())
+        .status()
+        .expect("bash runs");
+    let took = started.elapsed();
+    let read = |name: &str| std::fs::read_to_string(out.path().join(name)).unwrap_or_default();
+
+    let mut problems = Vec::new();
+    let reached: usize = read("at").trim().parse().unwrap_or(0);
+    for (n, (block, cmd)) in cmds.iter().enumerate().take(reached + 1) {
+        let at = format!("{WALK}:{block}: `{}`", cmd.line);
+        let (stdout, stderr) = (read(&format!("{n}.out")), read(&format!("{n}.err")));
+        match read(&format!("{n}.status")).trim() {
+            "" => problems.push(format!(
+                "{at}: did not finish within {WALK_TIMEOUT:?} ({status})\nstdout: {stdout}\nstderr: {stderr}"
+            )),
+            "0" => {
+                if !cmd.output.is_empty() && !shows(&cmd.output, &stdout) {
+                    problems.push(format!(
+                        "{at}: the output shown is not what it prints (`...` stands for lines left out); it prints:\n{stdout}"
+                    ));
+                }
+            }
+            code => problems.push(format!("{at}: exited {code}\nstdout: {stdout}\nstderr: {stderr}")),
+        }
+    }
+    if problems.is_empty() && (!status.success() || reached + 1 != cmds.len()) {
+        problems.push(format!(
+            "the walk stopped after command {} of {} ({status}): {}",
+            reached + 1,
+            cmds.len(),
+            read("bash.err")
+        ));
+    }
+    if problems.is_empty() && netns.exists() {
+        problems.push(format!("the walk's cleanup left its namespace ({})", netns.0));
+    }
+    // The walk's `portdrift-try.log` is renamed with its namespace.
+    assert!(
+        problems.is_empty(),
+        "{}\n\nthe agent's log:\n{}",
+        problems.join("\n\n"),
+        std::fs::read_to_string(dir.path().join(format!("{}.log", netns.0)))
+            .unwrap_or_else(|_| "(none left)".into())
+    );
+    eprintln!("{WALK}: {} commands in {took:?}", cmds.len());
 }

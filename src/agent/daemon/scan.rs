@@ -102,6 +102,11 @@ pub(super) async fn scan_once(
             if stale {
                 status.notes.push(view.stale_note().into());
             }
+            // The node's own read of cluster.json found none (the agent's comes from
+            // here): one source, not an absent one beside it.
+            input
+                .sources
+                .retain(|s| !(s.source == status.source && s.status == SourceState::Absent));
             input.sources.push(status);
             input.sources.extend(accepted_from);
             // Repair needs the desired state after the scan, which consumes it.
