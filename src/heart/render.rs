@@ -276,7 +276,7 @@ fn render_sources(out: &mut String, report: &ScanReport) {
                 "virtual server"
             } else if s.source.starts_with("proc/") {
                 "listener"
-            } else if s.source == "cluster.json" {
+            } else if s.source == "cluster.json" || s.source == crate::heart::outcome::API_SOURCE {
                 "Service port"
             } else if s.source.starts_with("bpf/") {
                 "map entry"
