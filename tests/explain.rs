@@ -430,7 +430,7 @@ fn bad_input_gets_a_clear_error() {
         ("tcp/10.0.0.1", "PROTO/PORT"),
     ] {
         let (code, _, stderr) = explain(&dir, query, &[], "json");
-        assert_eq!(code, 2, "{query}");
+        assert_eq!(code, 64, "{query}: a wrong command line");
         assert!(stderr.contains(says), "{query}: {stderr}");
     }
     let (code, _, stderr) = explain(&dir, "tcp/30080", &["--source", "2001:db8::1"], "json");
