@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::model::Protocol;
+use crate::heart::model::{ProcessInfo, Protocol};
 use crate::heart::outcome::{ScanReport, SourceState, Summary};
 use crate::heart::visible::{into_visible_lines, visible as v};
 use crate::heart::words::count_of;
@@ -219,21 +219,7 @@ fn render_finding(out: &mut String, f: &Finding) {
         let _ = writeln!(out, "           at    {}", v(at));
     }
     if let Some(p) = &f.process {
-        let mut who = format!("{} (pid {}", v(&p.name), p.pid);
-        if let Some(uid) = p.uid {
-            let _ = write!(who, ", uid {uid}");
-        }
-        if let Some(exe) = &p.exe {
-            let _ = write!(who, ", {}", v(exe));
-        }
-        who.push(')');
-        if let Some(c) = &p.container {
-            let _ = write!(who, " container {}", v(c));
-        }
-        if let Some(pod) = &p.pod {
-            let _ = write!(who, " pod {}", v(pod));
-        }
-        let _ = writeln!(out, "           owner {who}");
+        let _ = writeln!(out, "           owner {}", describe_owner(p, v));
         if let Some(args) = &p.cmdline {
             let _ = writeln!(out, "           args  {}", v(args));
         }
@@ -241,6 +227,26 @@ fn render_finding(out: &mut String, f: &Finding) {
     for e in &f.evidence {
         let _ = writeln!(out, "           {}", v(e));
     }
+}
+
+/// A socket's owner as the report and the page name it: `comm (pid N, uid U, exe)
+/// container C pod P`, each untrusted part through `escape`.
+pub(crate) fn describe_owner(p: &ProcessInfo, escape: fn(&str) -> std::borrow::Cow<'_, str>) -> String {
+    let mut who = format!("{} (pid {}", escape(&p.name), p.pid);
+    if let Some(uid) = p.uid {
+        let _ = write!(who, ", uid {uid}");
+    }
+    if let Some(exe) = &p.exe {
+        let _ = write!(who, ", {}", escape(exe));
+    }
+    who.push(')');
+    if let Some(c) = &p.container {
+        let _ = write!(who, " container {}", escape(c));
+    }
+    if let Some(pod) = &p.pod {
+        let _ = write!(who, " pod {}", escape(pod));
+    }
+    who
 }
 
 fn render_sources(out: &mut String, report: &ScanReport) {

@@ -21,7 +21,7 @@ use std::fmt::Write;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::outcome::{ScanReport, SourceState};
 use crate::heart::render::{
-    INCOMPLETE, NO_DRIFT, NOTHING_FOUND_IN_CHECKED, PortGroup, Verdict, counts, group_by_port,
+    INCOMPLETE, NO_DRIFT, NOTHING_FOUND_IN_CHECKED, PortGroup, Verdict, counts, describe_owner, group_by_port,
 };
 use crate::heart::visible::visible;
 use crate::heart::words::count_of;
@@ -390,21 +390,7 @@ fn details(out: &mut String, f: &Finding) {
         );
     }
     if let Some(p) = &f.process {
-        let _ = write!(out, "<br><small>owner {} (pid {}", e(&p.name), p.pid);
-        if let Some(uid) = p.uid {
-            let _ = write!(out, ", uid {uid}");
-        }
-        if let Some(exe) = &p.exe {
-            let _ = write!(out, ", {}", e(exe));
-        }
-        out.push(')');
-        if let Some(c) = &p.container {
-            let _ = write!(out, " container {}", e(c));
-        }
-        if let Some(pod) = &p.pod {
-            let _ = write!(out, " pod {}", e(pod));
-        }
-        out.push_str("</small>");
+        let _ = write!(out, "<br><small>owner {}</small>", describe_owner(p, e));
         if let Some(args) = &p.cmdline {
             let _ = write!(out, "<br><small>args <code>{}</code></small>", e(args));
         }
