@@ -35,7 +35,8 @@ struct Inner {
     node: Option<String>,
     state: Mutex<FileState>,
     changes: watch::Sender<u64>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    /// Re-reads the file; holds only a weak handle, and is stopped with the last strong one.
+    task: JoinHandle<()>,
 }
 
 #[derive(Default)]
@@ -50,9 +51,7 @@ struct FileState {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(task) = self.task.lock().ok().and_then(|mut t| t.take()) {
-            task.abort();
-        }
+        self.task.abort();
     }
 }
 
@@ -70,36 +69,37 @@ impl ClusterFile {
     /// gives no desired state: an agent that could never say anything should not start
     /// quietly. Must be called inside a Tokio runtime.
     pub fn start(path: &Path, node: Option<&str>) -> Result<ClusterFile, FileViewError> {
-        let inner = Arc::new(Inner {
-            path: path.to_path_buf(),
-            node: node.map(str::to_string),
-            state: Mutex::new(FileState::default()),
-            changes: watch::Sender::new(0),
-            task: Mutex::new(None),
+        let inner = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let weak = weak.clone();
+            // The first tick is a whole interval away: the first read below is not raced.
+            let task = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(REREAD_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    // Parsing a large file is blocking work.
+                    let _ = tokio::task::spawn_blocking(move || {
+                        inner.reread();
+                    })
+                    .await;
+                }
+            });
+            Inner {
+                path: path.to_path_buf(),
+                node: node.map(str::to_string),
+                state: Mutex::new(FileState::default()),
+                changes: watch::Sender::new(0),
+                task,
+            }
         });
+        // On an error the view is dropped here, and its task with it.
         if let Some(why) = inner.reread() {
             return Err(FileViewError {
                 path: path.to_path_buf(),
                 why,
             });
-        }
-        let weak = Arc::downgrade(&inner);
-        let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(REREAD_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(inner) = weak.upgrade() else { return };
-                // Parsing a large file is blocking work.
-                let _ = tokio::task::spawn_blocking(move || {
-                    inner.reread();
-                })
-                .await;
-            }
-        });
-        if let Ok(mut slot) = inner.task.lock() {
-            *slot = Some(task);
         }
         Ok(ClusterFile { inner })
     }
