@@ -263,6 +263,21 @@ fn overlong(text: &str, width: usize) -> Vec<&str> {
         .collect()
 }
 
+/// `report` (the bundle's, at 80 columns) has no line over 80 but an unbreakable word,
+/// and its first message continues under its text, at column 11.
+fn assert_wrapped_at_80(report: &str) {
+    assert_eq!(overlong(report, 80), Vec::<&str>::new(), "{report}");
+    let message = report
+        .lines()
+        .position(|l| l.contains("still sends traffic"))
+        .unwrap();
+    let next = report.lines().nth(message + 1).unwrap();
+    assert!(
+        next.starts_with(&" ".repeat(11)) && !next.starts_with(&" ".repeat(12)),
+        "{report}"
+    );
+}
+
 #[test]
 fn the_text_report_fits_the_terminal_it_is_given() {
     let plain = text(&portdrift(
@@ -278,20 +293,11 @@ fn the_text_report_fits_the_terminal_it_is_given() {
         &[("LANG", "C.UTF-8"), ("COLUMNS", "80")],
         None,
     ));
-    assert_eq!(overlong(&narrow, 80), Vec::<&str>::new());
+    assert_wrapped_at_80(&narrow);
     assert_eq!(
         narrow.split_whitespace().collect::<Vec<_>>(),
         plain.split_whitespace().collect::<Vec<_>>(),
         "wrapping loses and cuts no word"
-    );
-    let message = narrow
-        .lines()
-        .position(|l| l.contains("still sends traffic"))
-        .unwrap();
-    let next = narrow.lines().nth(message + 1).unwrap();
-    assert!(
-        next.starts_with(&" ".repeat(11)) && !next.starts_with(&" ".repeat(12)),
-        "{narrow}"
     );
 
     let ascii = text(&portdrift(&["scan", "--from", BUNDLE], &[("LANG", "C")], None));
@@ -375,14 +381,5 @@ fn in_a_real_terminal_at_80_columns_the_report_wraps_and_critical_stands_out() {
         }
         out
     };
-    assert_eq!(overlong(&plain, 80), Vec::<&str>::new(), "{plain}");
-    let message = plain
-        .lines()
-        .position(|l| l.contains("still sends traffic"))
-        .unwrap();
-    let next = plain.lines().nth(message + 1).unwrap();
-    assert!(
-        next.starts_with(&" ".repeat(11)) && !next.starts_with(&" ".repeat(12)),
-        "{plain}"
-    );
+    assert_wrapped_at_80(&plain);
 }
