@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::heart::citation::NaturalOrder;
 use crate::heart::model::{Backend, Family, ProcessInfo, Protocol};
 
 /// The kinds of drift portdrift knows.
@@ -331,7 +332,7 @@ impl Finding {
     }
 
     /// Sort key: by port, then most severe first, then kind, so reports group by port;
-    /// rule positions by file, then line number (line 97 before line 100).
+    /// rule positions by file, then number (line 97 before line 100, rule 9 before 10).
     pub fn sort_key(&self) -> impl Ord + '_ {
         (
             self.port.unwrap_or(u16::MAX),
@@ -341,19 +342,8 @@ impl Finding {
             self.backend,
             self.family,
             self.target.as_deref(),
-            self.rule_source.as_deref().map(position),
+            self.rule_source.as_deref().map(NaturalOrder),
         )
-    }
-}
-
-/// `file:line` as (file, line), so positions order by number; a source without a line
-/// number sorts before its lines.
-fn position(at: &str) -> (&str, u64) {
-    match at.rsplit_once(':') {
-        Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => {
-            (file, line.parse().unwrap_or(u64::MAX))
-        }
-        _ => (at, 0),
     }
 }
 

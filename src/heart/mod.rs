@@ -4,6 +4,7 @@
 
 pub mod acceptance;
 pub mod cilium;
+pub mod citation;
 pub mod coverage;
 pub mod desired;
 pub mod detect;

@@ -224,6 +224,24 @@ pub struct RuleText {
     pub text: Arc<str>,
     /// 1-based line in the dump it came from; 0 when the source has no lines.
     pub line: u32,
+    /// 1-based number of an iptables rule in its chain, as `iptables -L --line-numbers`
+    /// counts; 0 when not known (nftables, a listing that is not a save).
+    pub position: u32,
+    /// The nf_tables handle of an iptables-nft rule read over netlink (as `nft -a`
+    /// prints it); an nftables rule's handle is in its [`RuleIdentity`].
+    pub handle: Option<std::num::NonZeroU64>,
+}
+
+impl RuleText {
+    /// A rule found at `line`, with no number in its chain or handle known.
+    pub fn at_line(text: impl Into<Arc<str>>, line: u32) -> RuleText {
+        RuleText {
+            text: text.into(),
+            line,
+            position: 0,
+            handle: None,
+        }
+    }
 }
 
 /// A DNAT found on a NodePort's path.
@@ -317,6 +335,17 @@ pub struct HostPortRule {
     pub rule: RuleText,
 }
 
+impl HostPortRule {
+    /// The chain the rule is in (`CNI-HOSTPORT-DNAT`), as its line names it.
+    pub fn chain(&self) -> &str {
+        self.rule
+            .text
+            .strip_prefix("-A ")
+            .and_then(|rest| rest.split_ascii_whitespace().next())
+            .unwrap_or("")
+    }
+}
+
 /// A line a parser could not understand. It is reported, never dropped silently.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unparsed {
@@ -339,11 +368,23 @@ pub struct OrphanChain {
     pub dnat: Option<SocketAddr>,
 }
 
+/// How a source's rules are looked up by whoever reads a finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lookup {
+    /// By line of the file the rules were read from.
+    #[default]
+    Lines,
+    /// On the live node, by table, chain, number and handle.
+    Chains,
+}
+
 /// Everything read from one netfilter source (one dump of one backend and family).
 #[derive(Debug, Clone)]
 pub struct RuleSource {
     /// The file or command it came from, for messages.
     pub origin: String,
+    /// How findings cite its rules: by line, or by chain on the live node.
+    pub lookup: Lookup,
     pub backend: Backend,
     pub family: Family,
     pub nodeports: Vec<NodePortRule>,
@@ -487,6 +528,7 @@ impl RuleSource {
     pub fn empty(origin: impl Into<String>, backend: Backend, family: Family) -> RuleSource {
         RuleSource {
             origin: origin.into(),
+            lookup: Lookup::Lines,
             backend,
             family,
             nodeports: Vec::new(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::heart::cilium::MapKind;
-use crate::heart::model::{Backend, Family};
+use crate::heart::model::{Backend, Family, Lookup};
 use crate::heart::outcome::SourceState;
 
 /// One input as a source delivered it.
@@ -66,6 +66,12 @@ pub trait Source {
     /// a bundle file, `iptables-nft-save:99` for the live tool).
     fn label(&self, name: &str) -> String {
         name.to_string()
+    }
+
+    /// How findings cite the rules it gives: by line of a file the reader holds, or on
+    /// the live node by chain, rule number and handle (nothing keeps the listing read).
+    fn lookup(&self) -> Lookup {
+        Lookup::Lines
     }
 
     /// Whether its iptables dumps show every table the kernel has (the live node runs

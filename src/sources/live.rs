@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::heart::model::{Family, RuleSource};
+use crate::heart::model::{Family, Lookup, RuleSource};
 use crate::heart::outcome::SourceState;
 use crate::sources::bundle::{
     Fetched, HEALTHZ_FILE, PROXY_MODE_FILE, Source, cilium_map_file, fetch_file, fetch_required,
@@ -182,13 +182,12 @@ impl Following {
                 0 => (iptables_netlink_label(Family::Ipv4), "iptables-nft's tables"),
                 _ => (iptables_netlink_label(Family::Ipv6), "iptables-nft's tables"),
             };
-            if let Some(why) = &why {
-                tracing::info!(table = label, %why, "reading {tables} whole");
-            } else {
-                tracing::info!(
+            match &why {
+                Some(why) => tracing::info!(table = label, %why, "reading {tables} whole"),
+                None => tracing::info!(
                     table = label,
                     "reading {tables} again only where the kernel announced changes"
-                );
+                ),
             }
             self.last_whole[at] = why;
         }
@@ -483,6 +482,10 @@ impl Source for LiveNode {
         }
     }
 
+    fn lookup(&self) -> Lookup {
+        Lookup::Chains
+    }
+
     /// The tools run without `-t`, and netlink reads every table.
     fn dumps_whole(&self) -> bool {
         true
@@ -497,10 +500,7 @@ impl Source for LiveNode {
             return format!("bpftool {}", bpftool_args(&self.pin_path(kind), info).join(" "));
         }
         if let Some((program, args)) = tool_for(name) {
-            return std::iter::once(program)
-                .chain(args.iter().copied())
-                .collect::<Vec<_>>()
-                .join(" ");
+            return [&[program][..], args].concat().join(" ");
         }
         match name {
             "nft.json" => "nft -j list table ip|ip6 kube-proxy".to_string(),

@@ -51,6 +51,8 @@ impl Parser {
             replacement: None,
             saw_save_line: false,
             list_line: None,
+            chain_run: (String::new(), 0),
+            handle: None,
             kube_proxy_chain: None,
             malformed: Vec::new(),
             undeclared_jumps: Vec::new(),
@@ -276,7 +278,19 @@ impl Parser {
         }
     }
 
+    /// The rule on line `number`, with its number in its chain and its handle.
+    pub(super) fn rule_text(&self, number: u32, text: &str) -> RuleText {
+        RuleText {
+            text: text.into(),
+            line: number,
+            position: self.chain_run.1,
+            handle: self.handle,
+        }
+    }
+
     pub(super) fn open_table(&mut self, number: u32, name: &str) {
+        self.chain_run.1 = 0;
+        self.chain_run.0.clear();
         self.end_listing();
         self.end_table_block();
         if self.table.is_some() {
@@ -360,6 +374,13 @@ impl Parser {
         if chain.starts_with("KUBE-") {
             self.kube_rule_count += 1;
         }
+        if self.chain_run.0 == chain {
+            self.chain_run.1 += 1;
+        } else {
+            self.chain_run.0.clear();
+            self.chain_run.0.push_str(chain);
+            self.chain_run.1 = 1;
+        }
         self.note_chain_name(chain);
         let kind = match self.table {
             Some(kind) => kind,
@@ -431,14 +452,8 @@ impl Parser {
             TableKind::Other => return,
         };
         if !declared {
-            self.undeclared_jumps.push((
-                table,
-                target.to_string(),
-                RuleText {
-                    text: text.into(),
-                    line: number,
-                },
-            ));
+            self.undeclared_jumps
+                .push((table, target.to_string(), self.rule_text(number, text)));
         }
     }
 

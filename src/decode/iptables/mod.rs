@@ -13,6 +13,7 @@ pub(crate) mod tokens;
 
 use std::io::{self, BufRead};
 use std::net::IpAddr;
+use std::num::NonZeroU64;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -85,6 +86,13 @@ impl LineParser {
     pub(crate) fn line(&mut self, text: &str) {
         self.line += 1;
         self.parser.line(self.line, text.as_bytes(), false);
+    }
+
+    /// [`LineParser::line`] for a rule whose nf_tables handle the reader knows.
+    pub(crate) fn line_with_handle(&mut self, text: &str, handle: Option<NonZeroU64>) {
+        self.parser.handle = handle;
+        self.line(text);
+        self.parser.handle = None;
     }
 
     /// Lines handed over so far.
@@ -256,6 +264,11 @@ struct Parser {
     saw_save_line: bool,
     /// The first line of an `iptables -L` listing in the dump, and its number.
     list_line: Option<(u32, String)>,
+    /// The chain of the last rule read, and that rule's number in it: a save prints each
+    /// chain's rules together, so counting a run numbers them without a map.
+    chain_run: (String, u32),
+    /// The nf_tables handle of the line being read, when its reader knows it.
+    handle: Option<NonZeroU64>,
 }
 
 #[cfg(test)]

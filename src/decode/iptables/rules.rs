@@ -4,7 +4,7 @@
 // nothing for a dump read from the local kernel and costs measurably at 240k lines.
 
 use crate::heart::kube_proxy;
-use crate::heart::model::{DestMatch, MalformedRule, Protocol, RuleText, Verdict};
+use crate::heart::model::{DestMatch, MalformedRule, Protocol, Verdict};
 
 use super::args::*;
 use super::values::*;
@@ -45,10 +45,7 @@ impl Parser {
                         ip,
                         port,
                         chain: chain_id,
-                        rule: RuleText {
-                            text: text.into(),
-                            line: number,
-                        },
+                        rule: self.rule_text(number, text),
                         dport: args.dport.as_deref().and_then(|p| p.parse().ok()),
                     });
                     dispatch_target = Some(DispatchTarget::Dnat(id));
@@ -122,10 +119,7 @@ impl Parser {
         self.malformed.push(MalformedRule {
             table: table.to_string(),
             chain: chain.to_string(),
-            rule: RuleText {
-                text: text.into(),
-                line: number,
-            },
+            rule: self.rule_text(number, text),
             problem,
         });
     }
@@ -147,10 +141,7 @@ impl Parser {
             protocol,
             ports,
             chain,
-            rule: RuleText {
-                text: text.into(),
-                line: number,
-            },
+            rule: self.rule_text(number, text),
         });
     }
 
@@ -234,10 +225,7 @@ impl Parser {
             target,
             comment,
             undecoded_comment,
-            rule: RuleText {
-                text: text.into(),
-                line: number,
-            },
+            rule: self.rule_text(number, text),
         });
     }
 }

@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 
 use crate::heart::kube_proxy;
 use crate::heart::model::{
-    Backend, EntryJump, Family, MalformedRule, OrphanChain, ProxyMode, ProxySignals, RuleSource,
+    Backend, EntryJump, Family, Lookup, MalformedRule, OrphanChain, ProxyMode, ProxySignals, RuleSource,
 };
 
 use super::values::*;
@@ -116,6 +116,7 @@ impl Parser {
         let missing_entry = self.missing_entry();
         RuleSource {
             origin: self.origin,
+            lookup: Lookup::Lines,
             backend,
             family,
             nodeports,

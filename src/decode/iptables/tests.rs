@@ -475,3 +475,46 @@ fn ipvs_and_replacement_chains_are_signals() {
     );
     assert!(!cilium.has_kube_proxy);
 }
+
+#[test]
+fn each_rule_is_numbered_in_its_chain_as_iptables_lists_it() {
+    let parsed = parse(DUMP);
+    let by_port = |port: u16, dest: &DestMatch| {
+        parsed
+            .nodeports
+            .iter()
+            .find(|r| r.port == port && &r.dest == dest)
+            .unwrap()
+    };
+    // KUBE-NODEPORTS in nat: the localhost twin is its first rule, then the main
+    // rule, then the hand DNAT; filter's KUBE-NODEPORTS is counted apart.
+    assert_eq!(by_port(3003, &DestMatch::Localhost).rule.position, 1);
+    assert_eq!(by_port(3003, &DestMatch::Any).rule.position, 2);
+    assert_eq!(by_port(30080, &DestMatch::Any).rule.position, 3);
+    let target = &by_port(3003, &DestMatch::Any).targets[0];
+    assert_eq!((target.rule.line, target.rule.position), (29, 2));
+    // A dump read from a file has no handles.
+    assert!(parsed.nodeports.iter().all(|r| r.rule.handle.is_none()));
+}
+
+#[test]
+fn a_handle_given_with_a_line_stays_with_its_rule() {
+    let mut parser = LineParser::new("netlink", SourceHint::default());
+    for line in DUMP.lines() {
+        // As the netlink reader gives them: a rule's handle before it.
+        let (handle, line) = crate::decode::netlink::iptables::split_handle(line);
+        assert!(handle.is_none());
+        let handle = line
+            .contains("--dport 30080")
+            .then(|| std::num::NonZeroU64::new(4242).unwrap());
+        parser.line_with_handle(line, handle);
+    }
+    let parsed = parser.finish();
+    let handles: Vec<_> = parsed
+        .nodeports
+        .iter()
+        .map(|r| (r.port, r.rule.handle.map(|h| h.get())))
+        .collect();
+    assert!(handles.contains(&(30080, Some(4242))), "{handles:?}");
+    assert!(handles.contains(&(3003, None)), "{handles:?}");
+}

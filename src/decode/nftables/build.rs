@@ -10,8 +10,8 @@ use super::ir::{ElementIr, ElementVerdict, ParsedRuleset};
 use super::{NAT_PREROUTING, REJECT_CHAIN, SERVICE_NODEPORTS_MAP, is_service_chain, table_label, unparsed};
 use crate::heart::kube_proxy::parse_nft_service_chain;
 use crate::heart::model::{
-    Backend, DestMatch, DnatTarget, EntryJump, NodePortRule, OrphanChain, Protocol, RuleIdentity, RuleSource,
-    RuleText, ServicePortRef, Unparsed, Verdict,
+    Backend, DestMatch, DnatTarget, EntryJump, Lookup, NodePortRule, OrphanChain, Protocol, RuleIdentity,
+    RuleSource, RuleText, ServicePortRef, Unparsed, Verdict,
 };
 
 /// One [`RuleSource`] per table of a decoded dump.
@@ -51,6 +51,7 @@ fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unpar
     let complete = table.complete() && unparsed.is_empty();
     RuleSource {
         origin: origin.to_string(),
+        lookup: Lookup::Lines,
         backend: Backend::Nftables,
         family: table.family(),
         nodeports,
@@ -192,10 +193,7 @@ fn nodeport_rule(
         // field holds iptables-mode hashes only.
         chain_hash: None,
         dangling: walk.dangling,
-        rule: RuleText {
-            text: text.into(),
-            line: element.line,
-        },
+        rule: RuleText::at_line(text, element.line),
         identity: RuleIdentity::Nftables {
             table: names.table.clone(),
             container: map.clone(),
@@ -347,10 +345,7 @@ fn dnat_target(
     DnatTarget {
         addr: dnat.addr,
         chain: chain.clone(),
-        rule: RuleText {
-            text: dnat.text.clone(),
-            line: rule.line,
-        },
+        rule: RuleText::at_line(dnat.text.clone(), rule.line),
         identity: RuleIdentity::Nftables {
             table: names.table.clone(),
             container: chain,

@@ -10,7 +10,6 @@ use crate::heart::model::{Backend, DestMatch, Family, NodePortRule, Protocol, Ru
 use crate::heart::proxy_mode::{self};
 
 use super::attribution::{DesiredIndex, Judged};
-use super::builders::locate;
 
 /// Backend preference when the evidence ties: iptables-nft is what current kube-proxy
 /// images pick by default, nftables is opt-in, legacy is the leftover of old nodes.
@@ -133,7 +132,7 @@ pub(super) fn backend_split(
             forwarding
                 .iter()
                 .take(5)
-                .map(|r| format!("{} ({})", r.rule.text, locate(&s.origin, r.rule.line))),
+                .map(|r| format!("{} ({})", r.rule.text, s.cite_rule(&r.rule, &r.identity))),
         );
         if forwarding.len() > 5 {
             f.evidence

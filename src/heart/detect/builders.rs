@@ -23,7 +23,7 @@ pub(super) fn rule_finding(
     f.family = Some(source.family);
     f.backend = Some(source.backend);
     f.rule = Some(rule.rule.text.to_string());
-    f.rule_source = Some(locate(&source.origin, rule.rule.line));
+    f.rule_source = Some(source.cite_rule(&rule.rule, &rule.identity));
     f.evidence.extend(describe_path(rule, None));
     f
 }

@@ -11,7 +11,7 @@ use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{Backend, NodePortRule, RuleSource, Verdict};
 
 use super::attribution::{DesiredIndex, Judged, JudgedRule};
-use super::builders::{describe_attribution, locate, rule_finding, set_service};
+use super::builders::{describe_attribution, rule_finding, set_service};
 
 pub(super) fn duplicate_rules(
     source: &RuleSource,
@@ -55,7 +55,7 @@ pub(super) fn duplicate_rules(
                 "{protocol}/{port} has {} NodePort rules in {}; only the first ({}) ever matches{}: delete this {}rule{}.",
                 rules.len(),
                 source.backend,
-                locate(&source.origin, first.rule.line),
+                source.cite_rule(&first.rule, &first.identity),
                 if differ {
                     ", and they disagree on where traffic goes"
                 } else {
@@ -69,7 +69,7 @@ pub(super) fn duplicate_rules(
                 if shadows {
                     format!(
                         ", which shadows kube-proxy's ({})",
-                        locate(&source.origin, kept.rule.line)
+                        source.cite_rule(&kept.rule, &kept.identity)
                     )
                 } else {
                     String::new()

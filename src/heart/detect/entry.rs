@@ -6,8 +6,6 @@
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{RuleSource, Verdict};
 
-use super::builders::locate;
-
 /// `source` is the backend kube-proxy writes now for its family.
 pub(super) fn unreached_nodeports(source: &RuleSource, out: &mut Vec<Finding>) {
     // Only a dump that shows the whole nat table shows a jump absent.
@@ -44,7 +42,7 @@ pub(super) fn unreached_nodeports(source: &RuleSource, out: &mut Vec<Finding>) {
     f.evidence.push(format!(
         "first NodePort rule left unreached: {} ({})",
         first.rule.text,
-        locate(&source.origin, first.rule.line)
+        source.cite_rule(&first.rule, &first.identity)
     ));
     out.push(f);
 }

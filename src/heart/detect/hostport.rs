@@ -7,7 +7,7 @@ use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::RuleSource;
 
 use super::attribution::DesiredIndex;
-use super::builders::{locate, set_service};
+use super::builders::set_service;
 
 pub(super) fn hostport_conflicts(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     for hp in &source.hostports {
@@ -38,7 +38,7 @@ pub(super) fn hostport_conflicts(source: &RuleSource, index: &DesiredIndex<'_>, 
         set_service(&mut f, &desired.service);
         f.target = hp.targets.first().map(|t| t.to_string());
         f.rule = Some(hp.rule.text.to_string());
-        f.rule_source = Some(locate(&source.origin, hp.rule.line));
+        f.rule_source = Some(source.cite_in("nat", hp.chain(), &hp.rule));
         out.push(f);
     }
 }

@@ -11,7 +11,7 @@ use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{DestMatch, Family, NodePortRule, RuleSource, Verdict};
 
 use super::attribution::{DesiredIndex, Judged, PortIndex};
-use super::builders::{locate, rule_finding, set_service};
+use super::builders::{rule_finding, set_service};
 
 pub(super) fn missing_rules(
     family: Family,
@@ -152,7 +152,7 @@ pub(super) fn local_endpoint_unreached(
             f.evidence.push(format!(
                 "NodePort rule: {} ({}), which {}",
                 forwarding.rule.text,
-                locate(&primary.origin, forwarding.rule.line),
+                primary.cite_rule(&forwarding.rule, &forwarding.identity),
                 if internally {
                     format!("reaches {addr} for pod and host traffic only")
                 } else {
@@ -209,7 +209,7 @@ pub(super) fn missing_rule_finding(
         };
         f.evidence.push(format!(
             "{} {what}: {}",
-            locate(&primary.origin, r.rule.line),
+            primary.cite_rule(&r.rule, &r.identity),
             r.rule.text
         ));
     }

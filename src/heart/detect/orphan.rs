@@ -10,7 +10,7 @@ use crate::heart::kube_proxy::{self, Naming};
 use crate::heart::model::{Family, RuleSource};
 
 use super::attribution::{DesiredIndex, hash_key};
-use super::builders::{locate, set_service};
+use super::builders::set_service;
 
 pub(super) fn orphan_chains(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     // An orphan is the absence of a jump, which a partial dump cannot show.
@@ -32,7 +32,7 @@ pub(super) fn orphan_chains(source: &RuleSource, index: &DesiredIndex<'_>, out: 
         f.family = Some(source.family);
         f.backend = Some(source.backend);
         f.rule = Some(format!(":{}", orphan.chain));
-        f.rule_source = Some(locate(&source.origin, orphan.line));
+        f.rule_source = Some(source.cite_chain(&orphan.table, &orphan.chain, orphan.line));
         if let Some(i) = owner {
             let desired = index.port(i);
             f.protocol = Some(desired.protocol);

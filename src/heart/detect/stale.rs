@@ -12,7 +12,7 @@ use crate::heart::kube_proxy::{self, Naming};
 use crate::heart::model::{DestMatch, DnatTarget, NodePortRule, Protocol, RuleIdentity, RuleSource, Verdict};
 
 use super::attribution::{Attribution, DesiredIndex, Evidence, Judged};
-use super::builders::{describe_attribution, describe_path, locate, rule_finding, set_service};
+use super::builders::{describe_attribution, describe_path, rule_finding, set_service};
 
 /// For each NodePort key, the first line at which the port's owner has its own rule.
 pub(super) type OwnerLines<'s> = FxHashMap<(Protocol, u16, &'s DestMatch), u32>;
@@ -192,12 +192,12 @@ pub(super) fn stale_endpoints<'s>(
             f.evidence.push(format!(
                 "NodePort rule: {} ({})",
                 rule.rule.text,
-                locate(&source.origin, rule.rule.line)
+                source.cite_rule(&rule.rule, &rule.identity)
             ));
             f.evidence.extend(describe_path(rule, Some(&target.chain)));
         }
         f.rule = Some(target.rule.text.to_string());
-        f.rule_source = Some(locate(&source.origin, target.rule.line));
+        f.rule_source = Some(source.cite_rule(&target.rule, &target.identity));
         out.push(f);
     }
 }
@@ -232,7 +232,7 @@ pub(super) fn stale_nodeport_finding(
         f.evidence.push(format!(
             "forwards to {} ({})",
             t.addr,
-            locate(&source.origin, t.rule.line)
+            source.cite_rule(&t.rule, &t.identity)
         ));
     }
     if let Some(chain) = &rule.dangling {

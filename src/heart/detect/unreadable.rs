@@ -7,7 +7,6 @@ use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::RuleSource;
 
 use super::UNPARSED_REPORTED;
-use super::builders::locate;
 
 pub(super) fn malformed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
     for m in &source.malformed {
@@ -22,7 +21,7 @@ pub(super) fn malformed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
         f.family = Some(source.family);
         f.backend = Some(source.backend);
         f.rule = Some(m.rule.text.to_string());
-        f.rule_source = Some(locate(&source.origin, m.rule.line));
+        f.rule_source = Some(source.cite_in(&m.table, &m.chain, &m.rule));
         out.push(f);
     }
 }
@@ -42,7 +41,7 @@ pub(super) fn unparsed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
         f.family = Some(source.family);
         f.backend = Some(source.backend);
         f.rule = Some(u.text.clone());
-        f.rule_source = Some(locate(&source.origin, u.line));
+        f.rule_source = Some(source.cite_line(u.line));
         out.push(f);
     }
     let rest = source.unparsed.len().saturating_sub(UNPARSED_REPORTED);

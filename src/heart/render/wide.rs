@@ -7,12 +7,15 @@ use crate::heart::finding::Finding;
 use crate::heart::outcome::ScanReport;
 use crate::heart::visible::{into_visible_lines, visible as v};
 
+// AT comes last, as `ps` puts COMMAND: a rule on the live node is cited in words
+// (`iptables-nft table nat chain KUBE-SEP-X rule 2 handle 124`), and the columns before
+// it stay split by whitespace.
 const HEADER: [&str; 9] = [
-    "SEVERITY", "KIND", "PORT", "FAMILY", "BACKEND", "SERVICE", "TARGET", "AT", "ID",
+    "SEVERITY", "KIND", "PORT", "FAMILY", "BACKEND", "SERVICE", "TARGET", "ID", "AT",
 ];
 
 /// Renders the verdict, then every finding (info included) a line each, most severe
-/// first, then by port. An empty field is `-`.
+/// first, then by port. An empty field is `-`; every column but the last is one word.
 pub fn render_wide(report: &ScanReport) -> String {
     let mut out = String::new();
     super::render_verdict(&mut out, report);
@@ -62,8 +65,8 @@ fn row(f: &Finding) -> [String; 9] {
         // spaces escaped.
         or_dash(f.service.as_deref().map(cell)),
         or_dash(f.target.as_deref().map(cell)),
-        or_dash(f.rule_source.as_deref().map(cell)),
         f.id(),
+        or_dash(f.rule_source.as_deref().map(|at| v(at).into_owned())),
     ]
 }
 

@@ -5,7 +5,7 @@ use std::io;
 
 use crate::decode::iptables::{self, SourceHint};
 use crate::decode::nftables;
-use crate::heart::model::{Backend, Family, RuleSource};
+use crate::heart::model::{Backend, Family, Lookup, RuleSource};
 use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
 use crate::scan::readers::read_all;
 use crate::sources::bundle::{Fetched, Source};
@@ -23,7 +23,10 @@ pub(super) fn read_iptables<S: Source>(
 ) -> bool {
     let fallback = match src.iptables_direct(name) {
         None => None,
-        Some(Ok(direct)) => return read_iptables_direct(name, backend, family, direct, input),
+        Some(Ok(direct)) => {
+            let lookup = src.lookup();
+            return read_iptables_direct(name, backend, family, direct, lookup, input);
+        }
         Some(Err(why)) => Some(format!(
             "reading over netlink failed ({why}); read with {} instead",
             src.label(name)
@@ -57,6 +60,7 @@ fn read_iptables_direct(
     backend: Option<Backend>,
     family: Family,
     direct: Fetched<Option<RuleSource>>,
+    lookup: Lookup,
     input: &mut ScanInput,
 ) -> bool {
     let mut status = SourceStatus::new(name, direct.state.unwrap_or(SourceState::Ok));
@@ -65,7 +69,7 @@ fn read_iptables_direct(
     status.family = Some(family);
     status.notes = direct.notes;
     match direct.value {
-        Some(Ok(Some(parsed))) => push_rule_source(input, parsed, status),
+        Some(Ok(Some(parsed))) => push_rule_source(input, parsed, status, lookup),
         _ => input.sources.push(status),
     }
     true
@@ -112,13 +116,14 @@ fn read_iptables_dump<S: Source>(
             if !settled.trusted {
                 parsed.complete = false;
             }
-            push_rule_source(input, parsed, status);
+            push_rule_source(input, parsed, status, src.lookup());
         }
     }
     true
 }
 
-fn push_rule_source(input: &mut ScanInput, source: RuleSource, mut status: SourceStatus) {
+fn push_rule_source(input: &mut ScanInput, mut source: RuleSource, mut status: SourceStatus, lookup: Lookup) {
+    source.lookup = lookup;
     if !source.complete && status.status == SourceState::Ok {
         status.status = SourceState::Partial;
     }
@@ -153,7 +158,10 @@ pub fn read_nftables_only<S: Source>(src: &mut S) -> ScanInput {
 pub(super) fn read_nftables<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
     let fallback = match src.nftables_direct() {
         None => None,
-        Some(Ok(direct)) => return read_nftables_direct(direct, input),
+        Some(Ok(direct)) => {
+            let lookup = src.lookup();
+            return read_nftables_direct(direct, lookup, input);
+        }
         Some(Err(why)) => Some(format!(
             "reading over netlink failed ({why}); read with nft -j instead"
         )),
@@ -162,7 +170,7 @@ pub(super) fn read_nftables<S: Source>(src: &mut S, input: &mut ScanInput) -> bo
 }
 
 /// The tables as a source read them itself.
-fn read_nftables_direct(direct: Fetched<Vec<RuleSource>>, input: &mut ScanInput) -> bool {
+fn read_nftables_direct(direct: Fetched<Vec<RuleSource>>, lookup: Lookup, input: &mut ScanInput) -> bool {
     let mut status = SourceStatus::new("nft.json", direct.state.unwrap_or(SourceState::Ok));
     status.origin = Some(NFT_NETLINK_LABEL.to_string());
     status.backend = Some(Backend::Nftables);
@@ -170,7 +178,7 @@ fn read_nftables_direct(direct: Fetched<Vec<RuleSource>>, input: &mut ScanInput)
     match direct.value {
         Some(Ok(sources)) if !sources.is_empty() => {
             for source in sources {
-                push_rule_source(input, source, status.clone());
+                push_rule_source(input, source, status.clone(), lookup);
             }
         }
         _ => input.sources.push(status),
@@ -236,7 +244,7 @@ fn read_nftables_dump<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
                 if !settled.trusted {
                     s.complete = false;
                 }
-                push_rule_source(input, s, status.clone());
+                push_rule_source(input, s, status.clone(), src.lookup());
             }
         }
         Err(e) if bytes.is_empty() => {

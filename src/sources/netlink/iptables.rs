@@ -10,13 +10,15 @@
 //! This is the transport (which dumps, on which sockets, in which order); the messages
 //! are rendered by [`crate::decode::netlink::iptables`].
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::decode::iptables::{LineParser, SourceHint};
 use crate::decode::netlink::iptables::{
-    ChainInfo, SAVE_FOOTER, TABLES, declare_chains, read_chain, render_rule, save_header,
+    ChainInfo, SAVE_FOOTER, TABLES, declare_chains, read_chain, render_rule, rule_handle, save_header,
+    split_handle,
 };
 use crate::decode::netlink::{
     NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETTABLE, NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NFTA_TABLE_NAME,
@@ -54,7 +56,11 @@ pub fn read_rules_netlink(
             bytes: &extra_bytes,
             recording: None,
         };
-        match render_family(&mut conn, read, family, &mut |line| parser.line(line), None) {
+        let mut sink = |line: &str| {
+            let (handle, line) = split_handle(line);
+            parser.line_with_handle(line, handle);
+        };
+        match render_family(&mut conn, read, family, &mut sink, None) {
             Err(NetlinkError::Unstable(_)) => continue,
             Err(e) => return Err(e),
             Ok(()) if conn.generation()? == before => {
@@ -105,7 +111,14 @@ fn render_save_recorded(
         bytes: &bytes,
         recording,
     };
-    render_family(&mut conn, read, family, sink, None)
+    // Lines as the tool prints them, without the handles kept for findings.
+    render_family(
+        &mut conn,
+        read,
+        family,
+        &mut |line| sink(split_handle(line).1),
+        None,
+    )
 }
 
 /// How many blocks the readers may run ahead of the parser.
@@ -116,7 +129,8 @@ const LOOKAHEAD: usize = 1024;
 /// one reader is on such a chain the other keeps reading the small ones after it.
 const BUDGET: usize = 8 << 20;
 
-/// Appends the rules of one chain, each line ending in `\n`.
+/// Appends the rules of one chain, each line ending in `\n` and starting with the
+/// rule's handle ([`split_handle`] takes it off again).
 fn render_chain(
     conn: &mut Conn,
     family: Family,
@@ -138,6 +152,9 @@ fn render_chain(
         nfproto(family),
         &filter,
         |attrs| {
+            if let Some(handle) = rule_handle(attrs) {
+                let _ = write!(out, "{handle} ");
+            }
             match render_rule(out, family, chain, attrs) {
                 Ok(()) => out.push('\n'),
                 Err(e) => {
@@ -301,9 +318,10 @@ pub fn read_rules_following(
         whole: true,
     };
     let mut parser = LineParser::new(origin, hint);
-    followed
-        .state
-        .render_lines(family, &mut |line| parser.line(line))?;
+    followed.state.render_lines(family, &mut |line| {
+        let (handle, line) = split_handle(line);
+        parser.line_with_handle(line, handle);
+    })?;
     let parsed = (parser.lines() > 0).then(|| parser.finish());
     let of = followed.state.tables.iter().map(|t| t.chains.len()).sum();
     let kind = followed.finish(kept, of);

@@ -17,12 +17,14 @@ mod xtables;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::num::NonZeroU64;
 
 pub use rule::render_rule;
 
 use super::{
     Attrs, DecodeError, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWTABLE, NFTA_CHAIN_NAME,
-    NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NFTA_TABLE_NAME, be32, be64, messages, name, nfproto,
+    NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_TABLE_NAME, be32, be64,
+    messages, name, nfproto,
 };
 use crate::heart::model::Family;
 
@@ -63,6 +65,27 @@ fn unsupported(chain: &str, what: impl std::fmt::Display) -> DecodeError {
     DecodeError::Unsupported(format!(
         "a rule in chain {chain} that this reader does not print: {what}"
     ))
+}
+
+/// A rule message's handle (the kernel gives every rule one).
+pub fn rule_handle(attrs: &[u8]) -> Option<NonZeroU64> {
+    Attrs::new(attrs)
+        .filter_map(Result::ok)
+        .find(|(kind, _)| *kind == NFTA_RULE_HANDLE)
+        .and_then(|(_, value)| be64(value).ok())
+        .and_then(NonZeroU64::new)
+}
+
+/// A rule line rendered with its handle in front (`95 -A KUBE-NODEPORTS ...`), as the
+/// readers keep them so that findings can cite the handle, split into the handle and
+/// the line `iptables-nft-save` prints. A line without one is returned whole: no line of
+/// a save starts with a digit.
+pub fn split_handle(line: &str) -> (Option<NonZeroU64>, &str) {
+    let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+    match line[digits..].strip_prefix(' ') {
+        Some(rest) if digits > 0 => (line[..digits].parse().ok(), rest),
+        _ => (None, line),
+    }
 }
 
 /// The first line of a family's listing (the tool's own is timestamped).

@@ -49,3 +49,26 @@ fn recorded_messages_render_as_the_live_read_rendered_them() {
     let cut = &recorded[..recorded.len() - 3];
     assert!(super::render_save(crate::heart::model::Family::Ipv4, cut, &mut |_| {}).is_err());
 }
+
+#[test]
+fn a_handle_in_front_of_a_rule_comes_off_and_a_save_line_is_left_whole() {
+    use super::split_handle;
+    let rule = "-A KUBE-NODEPORTS -p tcp -m tcp --dport 30080 -j KUBE-EXT-X";
+    assert_eq!(
+        split_handle(&format!("95 {rule}")),
+        (std::num::NonZeroU64::new(95), rule)
+    );
+    for whole in [
+        rule,
+        ":KUBE-NODEPORTS - [0:0]",
+        "*nat",
+        "COMMIT",
+        "# Completed",
+        "",
+        "95",
+    ] {
+        assert_eq!(split_handle(whole), (None, whole));
+    }
+    // Handle 0 is no handle (the kernel never gives one).
+    assert_eq!(split_handle(&format!("0 {rule}")), (None, rule));
+}

@@ -1,0 +1,145 @@
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use super::*;
+
+fn source(origin: &str, lookup: Lookup, backend: Backend, family: Family) -> RuleSource {
+    let mut s = RuleSource::empty(origin, backend, family);
+    s.lookup = lookup;
+    s
+}
+
+fn iptables_rule(position: u32, handle: Option<u64>) -> (RuleText, RuleIdentity) {
+    let text: Arc<str> = "-A KUBE-SEP-W7O7 -p udp -j DNAT --to-destination 10.244.3.61:5140".into();
+    let rule = RuleText {
+        text: text.clone(),
+        line: 123,
+        position,
+        handle: handle.and_then(NonZeroU64::new),
+    };
+    let identity = RuleIdentity::Iptables {
+        table: "nat".into(),
+        chain: "KUBE-SEP-W7O7".into(),
+        rule: text,
+    };
+    (rule, identity)
+}
+
+fn nft_rule(family: &str, line: u32, handle: Option<u64>, element: Option<&str>) -> (RuleText, RuleIdentity) {
+    let rule = RuleText::at_line("dnat ip to 10.244.3.61:5140", line);
+    let identity = RuleIdentity::Nftables {
+        table: format!("{family} kube-proxy").into(),
+        container: if element.is_some() {
+            "service-nodeports"
+        } else {
+            "endpoint-X"
+        }
+        .into(),
+        handle,
+        element: element.map(Into::into),
+    };
+    (rule, identity)
+}
+
+#[test]
+fn a_file_is_cited_by_line() {
+    let file = source(
+        "iptables-nft-save.txt",
+        Lookup::Lines,
+        Backend::IptablesNft,
+        Family::Ipv4,
+    );
+    let (rule, identity) = iptables_rule(2, None);
+    assert_eq!(file.cite_rule(&rule, &identity), "iptables-nft-save.txt:123");
+    assert_eq!(
+        file.cite_chain("nat", "KUBE-SEP-W7O7", 40),
+        "iptables-nft-save.txt:40"
+    );
+    assert_eq!(file.cite_line(7), "iptables-nft-save.txt:7");
+    assert_eq!(file.cite_line(0), "iptables-nft-save.txt");
+
+    let text = source("nft.txt", Lookup::Lines, Backend::Nftables, Family::Ipv4);
+    let (rule, identity) = nft_rule("ip", 88, Some(31), None);
+    assert_eq!(text.cite_rule(&rule, &identity), "nft.txt:88");
+    // nft's JSON has no lines: the handle is what finds the rule in it.
+    let json = source("nft.json", Lookup::Lines, Backend::Nftables, Family::Ipv6);
+    let (rule, identity) = nft_rule("ip6", 0, Some(31), None);
+    assert_eq!(
+        json.cite_rule(&rule, &identity),
+        "nft.json: table ip6 kube-proxy chain endpoint-X handle 31"
+    );
+}
+
+#[test]
+fn a_live_rule_is_cited_by_chain_number_and_handle() {
+    let netlink = source(
+        "netlink: nf_tables ip (iptables-nft)",
+        Lookup::Chains,
+        Backend::IptablesNft,
+        Family::Ipv4,
+    );
+    let (rule, identity) = iptables_rule(2, Some(124));
+    assert_eq!(
+        netlink.cite_rule(&rule, &identity),
+        "iptables-nft table nat chain KUBE-SEP-W7O7 rule 2 handle 124"
+    );
+    assert_eq!(
+        netlink.cite_chain("nat", "KUBE-SEP-W7O7", 40),
+        "iptables-nft table nat chain KUBE-SEP-W7O7"
+    );
+    // A line not understood has no chain: its line in what the save tool prints.
+    assert_eq!(netlink.cite_line(95), "iptables-nft-save line 95");
+
+    let legacy = source(
+        "ip6tables-legacy-save",
+        Lookup::Chains,
+        Backend::IptablesLegacy,
+        Family::Ipv6,
+    );
+    let (rule, identity) = iptables_rule(3, None);
+    assert_eq!(
+        legacy.cite_rule(&rule, &identity),
+        "ip6tables-legacy table nat chain KUBE-SEP-W7O7 rule 3"
+    );
+
+    let nft = source(
+        "netlink: nf_tables ip|ip6 kube-proxy",
+        Lookup::Chains,
+        Backend::Nftables,
+        Family::Ipv4,
+    );
+    let (rule, identity) = nft_rule("ip", 0, Some(31), None);
+    assert_eq!(
+        nft.cite_rule(&rule, &identity),
+        "nft table ip kube-proxy chain endpoint-X handle 31"
+    );
+    let (rule, identity) = nft_rule("ip", 0, None, Some("tcp . 30080"));
+    assert_eq!(
+        nft.cite_rule(&rule, &identity),
+        "nft table ip kube-proxy map service-nodeports element tcp . 30080"
+    );
+}
+
+#[test]
+fn citations_order_as_people_count() {
+    let mut cited = vec![
+        "iptables-nft table nat chain KUBE-NODEPORTS rule 10 handle 7",
+        "iptables-save.txt:100",
+        "iptables-nft table nat chain KUBE-NODEPORTS rule 9 handle 1200",
+        "iptables-save.txt:97",
+        "iptables-save.txt",
+        "iptables-save.txt:0097",
+    ];
+    cited.sort_by(|a, b| NaturalOrder(a).cmp(&NaturalOrder(b)));
+    assert_eq!(
+        cited,
+        [
+            "iptables-nft table nat chain KUBE-NODEPORTS rule 9 handle 1200",
+            "iptables-nft table nat chain KUBE-NODEPORTS rule 10 handle 7",
+            "iptables-save.txt",
+            "iptables-save.txt:97",
+            "iptables-save.txt:0097",
+            "iptables-save.txt:100",
+        ]
+    );
+}
