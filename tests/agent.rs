@@ -110,13 +110,19 @@ fn the_agent_serves_a_bundles_findings_and_stops_on_sigterm() {
     // does not answer, which is a 0 rather than a missing series; its health endpoint,
     // turned off, is not asked and has no series.
     assert!(
-        metrics.contains("portdrift_kube_proxy_reachable{endpoint=\"proxyMode\"} 0"),
+        metrics.contains("portdrift_kube_proxy_reachable{source=\"kube-proxy-mode.txt\"} 0"),
         "{metrics}"
     );
     assert!(
-        !metrics.contains("portdrift_kube_proxy_reachable{endpoint=\"healthz\"}"),
+        !metrics.contains("portdrift_kube_proxy_reachable{source=\"kube-proxy-healthz.json\"}"),
         "{metrics}"
     );
+    // One name for the source: the report's sources and portdrift_source_up use it too.
+    assert!(
+        metrics.contains("portdrift_source_up{source=\"kube-proxy-mode.txt\"}"),
+        "{metrics}"
+    );
+    support::source(&findings, "kube-proxy-mode.txt");
 
     // The finding's Event, on its Service (with the UID the cluster state gives it).
     let events: serde_json::Value = serde_json::from_str(&read(dir, "events.json"))

@@ -160,8 +160,10 @@ pub fn metrics_reference() -> String {
     out.push_str(
         "\n## kube-proxy: reachable, then healthy\n\n\
          A kube-proxy that answers nothing is exported as such,\n\
-         `portdrift_kube_proxy_reachable{endpoint=\"healthz\"} 0` (and `endpoint=\"proxyMode\"` for\n\
-         its metrics server), not as a missing series. `portdrift_kube_proxy_healthy` stays\n\
+         `portdrift_kube_proxy_reachable{source=\"kube-proxy-healthz.json\"} 0` (and\n\
+         `source=\"kube-proxy-mode.txt\"` for its metrics server), not as a missing series. The\n\
+         label is the source's name in the report's sources and in `portdrift_source_up`, and\n\
+         the name of its file in a snapshot. `portdrift_kube_proxy_healthy` stays\n\
          what `/healthz` answered, and is absent while it answers nothing. They are two series\n\
          rather than one `healthy 0` because they call for different action, each with its own\n\
          alert: a kube-proxy that answers 503 runs but does not sync its rules\n\

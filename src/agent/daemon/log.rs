@@ -80,7 +80,7 @@ pub(super) fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanRepor
 }
 
 /// One line with everything an engineer greps for: the port, the Service, the backend,
-/// the rule and the process, and the finding's own sentence saying what to do. What
+/// the rule and where it is, the process, and the finding's own sentence saying what to do. What
 /// came from the node (rule text, process names) is escaped: logs are read on terminals.
 fn log_finding(f: &Finding, what: &str) {
     let process = f
@@ -89,6 +89,7 @@ fn log_finding(f: &Finding, what: &str) {
         .map(|p| format!("{} (pid {})", visible(&p.name), p.pid));
     let target = f.target.as_deref().map(visible);
     let rule = f.rule.as_deref().map(visible);
+    let at = f.rule_source.as_deref().map(visible);
     let message = visible(&f.message);
     let accepted = f.accepted.as_ref().map(|a| visible(&a.reason));
     macro_rules! emit {
@@ -104,6 +105,7 @@ fn log_finding(f: &Finding, what: &str) {
                 service = f.service.as_deref(),
                 target = target.as_deref(),
                 rule = rule.as_deref(),
+                at = at.as_deref(),
                 process = process.as_deref(),
                 pending_seconds = f.pending_seconds,
                 accepted = accepted.as_deref(),

@@ -10,7 +10,8 @@ pub struct KindLabel {
     pub kind: &'static str,
 }
 
-/// `source` of `portdrift_scan_errors_total` and `portdrift_source_up`: bounded by
+/// `source` of `portdrift_scan_errors_total`, `portdrift_source_up` and
+/// `portdrift_kube_proxy_reachable`: a source's name in the report, bounded by
 /// [`bounded_source`](super::bounded_source).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
@@ -82,13 +83,6 @@ pub struct ProtocolFamilyLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModeLabel {
     pub mode: &'static str,
-}
-
-/// `endpoint` of `portdrift_kube_proxy_reachable`: `healthz` or `proxyMode`, kube-proxy's
-/// paths.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EndpointLabel {
-    pub endpoint: &'static str,
 }
 
 /// `resource` of the `portdrift_api_watch_*` families.

@@ -43,8 +43,8 @@ use crate::sources::bundle::{
     PROXY_MODE_FILE, RESERVED_PORTS_FILE,
 };
 pub use labels::{
-    BackendFamilyLabel, BuildLabel, EndpointLabel, FindingLabel, KindBackendLabel, KindLabel,
-    KindSeverityLabel, ModeLabel, PhaseLabel, ProtocolFamilyLabel, ResourceLabel, ResultLabel, SourceLabel,
+    BackendFamilyLabel, BuildLabel, FindingLabel, KindBackendLabel, KindLabel, KindSeverityLabel, ModeLabel,
+    PhaseLabel, ProtocolFamilyLabel, ResourceLabel, ResultLabel, SourceLabel,
 };
 use labels::{NoLabels, socket_label};
 use last_scan::LastScan;
@@ -137,7 +137,7 @@ pub struct Metrics {
     nodeport_rules: Family<BackendFamilyLabel, Gauge>,
     listeners: Family<ProtocolFamilyLabel, Gauge>,
     kube_proxy_healthy: LastScan<NoLabels>,
-    kube_proxy_reachable: LastScan<EndpointLabel>,
+    kube_proxy_reachable: LastScan<SourceLabel>,
     kube_proxy_sync_age: LastScan<NoLabels, f64, AtomicU64>,
     kube_proxy_node_eligible: LastScan<NoLabels>,
     coverage_complete: LastScan<NoLabels>,
@@ -282,9 +282,20 @@ impl Metrics {
     fn record_kube_proxy(&self, health: Option<&KubeProxyHealth>, answered: KubeProxyAnswered) {
         let one = |v: Option<i64>| v.map(|v| (NoLabels::new(), v));
         self.kube_proxy_reachable.replace(
-            [("healthz", answered.healthz), ("proxyMode", answered.proxy_mode)]
-                .into_iter()
-                .filter_map(|(endpoint, answered)| Some((EndpointLabel { endpoint }, i64::from(answered?)))),
+            // Named as the report's sources table and portdrift_source_up name them.
+            [
+                (HEALTHZ_FILE, answered.healthz),
+                (PROXY_MODE_FILE, answered.proxy_mode),
+            ]
+            .into_iter()
+            .filter_map(|(source, answered)| {
+                Some((
+                    SourceLabel {
+                        source: source.into(),
+                    },
+                    i64::from(answered?),
+                ))
+            }),
         );
         self.kube_proxy_healthy
             .replace(one(health.map(|h| i64::from(h.healthy))));

@@ -173,8 +173,8 @@ impl Metrics {
         kube_proxy_reachable.register(
             &mut registry,
             "kube_proxy_reachable",
-            "1 when kube-proxy's endpoint (healthz, proxyMode) gave an HTTP answer of any status at the last scan, 0 when nothing answered (refused, timed out, not HTTP); absent when it is not asked (--kube-proxy-healthz off, --kube-proxy-metrics off)",
-            None, &["endpoint"],
+            "1 when kube-proxy gave an HTTP answer of any status at the last scan, 0 when nothing answered (refused, timed out, not HTTP); by source as the report names it: kube-proxy-healthz.json (its /healthz, --kube-proxy-healthz), kube-proxy-mode.txt (its /proxyMode, --kube-proxy-metrics); absent when it is not asked (off)",
+            None, &["source"],
         );
         let kube_proxy_sync_age = LastScan::new();
         kube_proxy_sync_age.register(

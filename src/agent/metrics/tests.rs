@@ -524,8 +524,8 @@ fn an_unreachable_kube_proxy_is_a_zero_not_a_missing_series() {
     m.scan_done(&r, &times(4), 1.7e9);
     let text = m.encode_text().unwrap();
     for needle in [
-        "portdrift_kube_proxy_reachable{endpoint=\"healthz\"} 0",
-        "portdrift_kube_proxy_reachable{endpoint=\"proxyMode\"} 0",
+        "portdrift_kube_proxy_reachable{source=\"kube-proxy-healthz.json\"} 0",
+        "portdrift_kube_proxy_reachable{source=\"kube-proxy-mode.txt\"} 0",
     ] {
         assert!(text.contains(needle), "no {needle:?} in:\n{text}");
     }
@@ -544,11 +544,11 @@ fn an_unreachable_kube_proxy_is_a_zero_not_a_missing_series() {
     let text = m.encode_text().unwrap();
     assert_eq!(
         series(&text, "portdrift_kube_proxy_reachable"),
-        ["portdrift_kube_proxy_reachable{endpoint=\"healthz\"}"],
+        ["portdrift_kube_proxy_reachable{source=\"kube-proxy-healthz.json\"}"],
         "{text}"
     );
     assert!(
-        text.contains("portdrift_kube_proxy_reachable{endpoint=\"healthz\"} 1"),
+        text.contains("portdrift_kube_proxy_reachable{source=\"kube-proxy-healthz.json\"} 1"),
         "{text}"
     );
     assert!(text.contains("portdrift_kube_proxy_healthy 0"), "{text}");
