@@ -248,7 +248,7 @@ impl Rendered {
 }
 
 /// The agent's HTTP endpoints.
-const AGENT_PATHS: [&str; 4] = ["/metrics", "/findings", "/healthz", "/readyz"];
+const AGENT_PATHS: [&str; 6] = ["/metrics", "/findings", "/healthz", "/readyz", "/explain", "/"];
 
 /// The non-resource URLs a ClusterRole lets its holder `get`, and nothing else; empty
 /// when it grants anything else.
@@ -722,11 +722,10 @@ fn the_rbac_proxy_component_guards_every_endpoint_but_the_probes() {
             ["/metrics"],
             "{ctx}"
         );
-        assert_eq!(
-            reader_paths(roles["portdrift-findings-reader"]),
-            ["/findings"],
-            "{ctx}"
-        );
+        // The findings, and what shows them: the page at / and /explain.
+        let mut findings_paths = reader_paths(roles["portdrift-findings-reader"]);
+        findings_paths.sort();
+        assert_eq!(findings_paths, ["/", "/explain", "/findings"], "{ctx}");
     }
     assert!(
         proxied.contains(&"overlays/rbac-proxy".to_string()) && proxied.contains(&"overlays/all".to_string()),
