@@ -141,7 +141,7 @@ fn read_after_a_burst_in_this_namespace() {
     let mut kept_text = Vec::new();
     kept.as_mut()
         .unwrap()
-        .render_lines(Family::Ipv4, &mut |l| kept_text.push(l.to_string()))
+        .render_lines(Family::Ipv4, &mut |_, l| kept_text.push(l.to_string()))
         .unwrap();
     let mut whole_text = Vec::new();
     render_save(Family::Ipv4, limits, &mut |l| whole_text.push(l.to_string())).unwrap();

@@ -318,10 +318,9 @@ pub fn read_rules_following(
         whole: true,
     };
     let mut parser = LineParser::new(origin, hint);
-    followed.state.render_lines(family, &mut |line| {
-        let (handle, line) = split_handle(line);
-        parser.line_with_handle(line, handle);
-    })?;
+    followed
+        .state
+        .render_lines(family, &mut |handle, line| parser.line_with_handle(line, handle))?;
     let parsed = (parser.lines() > 0).then(|| parser.finish());
     let of = followed.state.tables.iter().map(|t| t.chains.len()).sum();
     let kind = followed.finish(kept, of);

@@ -7,10 +7,13 @@
 //! parsed. A block holding a changed chain, or whose chains were added or deleted, is read
 //! again whole; every other block is kept as it was.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use crate::decode::netlink::changes::TableChanges;
-use crate::decode::netlink::iptables::{ChainInfo, SAVE_FOOTER, chain_order, declare_chains, save_header};
+use crate::decode::netlink::iptables::{
+    ChainInfo, SAVE_FOOTER, chain_order, declare_chains, save_header, split_handle,
+};
 use crate::heart::model::Family;
 use crate::sources::netlink::NetlinkError;
 use crate::sources::netlink::follow::{Kept, Stale, Stamp};
@@ -64,22 +67,30 @@ impl KeptBlock {
 }
 
 impl KeptFamily {
-    /// Hands the kept tables to `sink` line by line, as a whole read renders them.
-    pub fn render_lines(&mut self, family: Family, sink: &mut dyn FnMut(&str)) -> Result<(), NetlinkError> {
+    /// Hands the kept tables to `sink` line by line, as a whole read renders them
+    /// (`iptables-nft-save`'s lines), each rule with its nf_tables handle.
+    pub fn render_lines(
+        &mut self,
+        family: Family,
+        sink: &mut dyn FnMut(Option<NonZeroU64>, &str),
+    ) -> Result<(), NetlinkError> {
         if self.tables.is_empty() {
             return Ok(());
         }
-        sink(&save_header(family));
+        sink(None, &save_header(family));
         let mut text = String::new();
         for table in &mut self.tables {
-            declare_chains(table.name, &mut table.chains, sink)?;
+            declare_chains(table.name, &mut table.chains, &mut |line| sink(None, line))?;
             for block in &table.blocks {
                 block.unpack(&mut text)?;
-                text.lines().for_each(&mut *sink);
+                for line in text.lines() {
+                    let (handle, line) = split_handle(line);
+                    sink(handle, line);
+                }
             }
-            sink("COMMIT");
+            sink(None, "COMMIT");
         }
-        sink(SAVE_FOOTER);
+        sink(None, SAVE_FOOTER);
         Ok(())
     }
 

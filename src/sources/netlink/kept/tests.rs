@@ -94,7 +94,7 @@ fn text(table: &KeptTable) -> String {
     };
     let mut out = String::new();
     family
-        .render_lines(Family::Ipv4, &mut |l| {
+        .render_lines(Family::Ipv4, &mut |_, l| {
             out.push_str(l);
             out.push('\n');
         })
