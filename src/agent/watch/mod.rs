@@ -21,7 +21,7 @@ mod signal;
 mod store;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -35,6 +35,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::heart::desired::model::DesiredState;
+use crate::heart::desired::record::{ServiceRecord, SliceRecord};
+use crate::heart::desired::slices::ZoneTable;
 use crate::heart::desired::trim::{trim_endpoint_slice, trim_node, trim_service};
 use crate::sources::kube_client::{self, KUBE_PROXY_LABEL_SELECTOR, WatchError, WatchedResource};
 
@@ -90,8 +92,10 @@ pub struct ClusterView {
 struct ViewInner {
     node: Option<String>,
     staleness: Duration,
-    services: Arc<ObjectStore<Service>>,
-    slices: Arc<ObjectStore<EndpointSlice>>,
+    services: Arc<ObjectStore<ServiceRecord>>,
+    slices: Arc<ObjectStore<SliceRecord>>,
+    /// The zone names the slices' records use, for the builds from them.
+    zones: Arc<Mutex<ZoneTable>>,
     nodes: Option<Arc<ObjectStore<Node>>>,
     health: Arc<ViewHealth>,
     /// Counts changes that can move this node's NodePorts (see [`ClusterView::changes`]).
@@ -146,6 +150,7 @@ impl ClusterView {
             // too: one still without its closing bookmark past that never will have it.
             streaming_limit: options.watch_timeout + Duration::from_secs(30),
         };
+        let zones = Arc::new(Mutex::new(ZoneTable::default()));
         let services = spawn_reflector(
             Api::<Service>::all(client.clone()),
             selected.clone(),
@@ -153,6 +158,7 @@ impl ClusterView {
             Reflect {
                 trim: trim_service,
                 resource: WatchedResource::Services,
+                reduce: store::service_reduce(),
                 relevant: store::service_relevance(),
             },
             health.clone(),
@@ -166,6 +172,7 @@ impl ClusterView {
             Reflect {
                 trim: trim_endpoint_slice,
                 resource: WatchedResource::EndpointSlices,
+                reduce: store::slice_reduce(node.clone(), zones.clone()),
                 relevant: store::slice_relevance(services.clone()),
             },
             health.clone(),
@@ -183,6 +190,7 @@ impl ClusterView {
                 Reflect {
                     trim: trim_node,
                     resource: WatchedResource::Node,
+                    reduce: store::node_reduce(),
                     relevant: store::node_relevance(),
                 },
                 health.clone(),
@@ -196,6 +204,7 @@ impl ClusterView {
                 staleness: options.staleness,
                 services,
                 slices,
+                zones,
                 nodes,
                 health,
                 changes,
@@ -256,6 +265,7 @@ impl ClusterView {
             inner.node.as_deref(),
             &inner.services,
             &inner.slices,
+            &inner.zones,
             inner.nodes.as_deref(),
         ))
     }
@@ -300,25 +310,27 @@ struct Start {
 /// It starts after `start.delay`, with streaming lists when `start.streaming`, and
 /// falls back to cached lists for good (a new watcher, its store kept) when the API
 /// server does not end them ([`initial_list`]).
-fn spawn_reflector<K>(
+fn spawn_reflector<K, R>(
     api: Api<K>,
     config: watcher::Config,
     start: Start,
-    reflect: Reflect<K>,
+    reflect: Reflect<K, R>,
     health: Arc<ViewHealth>,
     changes: Arc<ChangeSignal>,
     tasks: &mut Vec<JoinHandle<()>>,
-) -> Arc<ObjectStore<K>>
+) -> Arc<ObjectStore<R>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    R: store::Record + Send + Sync + 'static,
 {
     let Reflect {
         trim,
         resource,
+        reduce,
         relevant,
     } = reflect;
     let store = Arc::new(ObjectStore::default());
-    let mut writer = StoreWriter::new(store.clone(), relevant);
+    let mut writer = StoreWriter::new(store.clone(), reduce, relevant);
     tasks.push(tokio::spawn(async move {
         let Some(health) = health.get(resource) else {
             return;

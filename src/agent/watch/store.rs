@@ -2,11 +2,15 @@
 //!
 //! Not kube-runtime's `reflector::store()`: that deep-copies every object of a relist,
 //! holding the cluster twice at every `410 Gone`. This store has the same semantics
-//! (a relist lands atomically at `InitDone`) but keeps the object it holds when the
+//! (a relist lands atomically at `InitDone`) but keeps the record it holds when the
 //! relist brings the same resourceVersion, so a relist costs only what changed.
+//!
+//! Services and EndpointSlices are kept as the desired-state builder's records of them
+//! ([`ServiceRecord`], [`SliceRecord`]), not as API objects: what the builder reads,
+//! a fraction of the objects' size (docs/performance.md, Sizing).
 
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -14,9 +18,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::runtime::watcher;
 
+use crate::heart::desired::DesiredBuilder;
 use crate::heart::desired::model::DesiredState;
-use crate::heart::desired::slices::LABEL_SERVICE_NAME;
-use crate::heart::desired::trim::{desired_from_objects, node_labels};
+use crate::heart::desired::record::{ServiceRecord, SliceRecord};
+use crate::heart::desired::slices::ZoneTable;
+use crate::heart::desired::trim::node_labels;
 use crate::sources::kube_client::WatchedResource;
 
 /// `(namespace, name)`; namespace empty for cluster-scoped objects.
@@ -30,7 +36,32 @@ fn object_key<K: Resource>(object: &K) -> ObjectKey {
     )
 }
 
-/// The objects of one watch, as of its last complete list plus the events since.
+/// What a store keeps of each object: its resourceVersion says whether a relist
+/// brought the same object again.
+pub(super) trait Record {
+    fn version(&self) -> Option<&str>;
+}
+
+impl Record for ServiceRecord {
+    fn version(&self) -> Option<&str> {
+        ServiceRecord::version(self)
+    }
+}
+
+impl Record for SliceRecord {
+    fn version(&self) -> Option<&str> {
+        SliceRecord::version(self)
+    }
+}
+
+/// The Node is kept whole (one object, its labels all that is left of it).
+impl Record for Node {
+    fn version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref().filter(|v| !v.is_empty())
+    }
+}
+
+/// The records of one watch, as of its last complete list plus the events since.
 pub(super) struct ObjectStore<K> {
     objects: RwLock<HashMap<ObjectKey, Arc<K>>>,
 }
@@ -68,48 +99,59 @@ impl<K> ObjectStore<K> {
 }
 
 /// Whether a change from `old` to `new` (None: absent) can move this node's NodePorts.
-pub(super) type Relevance<K> = Arc<dyn Fn(Option<&K>, Option<&K>) -> bool + Send + Sync>;
+pub(super) type Relevance<R> = Arc<dyn Fn(Option<&R>, Option<&R>) -> bool + Send + Sync>;
 
-/// How one watch's objects are kept: trimmed, and which changes count.
-pub(super) struct Reflect<K> {
+/// How an object becomes what its store keeps.
+pub(super) type Reduce<K, R> = Arc<dyn Fn(&K) -> R + Send + Sync>;
+
+/// How one watch's objects are kept: trimmed, reduced, and which changes count.
+pub(super) struct Reflect<K, R> {
     pub(super) trim: fn(&mut K),
     pub(super) resource: WatchedResource,
-    pub(super) relevant: Relevance<K>,
-}
-
-/// The Service has a NodePort (or a healthCheckNodePort): its changes can move this
-/// node's NodePort rules.
-fn has_node_ports(service: &Service) -> bool {
-    service.spec.as_ref().is_some_and(|spec| {
-        spec.health_check_node_port.is_some()
-            || spec
-                .ports
-                .iter()
-                .flatten()
-                .any(|p| p.node_port.is_some_and(|n| n != 0))
-    })
+    pub(super) reduce: Reduce<K, R>,
+    pub(super) relevant: Relevance<R>,
 }
 
 /// Services count when they have NodePorts, before or after the change.
-pub(super) fn service_relevance() -> Relevance<Service> {
-    Arc::new(|old: Option<&Service>, new: Option<&Service>| {
-        old.is_some_and(has_node_ports) || new.is_some_and(has_node_ports)
+pub(super) fn service_relevance() -> Relevance<ServiceRecord> {
+    Arc::new(|old: Option<&ServiceRecord>, new: Option<&ServiceRecord>| {
+        old.is_some_and(ServiceRecord::has_node_ports) || new.is_some_and(ServiceRecord::has_node_ports)
     })
+}
+
+/// A Service's record.
+pub(super) fn service_reduce() -> Reduce<Service, ServiceRecord> {
+    Arc::new(ServiceRecord::of)
+}
+
+/// A slice's record as the builder for `node` reads it, its zone hints named in
+/// `zones` (shared with every build from the store).
+pub(super) fn slice_reduce(
+    node: Option<String>,
+    zones: Arc<Mutex<ZoneTable>>,
+) -> Reduce<EndpointSlice, SliceRecord> {
+    Arc::new(move |slice: &EndpointSlice| {
+        let mut zones = zones.lock().unwrap_or_else(PoisonError::into_inner);
+        SliceRecord::of(slice, node.as_deref(), &mut zones)
+    })
+}
+
+/// The Node as trimmed.
+pub(super) fn node_reduce() -> Reduce<Node, Node> {
+    Arc::new(Node::clone)
 }
 
 /// A slice matters when its Service (as `services` holds it) has NodePorts: most of a
 /// cluster's endpoint churn is ClusterIP-only and changes nothing on this node's
 /// NodePorts. (A slice of a Service not yet seen changes nothing either: the Service's
 /// own arrival is a change.)
-pub(super) fn slice_relevance(services: Arc<ObjectStore<Service>>) -> Relevance<EndpointSlice> {
-    Arc::new(move |old: Option<&EndpointSlice>, new: Option<&EndpointSlice>| {
-        let owner = new.or(old).and_then(|slice| {
-            let meta = slice.meta();
-            let name = meta.labels.as_ref()?.get(LABEL_SERVICE_NAME)?;
-            let key = (meta.namespace.clone().unwrap_or_default(), name.clone());
-            services.read().get(&key).cloned()
-        });
-        owner.is_some_and(|service| has_node_ports(&service))
+pub(super) fn slice_relevance(services: Arc<ObjectStore<ServiceRecord>>) -> Relevance<SliceRecord> {
+    Arc::new(move |old: Option<&SliceRecord>, new: Option<&SliceRecord>| {
+        let owner = new
+            .or(old)
+            .and_then(SliceRecord::owner)
+            .and_then(|key| services.read().get(key).cloned());
+        owner.is_some_and(|service| service.has_node_ports())
     })
 }
 
@@ -127,32 +169,44 @@ pub(super) fn node_relevance() -> Relevance<Node> {
 /// same objects always give the same state.
 pub(super) fn desired_from_stores(
     node: Option<&str>,
-    services: &ObjectStore<Service>,
-    slices: &ObjectStore<EndpointSlice>,
+    services: &ObjectStore<ServiceRecord>,
+    slices: &ObjectStore<SliceRecord>,
+    zones: &Mutex<ZoneTable>,
     nodes: Option<&ObjectStore<Node>>,
 ) -> DesiredState {
     let services = services.sorted();
     let slices = slices.sorted();
+    // After the slices: every zone their records name is in the table by now.
+    let zones = zones.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let labels = match (nodes, node) {
         (Some(nodes), Some(name)) => node_labels(nodes.sorted().into_iter(), name),
         _ => None,
     };
-    desired_from_objects(node, &services, &slices, labels.as_ref())
+    let mut builder = DesiredBuilder::with_zones(node, zones);
+    for service in &services {
+        builder.add_service_record(service);
+    }
+    for slice in &slices {
+        builder.add_slice_record(slice);
+    }
+    builder.finish(labels)
 }
 
 /// Applies a watcher's events to an [`ObjectStore`].
-pub(super) struct StoreWriter<K> {
-    store: Arc<ObjectStore<K>>,
+pub(super) struct StoreWriter<K, R> {
+    store: Arc<ObjectStore<R>>,
     /// The list under way, from `Init` to `InitDone`.
-    relist: Option<HashMap<ObjectKey, Arc<K>>>,
-    relevant: Relevance<K>,
+    relist: Option<HashMap<ObjectKey, Arc<R>>>,
+    reduce: Reduce<K, R>,
+    relevant: Relevance<R>,
 }
 
-impl<K: Resource + Clone> StoreWriter<K> {
-    pub(super) fn new(store: Arc<ObjectStore<K>>, relevant: Relevance<K>) -> Self {
+impl<K: Resource, R: Record> StoreWriter<K, R> {
+    pub(super) fn new(store: Arc<ObjectStore<R>>, reduce: Reduce<K, R>, relevant: Relevance<R>) -> Self {
         StoreWriter {
             store,
             relist: None,
+            reduce,
             relevant,
         }
     }
@@ -166,12 +220,14 @@ impl<K: Resource + Clone> StoreWriter<K> {
                 // portdrift saw it, not from what the API recorded (creation and
                 // managedFields times were folded into creationTimestamp by the trim).
                 object.meta_mut().creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-                let old = self.store.write().insert(object_key(&object), compact(&object));
-                (self.relevant)(old.as_deref(), Some(&object))
+                let record = Arc::new((self.reduce)(&object));
+                let old = self.store.write().insert(object_key(&object), record.clone());
+                (self.relevant)(old.as_deref(), Some(&record))
             }
             watcher::Event::Delete(object) => {
                 let old = self.store.write().remove(&object_key(&object));
-                (self.relevant)(Some(old.as_deref().unwrap_or(&object)), None)
+                let gone = old.unwrap_or_else(|| Arc::new((self.reduce)(&object)));
+                (self.relevant)(Some(&gone), None)
             }
             // A list (re)starts; an unfinished one is abandoned.
             watcher::Event::Init => {
@@ -181,11 +237,11 @@ impl<K: Resource + Clone> StoreWriter<K> {
             watcher::Event::InitApply(object) => {
                 let key = object_key(&object);
                 let held = self.store.read().get(&key).cloned();
-                let object = match held {
+                let record = match held {
                     Some(held) if same_version(held.as_ref(), &object) => held,
-                    _ => compact(&object),
+                    _ => Arc::new((self.reduce)(&object)),
                 };
-                self.relist.get_or_insert_default().insert(key, object);
+                self.relist.get_or_insert_default().insert(key, record);
                 false
             }
             watcher::Event::InitDone => {
@@ -198,17 +254,10 @@ impl<K: Resource + Clone> StoreWriter<K> {
     }
 }
 
-/// A fresh copy of a trimmed object for the store. The original's remaining pieces
-/// sit among the freed pieces of the full object it was trimmed from (managedFields and
-/// all), and holding them pins those partly-freed pages; a copy is allocated compactly.
-fn compact<K: Clone>(object: &K) -> Arc<K> {
-    Arc::new(object.clone())
-}
-
-/// The same object at the same resourceVersion: unchanged.
-fn same_version<K: Resource>(a: &K, b: &K) -> bool {
-    let version = |o: &K| o.meta().resource_version.clone().filter(|v| !v.is_empty());
-    version(a).is_some() && version(a) == version(b)
+/// The record of the same object at the same resourceVersion: unchanged.
+fn same_version<K: Resource, R: Record>(held: &R, object: &K) -> bool {
+    let version = object.meta().resource_version.as_deref().filter(|v| !v.is_empty());
+    held.version().is_some() && held.version() == version
 }
 
 #[cfg(test)]

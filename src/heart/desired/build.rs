@@ -5,16 +5,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::jiff::Timestamp;
 
-use crate::heart::acceptance::{Acceptance, service_acceptances};
-use crate::heart::desired::model::{CiliumAnnotations, DesiredPort, DesiredState, LABEL_ZONE, ObjectProblem};
-use crate::heart::desired::slices::{
-    OPT_OUT_LABELS, SliceRead, SliceSummary, ZoneTable, merge_port, parse_api_protocol, parse_ip_sloppy,
-    read_slice,
-};
+use crate::heart::acceptance::Acceptance;
+use crate::heart::desired::model::{DesiredPort, DesiredState, LABEL_ZONE, ObjectProblem};
+use crate::heart::desired::record::{ServiceKey, ServiceRecord, ServiceSummary, SliceRecord};
+use crate::heart::desired::slices::{SliceRead, SliceSummary, ZoneTable, merge_port};
 use crate::heart::desired::topology::{NodeView, PortPolicy, ZoneView, categorize};
 use crate::heart::model::{Family, Protocol, ServicePortRef};
 
@@ -38,29 +35,6 @@ pub fn desired_state(
     builder.finish(labels)
 }
 
-/// `(namespace, name)` of a Service.
-type ServiceKey = (String, String);
-
-/// A Service port that owns a nodePort.
-#[derive(Debug)]
-struct NodePortSpec {
-    name: String,
-    protocol: Protocol,
-    node_port: u16,
-}
-
-/// A Service kube-proxy programs, reduced to what the desired state needs.
-#[derive(Debug)]
-struct ServiceSummary {
-    families: Vec<Family>,
-    ports: Vec<NodePortSpec>,
-    external_policy_local: bool,
-    internal_policy_local: bool,
-    health_check_node_port: Option<u16>,
-    created: Option<Timestamp>,
-    cilium: Option<Box<CiliumAnnotations>>,
-}
-
 /// Builds a [`DesiredState`] from Services and EndpointSlices given one at a time, in
 /// any order. Each object is reduced on arrival; [`finish`](Self::finish) joins them.
 #[derive(Debug)]
@@ -81,11 +55,16 @@ pub struct DesiredBuilder {
 impl DesiredBuilder {
     /// A builder for the desired state of `node` (None: nothing is local).
     pub fn new(node: Option<&str>) -> DesiredBuilder {
+        Self::with_zones(node, ZoneTable::default())
+    }
+
+    /// A builder for records read with `zones` (the zone names their hints use).
+    pub fn with_zones(node: Option<&str>, zones: ZoneTable) -> DesiredBuilder {
         // kube-proxy treats an empty node name as no node (`len(nodeName) > 0`).
         let node = node.filter(|n| !n.is_empty()).map(str::to_string);
         DesiredBuilder {
             node: node.clone(),
-            zones: ZoneTable::default(),
+            zones,
             services: HashMap::new(),
             slices: HashMap::new(),
             uncertain_services: HashSet::new(),
@@ -100,89 +79,66 @@ impl DesiredBuilder {
 
     /// Adds (or replaces, when seen before) a Service.
     pub fn add_service(&mut self, service: &Service) {
-        let meta = &service.metadata;
-        let namespace = meta.namespace.as_deref().filter(|s| !s.is_empty());
-        let name = meta.name.as_deref().filter(|s| !s.is_empty());
-        let (Some(namespace), Some(name)) = (namespace, name) else {
-            let object = format!("Service {}/{}", namespace.unwrap_or("?"), name.unwrap_or("?"));
-            self.problem(
-                object,
-                "has no metadata.name or metadata.namespace; its nodePorts are kept as allocated",
-            );
-            self.allocate_spec_ports(service.spec.as_ref());
+        self.add_service_record(&ServiceRecord::of(service));
+    }
+
+    /// Adds (or replaces, when seen before) a Service as its record holds it.
+    pub fn add_service_record(&mut self, record: &ServiceRecord) {
+        let object = &*record.object;
+        let Some(key) = &record.key else {
+            self.apply_service_problems(record);
             return;
         };
-        let key = (namespace.to_string(), name.to_string());
-        let object = format!("Service {namespace}/{name}");
-        if self.services.remove(&key).is_some() {
-            self.problem(object.clone(), "is listed twice; the later copy is used");
+        if self.services.remove(key).is_some() {
+            self.problem(object, "is listed twice; the later copy is used");
         }
-        match service_acceptances(namespace, name, meta.annotations.as_ref()) {
+        match &record.acceptances {
             Ok(accepted) if accepted.is_empty() => {
-                self.accepted_by_services.remove(&key);
+                self.accepted_by_services.remove(key);
             }
             Ok(accepted) => {
-                self.accepted_by_services.insert(key.clone(), accepted);
+                self.accepted_by_services.insert(key.clone(), accepted.clone());
             }
             Err(problem) => {
-                self.accepted_by_services.remove(&key);
+                self.accepted_by_services.remove(key);
                 self.state.acceptance_problems.push(ObjectProblem {
-                    object: object.clone(),
-                    problem,
+                    object: object.to_string(),
+                    problem: problem.clone(),
                 });
             }
         }
-        if let Some(summary) = self.summarize_service(&object, service) {
-            self.services.insert(key, summary);
+        self.apply_service_problems(record);
+        if let Some(summary) = &record.summary {
+            self.services.insert(key.clone(), summary.clone());
         }
     }
 
-    /// The Service as kube-proxy programs it; None when it owns no nodePort or
-    /// kube-proxy skips it (its nodePorts then count as allocated).
-    fn summarize_service(&mut self, object: &str, service: &Service) -> Option<ServiceSummary> {
-        let Some(spec) = service.spec.as_ref() else {
-            self.problem(object, "has no spec");
-            return None;
-        };
-        let ports = self.node_port_specs(object, spec);
-        if ports.is_empty() {
-            return None;
+    /// A record's problems and the nodePorts it keeps as allocated.
+    fn apply_service_problems(&mut self, record: &ServiceRecord) {
+        for problem in &record.problems {
+            self.problem(&*record.object, problem.as_str());
         }
-        if skipped_by_kube_proxy(service, spec) {
-            self.allocate(&ports, skipped_health_check_port(spec));
-            return None;
-        }
-        let families = self.service_families(object, spec);
-        if families.is_empty() {
-            self.problem(
-                object,
-                "has no usable clusterIP; its nodePorts are kept as allocated",
-            );
-            self.allocate(&ports, None);
-            return None;
-        }
-        Some(ServiceSummary {
-            families,
-            ports,
-            external_policy_local: external_policy_local(spec),
-            internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
-            health_check_node_port: self.health_check_node_port(object, spec),
-            created: crate::heart::desired::slices::last_recorded_change(&service.metadata),
-            cilium: CiliumAnnotations::from_annotations(service.metadata.annotations.as_ref()),
-        })
+        self.state.other_allocated.extend(record.allocated.iter().copied());
     }
 
     /// Adds (or replaces, when seen before) an EndpointSlice.
     pub fn add_endpoint_slice(&mut self, slice: &EndpointSlice) {
-        let object = object_name("EndpointSlice", &slice.metadata.namespace, &slice.metadata.name);
-        match read_slice(slice, self.node.as_deref(), &mut self.zones) {
+        let record = SliceRecord::of(slice, self.node.as_deref(), &mut self.zones);
+        self.add_slice_record(&record);
+    }
+
+    /// Adds (or replaces, when seen before) an EndpointSlice as its record holds it
+    /// (read with this builder's zone names).
+    pub fn add_slice_record(&mut self, record: &SliceRecord) {
+        let object = &*record.object;
+        match &record.read {
             SliceRead::Ignore => {}
             SliceRead::Broken {
                 namespace,
                 service,
                 problem,
             } => {
-                self.unreadable_slice(object, problem, namespace.as_deref(), service.as_deref());
+                self.unreadable_slice(object, problem.as_str(), namespace.as_deref(), service.as_deref());
             }
             SliceRead::Use {
                 namespace,
@@ -191,15 +147,15 @@ impl DesiredBuilder {
                 problems,
             } => {
                 for problem in problems {
-                    self.problem(object.clone(), problem);
+                    self.problem(object, problem.as_str());
                 }
-                let group = self.slices.entry((namespace, service)).or_default();
+                let group = self.slices.entry((namespace.clone(), service.clone())).or_default();
                 match group.iter_mut().find(|s| s.name == summary.name) {
                     Some(existing) => {
-                        *existing = summary;
+                        *existing = summary.clone();
                         self.problem(object, "is listed twice; the later copy is used");
                     }
-                    None => group.push(summary),
+                    None => group.push(summary.clone()),
                 }
             }
         }
@@ -395,128 +351,6 @@ impl DesiredBuilder {
             ),
         );
     }
-
-    /// The ports of `spec` that own a nodePort. Ports kube-proxy could not program
-    /// (unknown protocol, nodePort out of range) are reported and left out.
-    fn node_port_specs(&mut self, object: &str, spec: &ServiceSpec) -> Vec<NodePortSpec> {
-        let mut out = Vec::new();
-        for port in spec.ports.iter().flatten() {
-            match node_port_spec(port) {
-                Ok(Some(spec)) => out.push(spec),
-                Ok(None) => {}
-                Err(problem) => self.problem(object, problem),
-            }
-        }
-        out
-    }
-
-    /// One family per clusterIP (`spec.clusterIPs`, or `spec.clusterIP` when that list
-    /// is empty), as kube-proxy runs one proxier per family.
-    fn service_families(&mut self, object: &str, spec: &ServiceSpec) -> Vec<Family> {
-        let listed: Vec<&str> = match spec.cluster_ips.as_deref() {
-            Some(ips) if !ips.is_empty() => ips.iter().map(String::as_str).collect(),
-            _ => spec.cluster_ip.as_deref().into_iter().collect(),
-        };
-        let mut families = Vec::new();
-        for ip in listed {
-            match parse_ip_sloppy(ip) {
-                Some(ip) => {
-                    let family = Family::of(&ip);
-                    if !families.contains(&family) {
-                        families.push(family);
-                    }
-                }
-                None => self.problem(object, format!("clusterIP {ip:?} is not an IP address; ignored")),
-            }
-        }
-        families
-    }
-
-    /// The health-check node port kube-proxy serves: only a LoadBalancer with
-    /// externalTrafficPolicy Local has one (`NeedsHealthCheck`).
-    fn health_check_node_port(&mut self, object: &str, spec: &ServiceSpec) -> Option<u16> {
-        if spec.type_.as_deref() != Some("LoadBalancer") || !external_policy_local(spec) {
-            return None;
-        }
-        let port = spec.health_check_node_port.filter(|p| *p != 0)?;
-        let valid = u16::try_from(port).ok().filter(|p| *p != 0);
-        if valid.is_none() {
-            self.problem(
-                object,
-                format!("healthCheckNodePort {port} is out of range; ignored"),
-            );
-        }
-        valid
-    }
-
-    fn allocate(&mut self, ports: &[NodePortSpec], health_check: Option<u16>) {
-        let allocated = &mut self.state.other_allocated;
-        allocated.extend(ports.iter().map(|p| (p.protocol, p.node_port)));
-        allocated.extend(health_check.map(|p| (Protocol::Tcp, p)));
-    }
-
-    fn allocate_spec_ports(&mut self, spec: Option<&ServiceSpec>) {
-        let Some(spec) = spec else { return };
-        let ports: Vec<NodePortSpec> = spec
-            .ports
-            .iter()
-            .flatten()
-            .filter_map(|p| node_port_spec(p).ok().flatten())
-            .collect();
-        self.allocate(&ports, skipped_health_check_port(spec));
-    }
-}
-
-/// kube-proxy does not program the Service at all: headless (`ShouldSkipService`
-/// looks at `spec.clusterIP` alone, not `clusterIPs`), ExternalName, or opted out by
-/// label (its informers never see the Service).
-fn skipped_by_kube_proxy(service: &Service, spec: &ServiceSpec) -> bool {
-    let headless = matches!(spec.cluster_ip.as_deref(), None | Some("" | "None"));
-    let external_name = spec.type_.as_deref() == Some("ExternalName");
-    let labels = service.metadata.labels.as_ref();
-    let opted_out = OPT_OUT_LABELS
-        .iter()
-        .any(|label| labels.is_some_and(|l| l.contains_key(*label)));
-    headless || external_name || opted_out
-}
-
-/// `ExternalPolicyLocal`: externally accessible by type (NodePort, LoadBalancer, or
-/// ClusterIP with externalIPs) and externalTrafficPolicy Local.
-fn external_policy_local(spec: &ServiceSpec) -> bool {
-    let externally_accessible = match spec.type_.as_deref() {
-        Some("NodePort") | Some("LoadBalancer") => true,
-        Some("ClusterIP") | None => spec.external_ips.as_ref().is_some_and(|ips| !ips.is_empty()),
-        _ => false,
-    };
-    externally_accessible && spec.external_traffic_policy.as_deref() == Some("Local")
-}
-
-/// The health-check node port a skipped Service still holds, if any.
-fn skipped_health_check_port(spec: &ServiceSpec) -> Option<u16> {
-    spec.health_check_node_port
-        .and_then(|p| u16::try_from(p).ok())
-        .filter(|p| *p != 0)
-}
-
-/// The nodePort of one Service port: `Ok(None)` when it has none; an error when it
-/// has one kube-proxy could not program. The API defaults a missing protocol to TCP.
-fn node_port_spec(port: &ServicePort) -> Result<Option<NodePortSpec>, String> {
-    let Some(node_port) = port.node_port.filter(|p| *p != 0) else {
-        return Ok(None);
-    };
-    let name = port.name.clone().unwrap_or_default();
-    let node_port =
-        u16::try_from(node_port).map_err(|_| format!("nodePort {node_port} is out of range; ignored"))?;
-    let protocol = match port.protocol.as_deref() {
-        None => Protocol::Tcp,
-        Some(p) => parse_api_protocol(p)
-            .ok_or_else(|| format!("port {name:?} has unknown protocol {p:?}; ignored"))?,
-    };
-    Ok(Some(NodePortSpec {
-        name,
-        protocol,
-        node_port,
-    }))
 }
 
 /// `Kind ns/name` for messages, with `?` for what is missing.

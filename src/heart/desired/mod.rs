@@ -8,6 +8,7 @@
 
 pub mod build;
 pub mod model;
+pub mod record;
 pub mod slices;
 pub mod topology;
 pub mod trim;

@@ -20,8 +20,8 @@ pub(crate) const ANNOTATION_LAST_CHANGE_TRIGGER: &str = "endpoints.kubernetes.io
 pub(crate) type ZoneId = u32;
 
 /// Zone names seen in topology hints, each stored once.
-#[derive(Debug, Default)]
-pub(crate) struct ZoneTable {
+#[derive(Debug, Default, Clone)]
+pub struct ZoneTable {
     ids: HashMap<String, ZoneId>,
 }
 
@@ -85,7 +85,7 @@ pub(crate) struct SliceSummary {
 }
 
 /// What reading one EndpointSlice gave.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum SliceRead {
     /// A slice kube-proxy uses, for Service `namespace/service`.
     Use {

@@ -17,11 +17,11 @@ fn versioned(name: &str, version: &str) -> Service {
 #[test]
 fn a_relist_keeps_the_last_state_until_done_and_reuses_unchanged_objects() {
     let store = Arc::new(ObjectStore::default());
-    let mut writer = StoreWriter {
-        store: store.clone(),
-        relist: None,
-        relevant: Arc::new(|_: Option<&Service>, _: Option<&Service>| true),
-    };
+    let mut writer = StoreWriter::new(
+        store.clone(),
+        service_reduce(),
+        Arc::new(|_: Option<&ServiceRecord>, _: Option<&ServiceRecord>| true),
+    );
     writer.apply(watcher::Event::Init);
     for (name, version) in [("a", "1"), ("b", "2"), ("c", "3")] {
         writer.apply(watcher::Event::InitApply(versioned(name, version)));
@@ -42,13 +42,13 @@ fn a_relist_keeps_the_last_state_until_done_and_reuses_unchanged_objects() {
     );
     writer.apply(watcher::Event::InitDone);
     let second = store.sorted();
-    let names: Vec<_> = second.iter().map(|s| s.metadata.name.clone().unwrap()).collect();
+    let names: Vec<_> = second.iter().map(|s| s.key().unwrap().1.clone()).collect();
     assert_eq!(names, ["a", "b", "d"]);
     assert!(
         Arc::ptr_eq(&second[0], &first[0]),
         "unchanged: the same allocation"
     );
-    assert_eq!(second[1].metadata.resource_version.as_deref(), Some("5"));
+    assert_eq!(second[1].version(), Some("5"));
 
     writer.apply(watcher::Event::Delete(versioned("a", "7")));
     writer.apply(watcher::Event::Apply(versioned("e", "8")));
@@ -70,11 +70,7 @@ fn only_changes_that_can_move_node_ports_count() {
         s
     };
     let store = Arc::new(ObjectStore::default());
-    let mut writer = StoreWriter {
-        store: store.clone(),
-        relist: None,
-        relevant: service_relevance(),
-    };
+    let mut writer = StoreWriter::new(store.clone(), service_reduce(), service_relevance());
     assert!(!writer.apply(watcher::Event::Init));
     assert!(!writer.apply(watcher::Event::InitApply(with_ports("a", None))));
     assert!(writer.apply(watcher::Event::InitDone), "a relist always counts");

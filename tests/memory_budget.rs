@@ -1,0 +1,97 @@
+//! What the API watch keeps per Service, counted by the allocator (not RSS, which
+//! moves with the allocator's pages): on a synthetic cluster of realistic objects,
+//! each Service and its EndpointSlice are trimmed and reduced to the records the watch
+//! stores, and the desired state is built from them, as the agent keeps it. The test
+//! fails when that exceeds its budget per Service.
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use portdrift::heart::desired::DesiredBuilder;
+use portdrift::heart::desired::record::{ServiceRecord, SliceRecord};
+use portdrift::heart::desired::slices::ZoneTable;
+use portdrift::heart::desired::trim::{trim_endpoint_slice, trim_service};
+
+/// Counts the bytes allocated and not yet freed.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Bytes kept per Service with 5 endpoints: the records (the watch's stores) and the
+/// desired state built from them. docs/performance.md has the measured figures.
+const RECORDS_BUDGET: usize = 1_400;
+const DESIRED_BUDGET: usize = 1_200;
+
+#[test]
+fn the_kept_state_stays_within_its_budget_per_service() {
+    const SERVICES: usize = 4_000;
+    let (services, slices) = support::fake_apiserver::objects::realistic_cluster(SERVICES, 5);
+    let node = Some("worker-7");
+
+    let before = live();
+    let mut zones = ZoneTable::default();
+    let mut service_records = Vec::with_capacity(SERVICES);
+    for service in &services {
+        let mut trimmed = service.clone();
+        trim_service(&mut trimmed);
+        service_records.push(Arc::new(ServiceRecord::of(&trimmed)));
+    }
+    let mut slice_records = Vec::with_capacity(SERVICES);
+    for slice in &slices {
+        let mut trimmed = slice.clone();
+        trim_endpoint_slice(&mut trimmed);
+        slice_records.push(Arc::new(SliceRecord::of(&trimmed, node, &mut zones)));
+    }
+    let records = (live() - before) as usize;
+
+    let before = live();
+    let mut builder = DesiredBuilder::with_zones(node, zones.clone());
+    for record in &service_records {
+        builder.add_service_record(record);
+    }
+    for record in &slice_records {
+        builder.add_slice_record(record);
+    }
+    let desired = builder.finish(None);
+    let built = (live() - before) as usize;
+
+    assert_eq!(desired.ports.len(), SERVICES, "every Service owns a nodePort");
+    assert!(desired.problems.is_empty(), "{:?}", desired.problems);
+    let (per_record, per_desired) = (records / SERVICES, built / SERVICES);
+    println!("per Service with 5 endpoints: records {per_record} bytes, desired state {per_desired} bytes");
+    assert!(
+        per_record <= RECORDS_BUDGET,
+        "the records take {per_record} bytes per Service, over the budget of {RECORDS_BUDGET}"
+    );
+    assert!(
+        per_desired <= DESIRED_BUDGET,
+        "the desired state takes {per_desired} bytes per Service, over the budget of {DESIRED_BUDGET}"
+    );
+}
