@@ -57,7 +57,10 @@ impl Record for SliceRecord {
 /// The Node is kept whole (one object, its labels all that is left of it).
 impl Record for Node {
     fn version(&self) -> Option<&str> {
-        self.metadata.resource_version.as_deref().filter(|v| !v.is_empty())
+        self.metadata
+            .resource_version
+            .as_deref()
+            .filter(|v| !v.is_empty())
     }
 }
 
@@ -256,7 +259,11 @@ impl<K: Resource, R: Record> StoreWriter<K, R> {
 
 /// The record of the same object at the same resourceVersion: unchanged.
 fn same_version<K: Resource, R: Record>(held: &R, object: &K) -> bool {
-    let version = object.meta().resource_version.as_deref().filter(|v| !v.is_empty());
+    let version = object
+        .meta()
+        .resource_version
+        .as_deref()
+        .filter(|v| !v.is_empty());
     held.version().is_some() && held.version() == version
 }
 

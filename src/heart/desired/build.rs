@@ -10,10 +10,11 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::heart::acceptance::Acceptance;
 use crate::heart::desired::model::{DesiredPort, DesiredState, LABEL_ZONE, ObjectProblem};
+pub(crate) use crate::heart::desired::record::object_name;
 use crate::heart::desired::record::{ServiceKey, ServiceRecord, ServiceSummary, SliceRecord};
 use crate::heart::desired::slices::{SliceRead, SliceSummary, ZoneTable, merge_port};
 use crate::heart::desired::topology::{NodeView, PortPolicy, ZoneView, categorize};
-use crate::heart::model::{Family, Protocol, ServicePortRef};
+use crate::heart::model::{Protocol, ServicePortRef};
 
 /// What the node's plumbing should be, computed from the cluster's Services and
 /// EndpointSlices as kube-proxy on `node` would see them. `node_zone` is the node's
@@ -118,7 +119,9 @@ impl DesiredBuilder {
         for problem in &record.problems {
             self.problem(&*record.object, problem.as_str());
         }
-        self.state.other_allocated.extend(record.allocated.iter().copied());
+        self.state
+            .other_allocated
+            .extend(record.allocated.iter().copied());
     }
 
     /// Adds (or replaces, when seen before) an EndpointSlice.
@@ -149,7 +152,10 @@ impl DesiredBuilder {
                 for problem in problems {
                     self.problem(object, problem.as_str());
                 }
-                let group = self.slices.entry((namespace.clone(), service.clone())).or_default();
+                let group = self
+                    .slices
+                    .entry((namespace.clone(), service.clone()))
+                    .or_default();
                 match group.iter_mut().find(|s| s.name == summary.name) {
                     Some(existing) => {
                         *existing = summary.clone();
@@ -351,10 +357,4 @@ impl DesiredBuilder {
             ),
         );
     }
-}
-
-/// `Kind ns/name` for messages, with `?` for what is missing.
-pub(crate) fn object_name(kind: &str, namespace: &Option<String>, name: &Option<String>) -> String {
-    let part = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).unwrap_or("?").to_string();
-    format!("{kind} {}/{}", part(namespace), part(name))
 }

@@ -73,13 +73,17 @@ impl ServiceRecord {
         let spec = service.spec.as_ref();
         let mut record = ServiceRecord {
             key: None,
-            object: format!("Service {}/{}", namespace.unwrap_or("?"), name.unwrap_or("?")).into(),
+            object: object_name("Service", &meta.namespace, &meta.name).into(),
             problems: Vec::new(),
             acceptances: Ok(Vec::new()),
             summary: None,
             allocated: Vec::new(),
             has_node_ports: spec.is_some_and(has_node_ports),
-            version: meta.resource_version.as_deref().filter(|v| !v.is_empty()).map(Into::into),
+            version: meta
+                .resource_version
+                .as_deref()
+                .filter(|v| !v.is_empty())
+                .map(Into::into),
         };
         let (Some(namespace), Some(name)) = (namespace, name) else {
             record.problem("has no metadata.name or metadata.namespace; its nodePorts are kept as allocated");
@@ -120,7 +124,8 @@ impl ServiceRecord {
     }
 
     fn allocate(&mut self, ports: &[NodePortSpec], health_check: Option<u16>) {
-        self.allocated.extend(ports.iter().map(|p| (p.protocol, p.node_port)));
+        self.allocated
+            .extend(ports.iter().map(|p| (p.protocol, p.node_port)));
         self.allocated.extend(health_check.map(|p| (Protocol::Tcp, p)));
     }
 
@@ -230,10 +235,14 @@ impl SliceRecord {
             .and_then(|l| l.get(LABEL_SERVICE_NAME))
             .map(|service| (meta.namespace.clone().unwrap_or_default(), service.clone()));
         SliceRecord {
-            object: super::build::object_name("EndpointSlice", &meta.namespace, &meta.name).into(),
+            object: object_name("EndpointSlice", &meta.namespace, &meta.name).into(),
             owner,
             read: read_slice(slice, node, zones),
-            version: meta.resource_version.as_deref().filter(|v| !v.is_empty()).map(Into::into),
+            version: meta
+                .resource_version
+                .as_deref()
+                .filter(|v| !v.is_empty())
+                .map(Into::into),
         }
     }
 
@@ -308,4 +317,10 @@ fn node_port_spec(port: &ServicePort) -> Result<Option<NodePortSpec>, String> {
         protocol,
         node_port,
     }))
+}
+
+/// `Kind ns/name` for messages, with `?` for what is missing.
+pub(crate) fn object_name(kind: &str, namespace: &Option<String>, name: &Option<String>) -> String {
+    let part = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).unwrap_or("?").to_string();
+    format!("{kind} {}/{}", part(namespace), part(name))
 }
