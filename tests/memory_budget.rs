@@ -33,34 +33,7 @@ fn the_kept_state_stays_within_its_budget_per_service() {
     let (services, slices) = support::fake_apiserver::objects::realistic_cluster(SERVICES, 5);
     let node = Some("worker-7");
 
-    let before = live();
-    let mut zones = ZoneTable::default();
-    let mut service_records = Vec::with_capacity(SERVICES);
-    for service in &services {
-        let mut trimmed = service.clone();
-        trim_service(&mut trimmed);
-        service_records.push(Arc::new(ServiceRecord::of(&trimmed)));
-    }
-    let mut slice_records = Vec::with_capacity(SERVICES);
-    for slice in &slices {
-        let mut trimmed = slice.clone();
-        trim_endpoint_slice(&mut trimmed);
-        slice_records.push(Arc::new(SliceRecord::of(&trimmed, node, &mut zones)));
-    }
-    let records = (live() - before) as usize;
-
-    let before = live();
-    let mut builder = DesiredBuilder::with_zones(node, zones.clone());
-    for record in &service_records {
-        builder.add_service_record(record);
-    }
-    for record in &slice_records {
-        builder.add_slice_record(record);
-    }
-    let desired = builder.finish(None);
-    let built = (live() - before) as usize;
-
-    // What the watch kept before records: the trimmed objects themselves.
+    // Trimmed as the watch trims them: what its stores held before records.
     let before = live();
     let trimmed: Vec<_> = services
         .iter()
@@ -79,7 +52,27 @@ fn the_kept_state_stays_within_its_budget_per_service() {
         })
         .collect();
     let objects = (live() - before) as usize;
+
+    let before = live();
+    let mut zones = ZoneTable::default();
+    let service_records: Vec<_> = trimmed.iter().map(|s| Arc::new(ServiceRecord::of(s))).collect();
+    let slice_records: Vec<_> = trimmed_slices
+        .iter()
+        .map(|s| Arc::new(SliceRecord::of(s, node, &mut zones)))
+        .collect();
+    let records = (live() - before) as usize;
     drop((trimmed, trimmed_slices));
+
+    let before = live();
+    let mut builder = DesiredBuilder::with_zones(node, zones.clone());
+    for record in &service_records {
+        builder.add_service_record(record);
+    }
+    for record in &slice_records {
+        builder.add_slice_record(record);
+    }
+    let desired = builder.finish(None);
+    let built = (live() - before) as usize;
 
     assert_eq!(desired.ports.len(), SERVICES, "every Service owns a nodePort");
     assert!(desired.problems.is_empty(), "{:?}", desired.problems);

@@ -10,7 +10,6 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::heart::acceptance::Acceptance;
 use crate::heart::desired::model::{DesiredPort, DesiredState, LABEL_ZONE, ObjectProblem};
-pub(crate) use crate::heart::desired::record::object_name;
 use crate::heart::desired::record::{ServiceKey, ServiceRecord, ServiceSummary, SliceRecord};
 use crate::heart::desired::slices::{SliceRead, SliceSummary, ZoneTable, merge_port};
 use crate::heart::desired::topology::{NodeView, PortPolicy, ZoneView, categorize};

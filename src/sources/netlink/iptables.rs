@@ -11,6 +11,7 @@
 //! are rendered by [`crate::decode::netlink::iptables`].
 
 use std::fmt::Write as _;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -56,10 +57,7 @@ pub fn read_rules_netlink(
             bytes: &extra_bytes,
             recording: None,
         };
-        let mut sink = |line: &str| {
-            let (handle, line) = split_handle(line);
-            parser.line_with_handle(line, handle);
-        };
+        let mut sink = |handle, line: &str| parser.line_with_handle(line, handle);
         match render_family(&mut conn, read, family, &mut sink, None) {
             Err(NetlinkError::Unstable(_)) => continue,
             Err(e) => return Err(e),
@@ -111,14 +109,8 @@ fn render_save_recorded(
         bytes: &bytes,
         recording,
     };
-    // Lines as the tool prints them, without the handles kept for findings.
-    render_family(
-        &mut conn,
-        read,
-        family,
-        &mut |line| sink(split_handle(line).1),
-        None,
-    )
+    // Lines as the tool prints them; the handles are for findings.
+    render_family(&mut conn, read, family, &mut |_, line| sink(line), None)
 }
 
 /// How many blocks the readers may run ahead of the parser.
@@ -167,15 +159,16 @@ fn render_chain(
     failed.map_or(Ok(()), |e| Err(e.into()))
 }
 
-/// Hands every chain's rules to `sink` in the chains' order. A large table is read
-/// by several sockets at once, block by block.
+/// Hands every chain's rules to `sink` in the chains' order, each line as the tool
+/// prints it with its rule's handle apart. A large table is read by several sockets at
+/// once, block by block.
 fn render_rules(
     conn: &mut Conn,
     readers: Readers<'_>,
     family: Family,
     table_attr: &[u8],
     chains: &[ChainInfo],
-    sink: &mut dyn FnMut(&str),
+    sink: &mut dyn FnMut(Option<NonZeroU64>, &str),
     mut keep: Option<&mut Vec<KeptBlock>>,
 ) -> Result<(), NetlinkError> {
     let mut handed = 0;
@@ -199,7 +192,12 @@ fn render_rules(
             match keep.as_deref_mut() {
                 Some(blocks) if count > 0 => blocks.push(KeptBlock::pack(count, text)),
                 Some(_) => {}
-                None => text.lines().for_each(&mut *sink),
+                None => {
+                    for line in text.lines() {
+                        let (handle, line) = split_handle(line);
+                        sink(handle, line);
+                    }
+                }
             }
             text.clear();
             Ok(())
@@ -207,12 +205,13 @@ fn render_rules(
     )
 }
 
-/// With `keep`, the tables are kept there instead of handed to `sink` line by line.
+/// Hands the family's lines to `sink` as [`KeptFamily::render_lines`] does (a rule's
+/// with its handle). With `keep`, the tables are kept there instead.
 fn render_family(
     conn: &mut Conn,
     readers: Readers<'_>,
     family: Family,
-    sink: &mut dyn FnMut(&str),
+    sink: &mut dyn FnMut(Option<NonZeroU64>, &str),
     mut keep: Option<&mut Vec<KeptTable>>,
 ) -> Result<(), NetlinkError> {
     let nfproto = nfproto(family);
@@ -246,9 +245,9 @@ fn render_family(
         }
         Ok(())
     })?;
-    sink(&save_header(family));
+    sink(None, &save_header(family));
     for (table, mut chains) in present.into_iter().zip(chains) {
-        declare_chains(table, &mut chains, sink)?;
+        declare_chains(table, &mut chains, &mut |line| sink(None, line))?;
         let mut table_attr = table.as_bytes().to_vec();
         table_attr.push(0);
         match keep.as_deref_mut() {
@@ -271,9 +270,9 @@ fn render_family(
             }
             None => render_rules(conn, readers, family, &table_attr, &chains, sink, None)?,
         }
-        sink("COMMIT");
+        sink(None, "COMMIT");
     }
-    sink(SAVE_FOOTER);
+    sink(None, SAVE_FOOTER);
     Ok(())
 }
 
@@ -305,7 +304,7 @@ pub fn read_rules_following(
         &mut |conn, state, named| update_family(conn, family, state, named),
         &mut |conn| {
             let mut tables = Vec::new();
-            render_family(conn, readers, family, &mut |_| {}, Some(&mut tables))?;
+            render_family(conn, readers, family, &mut |_, _| {}, Some(&mut tables))?;
             Ok(KeptFamily {
                 stamp: Stamp::default(),
                 tables,
