@@ -1089,3 +1089,197 @@ async fn the_first_request_waits_for_the_start_delay() {
     })
     .await;
 }
+
+/// The options of a view that reads with lists from the cache from the start, as
+/// against a server without streaming lists once it has refused one.
+fn cached_list_options() -> WatchOptions {
+    WatchOptions {
+        streaming_lists: false,
+        ..options()
+    }
+}
+
+async fn synced_cached_list_view(server: &FakeApiServer) -> ClusterView {
+    server.set_streaming_lists(StreamingLists::Refused);
+    let view =
+        ClusterView::start(server.config(), Some(NODE), cached_list_options()).expect("the view starts");
+    tokio::time::timeout(Duration::from_secs(20), view.wait_synced())
+        .await
+        .expect("the view syncs");
+    eventually("the watches are open", Duration::from_secs(10), || {
+        server.open_watches() >= 3 && view.fresh()
+    })
+    .await;
+    view
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_lists_carry_the_selectors_and_the_watch_resumes_from_them() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        let view = synced_cached_list_view(&server).await;
+        assert_same(&view.desired_state().unwrap(), &expected);
+        let listed_at = server.resource_version();
+        for (kind, selector, wanted) in [
+            (Kind::Service, "labelSelector", KUBE_PROXY_LABEL_SELECTOR),
+            (Kind::EndpointSlice, "labelSelector", KUBE_PROXY_LABEL_SELECTOR),
+            (Kind::Node, "fieldSelector", "metadata.name=worker-1"),
+        ] {
+            let requests = server.requests_for(kind);
+            let reads: Vec<Read> = requests.iter().map(|r| read_of(r)).collect();
+            // One list from the cache, then watches from where it ended.
+            assert_eq!(reads.first(), Some(&Read::CachedList), "{kind:?}: {requests:#?}");
+            assert_eq!(count(&reads, &Read::CachedList), 1, "{kind:?}: {requests:#?}");
+            assert_eq!(
+                reads.get(1),
+                Some(&Read::WatchFrom(listed_at)),
+                "{kind:?}: {requests:#?}"
+            );
+            for request in &requests {
+                assert_eq!(
+                    query_param(request, selector).as_deref(),
+                    Some(wanted),
+                    "{request}"
+                );
+            }
+            for watch in requests.iter().skip(1) {
+                assert_eq!(
+                    query_param(watch, "allowWatchBookmarks").as_deref(),
+                    Some("true"),
+                    "{watch}"
+                );
+                assert_eq!(
+                    query_param(watch, "timeoutSeconds").as_deref(),
+                    Some("2"),
+                    "{watch}"
+                );
+            }
+        }
+
+        // Changes arrive on the watch; a watch that ends at its timeout is reopened
+        // from the last resourceVersion seen (the bookmarks' included), not relisted.
+        server.delete::<Service>(Some("shop"), "web");
+        server.apply(&objects::service("shop", "new", "10.96.0.20", 30090));
+        eventually("the watch brings the changes", Duration::from_secs(10), || {
+            let state = view.desired_state().unwrap();
+            !has_service(&state, "shop", "web") && has_service(&state, "shop", "new")
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let reads: Vec<Read> = server
+            .requests_for(Kind::Service)
+            .iter()
+            .map(|r| read_of(r))
+            .collect();
+        assert_eq!(count(&reads, &Read::CachedList), 1, "{reads:#?}");
+        let resumed: Vec<u64> = reads
+            .iter()
+            .filter_map(|r| match r {
+                Read::WatchFrom(rv) => Some(*rv),
+                _ => None,
+            })
+            .collect();
+        assert!(resumed.len() >= 2, "reopened: {reads:#?}");
+        assert!(resumed.windows(2).all(|w| w[0] <= w[1]), "{reads:#?}");
+        assert!(*resumed.last().unwrap() > listed_at, "moved on: {reads:#?}");
+        assert_eq!(view.status().services.relists, 0);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_cached_list_a_410_on_the_watch_relists_from_the_cache() {
+    scenario(async {
+        let (server, _) = serve_cluster().await;
+        let view = synced_cached_list_view(&server).await;
+        let mark = request_counts(&server);
+
+        // An ERROR event with 410 on the open watches.
+        server.force_gone();
+        server.delete::<Service>(Some("shop"), "web");
+        server.apply(&objects::service("shop", "new", "10.96.0.20", 30090));
+        eventually("the relist brings the changes", Duration::from_secs(15), || {
+            let state = view.desired_state().unwrap();
+            !has_service(&state, "shop", "web") && has_service(&state, "shop", "new")
+        })
+        .await;
+        eventually("fresh again", Duration::from_secs(10), || view.fresh()).await;
+        assert_same(&view.desired_state().unwrap(), &desired_from_server(&server));
+        let status = view.status();
+        assert!(status.services.relists >= 1, "{status:#?}");
+        assert!(
+            status
+                .services
+                .errors_by_kind
+                .get("gone")
+                .is_some_and(|n| *n >= 1),
+            "{status:#?}"
+        );
+        for (kind, reads) in reads_since(&server, &mark) {
+            assert_eq!(reads.first(), Some(&Read::CachedList), "{kind:?}: {reads:#?}");
+            assert_no_quorum_read(&[(kind, reads)]);
+        }
+
+        // A watch reopened from a resourceVersion the server has compacted away.
+        let mark = request_counts(&server);
+        server.compact();
+        server.drop_connections();
+        server.apply(&objects::service("shop", "newer", "10.96.0.21", 30091));
+        eventually(
+            "the second relist brings the change",
+            Duration::from_secs(15),
+            || has_service(&view.desired_state().unwrap(), "shop", "newer"),
+        )
+        .await;
+        let services = &reads_since(&server, &mark)[0].1;
+        assert!(services.contains(&Read::CachedList), "{services:#?}");
+        assert!(view.status().services.relists >= 2);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_cached_list_keeps_the_last_good_state_and_recovers() {
+    scenario(async {
+        let (server, expected) = serve_cluster().await;
+        let view = synced_cached_list_view(&server).await;
+        let relists = view.status().services.relists;
+
+        // Every answer is a 200 whose body breaks off in an object; the watches are cut
+        // and forced to relist, which gets it.
+        server.set_failure(Failure::Malformed);
+        server.force_gone();
+        eventually("failing", Duration::from_secs(10), || {
+            view.status().services.errors_by_kind.contains_key("list")
+        })
+        .await;
+        let status = view.status();
+        let error = status.services.last_error.clone().unwrap_or_default();
+        assert!(error.contains("the list ends early"), "{status:#?}");
+        assert!(!view.fresh() && view.synced(), "{status:#?}");
+        assert_same(&view.desired_state().expect("the last good state"), &expected);
+
+        // Then a 500 with the API's Status: kube's error, as kube-runtime reports it.
+        server.set_failure(Failure::Status(500));
+        eventually("the Status is reported", Duration::from_secs(10), || {
+            view.status()
+                .services
+                .last_error
+                .is_some_and(|e| e.contains("the fake API server is failing on purpose"))
+        })
+        .await;
+        assert_same(&view.desired_state().unwrap(), &expected);
+
+        server.delete::<Service>(Some("shop"), "web");
+        server.set_failure(Failure::None);
+        eventually("fresh again, with the change", Duration::from_secs(40), || {
+            view.fresh() && !has_service(&view.desired_state().unwrap(), "shop", "web")
+        })
+        .await;
+        assert_same(&view.desired_state().unwrap(), &desired_from_server(&server));
+        let status = view.status();
+        assert!(!status.services.failing, "{status:#?}");
+        assert!(status.services.relists > relists, "{status:#?}");
+    })
+    .await;
+}

@@ -5,6 +5,7 @@
 
 pub mod activity;
 pub mod list;
+pub mod streamed_list;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use kube::client::ClientBuilder;
 
 pub use activity::WatchActivity;
 pub use list::{ClusterObjects, list_every_service, list_once, load_once, pods_on_node};
+pub use streamed_list::{ListReader, stream_list};
 
 /// The label selector of kube-proxy's Service and EndpointSlice informers
 /// (cmd/kube-proxy/app/server.go): objects opted out of kube-proxy are never listed.

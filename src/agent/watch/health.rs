@@ -15,6 +15,8 @@ pub fn watcher_error_label(error: &watcher::Error) -> &'static str {
     match error {
         watcher::Error::WatchError(status) if status.code == 410 => "gone",
         watcher::Error::InitialListFailed(kube::Error::Api(status)) if status.code == 410 => "gone",
+        // Lists from the cache relist on it (kube-runtime's watcher retries the watch).
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) if status.code == 410 => "gone",
         watcher::Error::InitialListFailed(_) => "list",
         watcher::Error::WatchStartFailed(_) => "watch-start",
         watcher::Error::WatchError(_) => "watch-event",

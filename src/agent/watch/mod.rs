@@ -15,6 +15,7 @@
 //! etcd (see `initial_list.rs`): at thousands of nodes a rollout or an etcd compaction
 //! sends every agent to list at once.
 
+mod cached_list;
 mod health;
 mod initial_list;
 mod signal;
@@ -308,8 +309,10 @@ struct Start {
 /// Runs one reflector until the view is dropped: a kube-runtime watcher with the
 /// default backoff, trimmed, into an [`ObjectStore`]; every item is recorded in `health`.
 /// It starts after `start.delay`, with streaming lists when `start.streaming`, and
-/// falls back to cached lists for good (a new watcher, its store kept) when the API
-/// server does not end them ([`initial_list`]).
+/// falls back to cached lists for good (a new stream, its store kept) when the API
+/// server does not end them ([`initial_list`]). Cached lists are read by
+/// [`cached_list`]'s stream, which gives the same events as kube-runtime's watcher but
+/// decodes the list object by object as it arrives.
 fn spawn_reflector<K, R>(
     api: Api<K>,
     config: watcher::Config,
@@ -341,9 +344,13 @@ where
             // kube-runtime's default backoff is client-go's reflector backoff: 0.8 s
             // doubling to 30 s, each delay plus a random 0-100 % of itself (backon's
             // jitter), reset after any success or 120 s without an error.
-            let stream = watcher(api.clone(), initial.mode().config(&config))
-                .default_backoff()
-                .modify(trim);
+            let mode_config = initial.mode().config(&config);
+            let stream = match initial.mode() {
+                ListMode::Streaming => watcher(api.clone(), mode_config).boxed(),
+                // Read object by object as the list arrives, not whole (cached_list.rs).
+                ListMode::Cached => cached_list::list_then_watch(api.clone(), mode_config).boxed(),
+            };
+            let stream = stream.default_backoff().modify(trim);
             let mut stream = std::pin::pin!(stream);
             // Never `?` or `try_for_each`: an error ends nothing, the watcher recovers on
             // the next poll (after the backoff's delay).

@@ -294,9 +294,10 @@ const STRUCTURAL: [bool; 256] = {
     table
 };
 
-/// Where a JSON value ends, found chunk by chunk.
+/// Where a JSON value ends, found chunk by chunk (also for `list_chunks.rs`, which is
+/// fed chunks rather than reading them).
 #[derive(Debug, Default)]
-struct ValueCut {
+pub(super) struct ValueCut {
     state: CutState,
     depth: usize,
 }
@@ -320,7 +321,7 @@ impl ValueCut {
     }
 
     /// The length of `chunk` that completes the value, if it ends within `chunk`.
-    fn find_end(&mut self, chunk: &[u8]) -> Option<usize> {
+    pub(super) fn find_end(&mut self, chunk: &[u8]) -> Option<usize> {
         let mut i = 0;
         while i < chunk.len() {
             match self.state {

@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod file;
+pub mod list_chunks;
 pub mod list_stream;
 pub mod probe;
 
