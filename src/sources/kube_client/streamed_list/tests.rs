@@ -143,7 +143,9 @@ async fn an_api_error_is_kubes_error_with_the_status() {
         vec![b"overload".to_vec()],
     );
     match stream_list(&api, &ListParams::default().match_any()).await {
-        Err(kube::Error::Api(status)) => assert_eq!((status.code, status.message.as_str()), (500, "overload")),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.message.as_str()), (500, "overload"))
+        }
         Err(other) => panic!("{other:?}"),
         Ok(_) => panic!("a 500 is an error"),
     }
