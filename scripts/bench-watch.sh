@@ -8,7 +8,8 @@
 #   - watch:  reflectors until synced (streaming lists), then one desired-state build
 #             (the daemon's start);
 #   - lists:  the same where the API server has no streaming lists: whole lists with
-#             resourceVersion=0 from its cache;
+#             resourceVersion=0 from its cache (decoded object by object as they arrive),
+#             then watches;
 #   - once:   load_once, the one-shot paged list of `portdrift scan`;
 #   - relist: the watch, then one full relist after a 410 Gone (the reflectors hold the
 #             old and the new list at once until the new one is complete);
@@ -16,10 +17,14 @@
 #             so at once with .cargo/config.toml's decay, and its background thread runs
 #             as in the daemon): the resident set the synced view keeps over the one
 #             before the watches started, per Service (once; docs/performance.md, Sizing).
-# Targets for watch and once: under 3 s and 96 MiB peak RSS. Measured on the 2-core
-# development VM (server and client on one machine), shared (load average 3-7): watch
-# 0.8-1.0 s wall at 76 MiB; lists 0.9-1.0 s at 171-190 MiB (a whole list is decoded
-# before it is trimmed); once 1.0-1.1 s at 73 MiB; relist 3.0-5.0 s at 76 MiB. Before
+# Targets for watch and once: under 3 s and 96 MiB peak RSS; lists within 1.2x of
+# watch. Measured on the 2-core development VM (server and client on one machine),
+# shared with other builds (load average 2-6), 2026-12-06, 10,000 Services and 50,000
+# endpoints, 3 runs: watch 0.38-0.57 s wall at 44.0-44.9 MiB; lists 0.34-0.38 s at
+# 43.9-44.7 MiB; once 0.58-0.62 s at 71.4-71.5 MiB; kept 20.7-20.9 MiB (2,171-2,195
+# bytes per Service) at a 44.2 MiB peak; relist 9.6-11.6 s at 44.2-44.3 MiB. Before lists from the
+# cache were decoded as they arrive (kube-rs's Api::list held the body and every full
+# object first), lists took 0.67 s at 220.3 MiB (one run, the same day). Before
 # streaming lists, on the machine unshared (consistent lists in pages of 250): watch
 # 0.4-0.5 s at 85 MiB, once 0.3 s at 77 MiB, relist 90-92 MiB.
 #
