@@ -1,8 +1,9 @@
 //! The desired state from the API server: reflectors for Services, EndpointSlices
 //! and this node's Node, watched the way kube-proxy watches them.
 //!
-//! [`ClusterView`] is the daemon's long-lived view (kube-runtime's `watcher` into a
-//! store of our own that makes relists cheap); [`load_once`](kube_client::load_once)
+//! [`ClusterView`] is the daemon's long-lived view (kube-runtime's `watcher`, or where
+//! the API server has no streaming lists `cached_list.rs`'s stream, into a store of our
+//! own that makes relists cheap); [`load_once`](kube_client::load_once)
 //! lists everything once for `portdrift scan`. Both trim objects on arrival
 //! ([`trim_service`], [`trim_endpoint_slice`], [`trim_node`]) and build the same
 //! [`DesiredState`] as [`desired_state`](crate::heart::desired::desired_state).
