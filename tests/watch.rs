@@ -1203,7 +1203,19 @@ async fn after_a_cached_list_a_410_on_the_watch_relists_from_the_cache() {
             !has_service(&state, "shop", "web") && has_service(&state, "shop", "new")
         })
         .await;
-        eventually("fresh again", Duration::from_secs(10), || view.fresh()).await;
+        // The Node too (each watch retries after its own jittered backoff).
+        eventually(
+            "fresh again, every watch relisted",
+            Duration::from_secs(10),
+            || {
+                let status = view.status();
+                view.fresh()
+                    && status
+                        .node
+                        .is_some_and(|n| n.relists >= 1 && n.synced && !n.relisting)
+            },
+        )
+        .await;
         assert_same(&view.desired_state().unwrap(), &desired_from_server(&server));
         let status = view.status();
         assert!(status.services.relists >= 1, "{status:#?}");
