@@ -59,6 +59,8 @@ if [[ ${1:-} == --inside ]]; then
   echo "start-up: ${startup} s to the first scan; whole run: CPU $(echo "$user + $sys" | bc) s (user $user, sys $sys), largest process of the tree $tree KiB"
   echo "idle, over ${window} s: CPU $(echo "scale=3; ($t1 - $t0) / $hz" | bc) s = $(echo "scale=3; ($t1 - $t0) * 100 / $hz / $window" | bc)% of one core;" \
     "agent RSS at most $idle_max KiB ($(echo "scale=1; $idle_max / 1024" | bc) MiB), $resting KiB at the end; its peak with start-up $peak KiB ($(echo "scale=1; $peak / 1024" | bc) MiB)"
+  # The project's goals at 10,000 Services (docs/performance.md).
+  echo "goals at 10,000 Services: resting RSS <= 64 MiB in either mode; start-up peak <= 96 MiB in nftables mode"
   grep -E '^portdrift_scan(_phase)?_duration_seconds_(sum|count)|^portdrift_scans_total' "$work/metrics.txt" | sed 's/^/    /'
   grep -h 'summary' "$work/agent.log" | tail -1 || true
   exit 0

@@ -468,7 +468,7 @@ fn port_changed_within(
         .ports
         .iter()
         .filter(|p| p.protocol == protocol && p.node_port == port)
-        .filter_map(|p| p.last_change.as_deref()?.parse::<jiff::Timestamp>().ok())
+        .filter_map(|p| p.last_change)
         .filter_map(|changed| {
             Duration::try_from(now.duration_since(changed))
                 .ok()

@@ -25,15 +25,25 @@ use crate::heart::desired::slices::ZoneTable;
 use crate::heart::desired::trim::node_labels;
 use crate::sources::kube_client::WatchedResource;
 
-/// `(namespace, name)`; namespace empty for cluster-scoped objects.
-pub(super) type ObjectKey = (String, String);
+/// `namespace/name` (namespace empty for cluster-scoped objects), one string: a store
+/// holds tens of thousands of keys. Neither part can hold a `/` in the API.
+pub(super) type ObjectKey = Box<str>;
 
 fn object_key<K: Resource>(object: &K) -> ObjectKey {
     let meta = object.meta();
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
+    key_of(
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
     )
+}
+
+fn key_of(namespace: &str, name: &str) -> ObjectKey {
+    format!("{namespace}/{name}").into()
+}
+
+/// `(namespace, name)` of a key, to sort by.
+fn key_parts(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or((key, ""))
 }
 
 /// What a store keeps of each object: its resourceVersion says whether a relist
@@ -92,7 +102,7 @@ impl<K> ObjectStore<K> {
     pub(super) fn sorted(&self) -> Vec<Arc<K>> {
         let objects = self.read();
         let mut entries: Vec<(&ObjectKey, &Arc<K>)> = objects.iter().collect();
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        entries.sort_unstable_by(|a, b| key_parts(a.0).cmp(&key_parts(b.0)));
         entries.into_iter().map(|(_, o)| o.clone()).collect()
     }
 
@@ -153,7 +163,7 @@ pub(super) fn slice_relevance(services: Arc<ObjectStore<ServiceRecord>>) -> Rele
         let owner = new
             .or(old)
             .and_then(SliceRecord::owner)
-            .and_then(|key| services.read().get(key).cloned());
+            .and_then(|(namespace, name)| services.read().get(&key_of(namespace, name)).cloned());
         owner.is_some_and(|service| service.has_node_ports())
     })
 }

@@ -42,7 +42,8 @@ pub struct DesiredBuilder {
     node: Option<String>,
     zones: ZoneTable,
     services: HashMap<ServiceKey, ServiceSummary>,
-    slices: HashMap<ServiceKey, Vec<SliceSummary>>,
+    /// Each Service's slices by name.
+    slices: HashMap<ServiceKey, Vec<(Box<str>, SliceSummary)>>,
     /// Services with a slice that could not be read.
     uncertain_services: HashSet<ServiceKey>,
     /// What each Service accepts of its own findings (a later copy replaces it).
@@ -84,39 +85,42 @@ impl DesiredBuilder {
 
     /// Adds (or replaces, when seen before) a Service as its record holds it.
     pub fn add_service_record(&mut self, record: &ServiceRecord) {
-        let object = &*record.object;
-        let Some(key) = &record.key else {
+        let Some((namespace, name)) = record.key() else {
             self.apply_service_problems(record);
             return;
         };
-        if self.services.remove(key).is_some() {
-            self.problem(object, "is listed twice; the later copy is used");
+        let key: ServiceKey = (namespace.to_string(), name.to_string());
+        if self.services.remove(&key).is_some() {
+            self.problem(record.object(), "is listed twice; the later copy is used");
         }
-        match &record.acceptances {
-            Ok(accepted) if accepted.is_empty() => {
-                self.accepted_by_services.remove(key);
+        match record.acceptances.as_deref() {
+            None => {
+                self.accepted_by_services.remove(&key);
             }
-            Ok(accepted) => {
+            Some(Ok(accepted)) => {
                 self.accepted_by_services.insert(key.clone(), accepted.clone());
             }
-            Err(problem) => {
-                self.accepted_by_services.remove(key);
+            Some(Err(problem)) => {
+                self.accepted_by_services.remove(&key);
                 self.state.acceptance_problems.push(ObjectProblem {
-                    object: object.to_string(),
+                    object: record.object(),
                     problem: problem.clone(),
                 });
             }
         }
         self.apply_service_problems(record);
         if let Some(summary) = &record.summary {
-            self.services.insert(key.clone(), summary.clone());
+            self.services.insert(key, summary.clone());
         }
     }
 
     /// A record's problems and the nodePorts it keeps as allocated.
     fn apply_service_problems(&mut self, record: &ServiceRecord) {
-        for problem in &record.problems {
-            self.problem(&*record.object, problem.as_str());
+        if !record.problems.is_empty() {
+            let object = record.object();
+            for problem in &record.problems {
+                self.problem(object.as_str(), problem.as_str());
+            }
         }
         self.state
             .other_allocated
@@ -132,35 +136,32 @@ impl DesiredBuilder {
     /// Adds (or replaces, when seen before) an EndpointSlice as its record holds it
     /// (read with this builder's zone names).
     pub fn add_slice_record(&mut self, record: &SliceRecord) {
-        let object = &*record.object;
         match &record.read {
             SliceRead::Ignore => {}
-            SliceRead::Broken {
-                namespace,
-                service,
-                problem,
-            } => {
-                self.unreadable_slice(object, problem.as_str(), namespace.as_deref(), service.as_deref());
+            SliceRead::Broken { problem } => {
+                self.unreadable_slice(
+                    record.object(),
+                    &**problem,
+                    Some(&*record.namespace),
+                    record.service.as_deref(),
+                );
             }
-            SliceRead::Use {
-                namespace,
-                service,
-                summary,
-                problems,
-            } => {
+            SliceRead::Use { summary, problems } => {
                 for problem in problems {
-                    self.problem(object, problem.as_str());
+                    self.problem(record.object(), problem.as_str());
                 }
+                // A slice kube-proxy uses has a namespace, a name and a Service label.
+                let service = record.service.as_deref().unwrap_or_default();
                 let group = self
                     .slices
-                    .entry((namespace.clone(), service.clone()))
+                    .entry((record.namespace.to_string(), service.to_string()))
                     .or_default();
-                match group.iter_mut().find(|s| s.name == summary.name) {
-                    Some(existing) => {
+                match group.iter_mut().find(|(name, _)| *name == record.name) {
+                    Some((_, existing)) => {
                         *existing = summary.clone();
-                        self.problem(object, "is listed twice; the later copy is used");
+                        self.problem(record.object(), "is listed twice; the later copy is used");
                     }
-                    None => group.push(summary.clone()),
+                    None => group.push((record.name.clone(), summary.clone())),
                 }
             }
         }
@@ -275,7 +276,7 @@ impl DesiredBuilder {
         for (key, service) in services {
             let mut slices = self.slices.remove(&key).unwrap_or_default();
             // Sorted so that every run breaks ties the same way.
-            slices.sort_by(|a, b| a.name.cmp(&b.name));
+            slices.sort_by(|a, b| a.0.cmp(&b.0));
             self.desired_ports(key, &service, &slices, view, &mut ports);
         }
         ports.sort_by(|a, b| (&a.service, a.protocol).cmp(&(&b.service, b.protocol)));
@@ -294,13 +295,13 @@ impl DesiredBuilder {
         &mut self,
         key: ServiceKey,
         service: &ServiceSummary,
-        slices: &[SliceSummary],
+        slices: &[(Box<str>, SliceSummary)],
         view: NodeView,
         out: &mut Vec<DesiredPort>,
     ) {
         let last_change = slices
             .iter()
-            .filter_map(|s| s.last_change)
+            .filter_map(|(_, s)| s.last_change)
             .chain(service.created)
             .max();
         let policy = PortPolicy {
@@ -312,10 +313,10 @@ impl DesiredBuilder {
         let local_unknown = !view.node_known && policy.uses_local_endpoints();
         let slice_unreadable = self.endpoints_unknown || self.uncertain_services.contains(&key);
         let (namespace, name) = key;
-        for port in &service.ports {
+        for port in &*service.ports {
             let mut endpoints = Vec::with_capacity(service.families.len());
             let mut ambiguous = false;
-            for &family in &service.families {
+            for &family in &*service.families {
                 let merged = merge_port(slices, family, &port.name, port.protocol);
                 if !merged.ambiguous.is_empty() {
                     ambiguous = true;
@@ -329,17 +330,17 @@ impl DesiredBuilder {
                 service: ServicePortRef {
                     namespace: namespace.clone(),
                     name: name.clone(),
-                    port_name: port.name.clone(),
+                    port_name: port.name.to_string(),
                 },
                 protocol: port.protocol,
                 node_port: port.node_port,
-                families: service.families.clone(),
+                families: service.families.to_vec(),
                 external_policy_local: service.external_policy_local,
                 internal_policy_local: service.internal_policy_local,
                 health_check_node_port: service.health_check_node_port,
                 endpoints,
                 uncertain: slice_unreadable || ambiguous || local_unknown,
-                last_change: last_change.map(|t| t.to_string()),
+                last_change,
                 cilium: service.cilium.clone(),
             });
         }

@@ -1,7 +1,9 @@
 //! The desired NodePort state of one node, as kube-proxy on that node would program it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+use jiff::Timestamp;
 
 use crate::heart::acceptance::Acceptance;
 use crate::heart::model::{Family, Protocol, ServicePortRef};
@@ -9,55 +11,136 @@ use crate::heart::model::{Family, Protocol, ServicePortRef};
 /// The Node label kube-proxy reads for topology hints.
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
-/// A set of endpoint addresses as a sorted vector: a port has a handful of endpoints,
-/// and a B-tree node per port adds up across a large cluster.
+/// A set of endpoint addresses, sorted, stored compactly: a port has a handful of
+/// endpoints, nearly always IPv4, and a large cluster keeps tens of thousands of sets
+/// (a `SocketAddr` takes 32 bytes, an IPv4 `ip:port` packed 6).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct EndpointSet(Vec<SocketAddr>);
+pub struct EndpointSet(Addrs);
 
-impl EndpointSet {
-    pub fn contains(&self, addr: &SocketAddr) -> bool {
-        self.0.binary_search(addr).is_ok()
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Addrs {
+    /// Every address IPv4, packed as in [`V4Addr`].
+    V4(Box<[V4Addr]>),
+    /// Any IPv6 address among them.
+    Any(Box<[SocketAddr]>),
+}
+
+impl Default for Addrs {
+    fn default() -> Self {
+        Addrs::V4(Box::default())
+    }
+}
+
+/// An IPv4 `ip:port` as 6 big-endian bytes: their order is `SocketAddrV4`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct V4Addr([u8; 6]);
+
+impl V4Addr {
+    fn of(addr: SocketAddrV4) -> V4Addr {
+        let [a, b, c, d] = addr.ip().octets();
+        let [p, q] = addr.port().to_be_bytes();
+        V4Addr([a, b, c, d, p, q])
     }
 
-    pub fn iter(&self) -> std::slice::Iter<'_, SocketAddr> {
-        self.0.iter()
+    fn get(self) -> SocketAddr {
+        let [a, b, c, d, p, q] = self.0;
+        SocketAddr::V4(SocketAddrV4::new(
+            Ipv4Addr::new(a, b, c, d),
+            u16::from_be_bytes([p, q]),
+        ))
+    }
+}
+
+/// The addresses of an [`EndpointSet`], in order, by value.
+#[derive(Debug, Clone)]
+pub struct EndpointIter<'a>(IterInner<'a>);
+
+#[derive(Debug, Clone)]
+enum IterInner<'a> {
+    V4(std::slice::Iter<'a, V4Addr>),
+    Any(std::slice::Iter<'a, SocketAddr>),
+}
+
+impl Iterator for EndpointIter<'_> {
+    type Item = SocketAddr;
+
+    fn next(&mut self) -> Option<SocketAddr> {
+        match &mut self.0 {
+            IterInner::V4(it) => it.next().map(|a| a.get()),
+            IterInner::Any(it) => it.next().copied(),
+        }
     }
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Adds an address, keeping the set sorted.
-    pub fn insert(&mut self, addr: SocketAddr) -> bool {
-        match self.0.binary_search(&addr) {
-            Ok(_) => false,
-            Err(at) => {
-                self.0.insert(at, addr);
-                true
-            }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.0 {
+            IterInner::V4(it) => it.size_hint(),
+            IterInner::Any(it) => it.size_hint(),
         }
     }
 }
 
+impl ExactSizeIterator for EndpointIter<'_> {}
+
+impl EndpointSet {
+    pub fn contains(&self, addr: &SocketAddr) -> bool {
+        match (&self.0, addr) {
+            (Addrs::V4(v4), SocketAddr::V4(a)) => v4.binary_search(&V4Addr::of(*a)).is_ok(),
+            (Addrs::V4(_), SocketAddr::V6(_)) => false,
+            (Addrs::Any(any), _) => any.binary_search(addr).is_ok(),
+        }
+    }
+
+    pub fn iter(&self) -> EndpointIter<'_> {
+        match &self.0 {
+            Addrs::V4(v4) => EndpointIter(IterInner::V4(v4.iter())),
+            Addrs::Any(any) => EndpointIter(IterInner::Any(any.iter())),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Addrs::V4(v4) => v4.len(),
+            Addrs::Any(any) => any.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds an address, keeping the set sorted.
+    pub fn insert(&mut self, addr: SocketAddr) -> bool {
+        if self.contains(&addr) {
+            return false;
+        }
+        *self = self.iter().chain([addr]).collect();
+        true
+    }
+}
 impl FromIterator<SocketAddr> for EndpointSet {
     fn from_iter<I: IntoIterator<Item = SocketAddr>>(iter: I) -> Self {
-        let mut v: Vec<SocketAddr> = iter.into_iter().collect();
-        v.sort_unstable();
-        v.dedup();
-        v.shrink_to_fit();
-        EndpointSet(v)
+        let mut all: Vec<SocketAddr> = iter.into_iter().collect();
+        all.sort_unstable();
+        all.dedup();
+        let v4: Option<Vec<V4Addr>> = all
+            .iter()
+            .map(|a| match a {
+                SocketAddr::V4(a) => Some(V4Addr::of(*a)),
+                SocketAddr::V6(_) => None,
+            })
+            .collect();
+        EndpointSet(match v4 {
+            Some(v4) => Addrs::V4(v4.into_boxed_slice()),
+            None => Addrs::Any(all.into_boxed_slice()),
+        })
     }
 }
 
 impl<'a> IntoIterator for &'a EndpointSet {
-    type Item = &'a SocketAddr;
-    type IntoIter = std::slice::Iter<'a, SocketAddr>;
+    type Item = SocketAddr;
+    type IntoIter = EndpointIter<'a>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.iter()
     }
 }
 
@@ -97,7 +180,7 @@ impl FamilyEndpoints {
     /// Every endpoint kube-proxy writes a DNAT for on this node (its
     /// `allLocallyReachableEndpoints`): the Cluster set and the Local set together.
     pub fn reachable(&self) -> EndpointSet {
-        self.cluster.iter().chain(self.local.iter()).copied().collect()
+        self.cluster.iter().chain(self.local.iter()).collect()
     }
 }
 
@@ -167,7 +250,7 @@ pub struct DesiredPort {
     pub uncertain: bool,
     /// The newest change to the Service or its EndpointSlices, RFC 3339, when the
     /// objects carry it (creation time, or EndpointSlice's last-change-trigger-time).
-    pub last_change: Option<String>,
+    pub last_change: Option<Timestamp>,
     /// Cilium's annotations on the Service, when it has any.
     pub cilium: Option<Box<CiliumAnnotations>>,
 }

@@ -25,7 +25,7 @@ pub type ServiceKey = (String, String);
 /// A Service port that owns a nodePort.
 #[derive(Debug, Clone)]
 pub(crate) struct NodePortSpec {
-    pub(crate) name: String,
+    pub(crate) name: Box<str>,
     pub(crate) protocol: Protocol,
     pub(crate) node_port: u16,
 }
@@ -33,8 +33,8 @@ pub(crate) struct NodePortSpec {
 /// A Service kube-proxy programs, reduced to what the desired state needs.
 #[derive(Debug, Clone)]
 pub(crate) struct ServiceSummary {
-    pub(crate) families: Vec<Family>,
-    pub(crate) ports: Vec<NodePortSpec>,
+    pub(crate) families: Box<[Family]>,
+    pub(crate) ports: Box<[NodePortSpec]>,
     pub(crate) external_policy_local: bool,
     pub(crate) internal_policy_local: bool,
     pub(crate) health_check_node_port: Option<u16>,
@@ -45,23 +45,31 @@ pub(crate) struct ServiceSummary {
 /// One Service as the builder takes it.
 #[derive(Debug, Clone)]
 pub struct ServiceRecord {
-    /// None: the Service has no name or namespace (its ports are only allocated).
-    pub(crate) key: Option<ServiceKey>,
-    /// `Service ns/name` (with `?` for what is missing), for problems.
-    pub(crate) object: Box<str>,
+    /// `metadata.namespace` and `metadata.name`, empty when missing (its ports are then
+    /// only allocated).
+    pub(crate) namespace: Box<str>,
+    pub(crate) name: Box<str>,
     /// What reading it found wrong, in order.
-    pub(crate) problems: Vec<String>,
-    /// Its own acceptances (`portdrift.io/accept`), or why they cannot be applied.
-    pub(crate) acceptances: Result<Vec<Acceptance>, String>,
+    pub(crate) problems: Box<[String]>,
+    /// Its own acceptances (`portdrift.io/accept`), or why they cannot be applied;
+    /// None when it has none (nearly every Service).
+    pub(crate) acceptances: Option<Box<Result<Vec<Acceptance>, String>>>,
     /// None: it owns no nodePort, or kube-proxy skips it.
     pub(crate) summary: Option<ServiceSummary>,
     /// nodePorts it holds that no rule is checked for (a skipped Service's).
-    pub(crate) allocated: Vec<(Protocol, u16)>,
+    pub(crate) allocated: Box<[(Protocol, u16)]>,
     /// It has a nodePort or a healthCheckNodePort: its changes can move this node's
     /// NodePort rules.
     pub(crate) has_node_ports: bool,
     /// `metadata.resourceVersion`: the same version is the same Service.
     pub(crate) version: Option<Box<str>>,
+}
+
+/// What reading a Service collects before it becomes a record.
+#[derive(Default)]
+struct ServiceReading {
+    problems: Vec<String>,
+    allocated: Vec<(Protocol, u16)>,
 }
 
 impl ServiceRecord {
@@ -71,22 +79,15 @@ impl ServiceRecord {
         let namespace = meta.namespace.as_deref().filter(|s| !s.is_empty());
         let name = meta.name.as_deref().filter(|s| !s.is_empty());
         let spec = service.spec.as_ref();
-        let mut record = ServiceRecord {
-            key: None,
-            object: object_name("Service", &meta.namespace, &meta.name).into(),
-            problems: Vec::new(),
-            acceptances: Ok(Vec::new()),
-            summary: None,
-            allocated: Vec::new(),
-            has_node_ports: spec.is_some_and(has_node_ports),
-            version: meta
-                .resource_version
-                .as_deref()
-                .filter(|v| !v.is_empty())
-                .map(Into::into),
-        };
-        let (Some(namespace), Some(name)) = (namespace, name) else {
-            record.problem("has no metadata.name or metadata.namespace; its nodePorts are kept as allocated");
+        let mut reading = ServiceReading::default();
+        let mut acceptances = Ok(Vec::new());
+        let mut summary = None;
+        if let (Some(namespace), Some(name)) = (namespace, name) {
+            acceptances = service_acceptances(namespace, name, meta.annotations.as_ref());
+            summary = reading.summarize(service);
+        } else {
+            reading
+                .problem("has no metadata.name or metadata.namespace; its nodePorts are kept as allocated");
             if let Some(spec) = spec {
                 let ports: Vec<NodePortSpec> = spec
                     .ports
@@ -94,19 +95,33 @@ impl ServiceRecord {
                     .flatten()
                     .filter_map(|p| node_port_spec(p).ok().flatten())
                     .collect();
-                record.allocate(&ports, skipped_health_check_port(spec));
+                reading.allocate(&ports, skipped_health_check_port(spec));
             }
-            return record;
-        };
-        record.key = Some((namespace.to_string(), name.to_string()));
-        record.acceptances = service_acceptances(namespace, name, meta.annotations.as_ref());
-        record.summary = record.summarize(service);
-        record
+        }
+        ServiceRecord {
+            namespace: namespace.unwrap_or_default().into(),
+            name: name.unwrap_or_default().into(),
+            problems: reading.problems.into_boxed_slice(),
+            acceptances: (!matches!(&acceptances, Ok(a) if a.is_empty())).then(|| Box::new(acceptances)),
+            summary,
+            allocated: reading.allocated.into_boxed_slice(),
+            has_node_ports: spec.is_some_and(has_node_ports),
+            version: meta
+                .resource_version
+                .as_deref()
+                .filter(|v| !v.is_empty())
+                .map(Into::into),
+        }
     }
 
-    /// The record's Service, when it is named.
-    pub fn key(&self) -> Option<&ServiceKey> {
-        self.key.as_ref()
+    /// `(namespace, name)` of the record's Service, when it is named.
+    pub fn key(&self) -> Option<(&str, &str)> {
+        (!self.namespace.is_empty() && !self.name.is_empty()).then_some((&*self.namespace, &*self.name))
+    }
+
+    /// `Service ns/name`, with `?` for what is missing, for problems.
+    pub fn object(&self) -> String {
+        object_name_of("Service", &self.namespace, &self.name)
     }
 
     /// Whether its changes can move this node's NodePort rules.
@@ -118,7 +133,9 @@ impl ServiceRecord {
     pub fn version(&self) -> Option<&str> {
         self.version.as_deref()
     }
+}
 
+impl ServiceReading {
     fn problem(&mut self, problem: impl Into<String>) {
         self.problems.push(problem.into());
     }
@@ -151,8 +168,8 @@ impl ServiceRecord {
             return None;
         }
         Some(ServiceSummary {
-            families,
-            ports,
+            families: families.into_boxed_slice(),
+            ports: ports.into_boxed_slice(),
             external_policy_local: external_policy_local(spec),
             internal_policy_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
             health_check_node_port: self.health_check_node_port(spec),
@@ -215,10 +232,11 @@ impl ServiceRecord {
 /// One EndpointSlice as the builder takes it.
 #[derive(Debug)]
 pub struct SliceRecord {
-    /// `EndpointSlice ns/name` (with `?` for what is missing), for problems.
-    pub(crate) object: Box<str>,
-    /// The Service its label names, when it names one.
-    pub(crate) owner: Option<ServiceKey>,
+    /// `metadata.namespace` and `metadata.name`, empty when missing.
+    pub(crate) namespace: Box<str>,
+    pub(crate) name: Box<str>,
+    /// The Service its `kubernetes.io/service-name` label names, if any.
+    pub(crate) service: Option<Box<str>>,
     pub(crate) read: SliceRead,
     /// `metadata.resourceVersion`: the same version is the same slice.
     pub(crate) version: Option<Box<str>>,
@@ -229,14 +247,14 @@ impl SliceRecord {
     /// in `zones`.
     pub fn of(slice: &EndpointSlice, node: Option<&str>, zones: &mut ZoneTable) -> SliceRecord {
         let meta = &slice.metadata;
-        let owner = meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(LABEL_SERVICE_NAME))
-            .map(|service| (meta.namespace.clone().unwrap_or_default(), service.clone()));
         SliceRecord {
-            object: object_name("EndpointSlice", &meta.namespace, &meta.name).into(),
-            owner,
+            namespace: meta.namespace.as_deref().unwrap_or_default().into(),
+            name: meta.name.as_deref().unwrap_or_default().into(),
+            service: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_SERVICE_NAME))
+                .map(|service| service.as_str().into()),
             read: read_slice(slice, node, zones),
             version: meta
                 .resource_version
@@ -246,9 +264,15 @@ impl SliceRecord {
         }
     }
 
-    /// The Service its `kubernetes.io/service-name` label names, if any.
-    pub fn owner(&self) -> Option<&ServiceKey> {
-        self.owner.as_ref()
+    /// `(namespace, name)` of the Service its `kubernetes.io/service-name` label
+    /// names, if any.
+    pub fn owner(&self) -> Option<(&str, &str)> {
+        Some((&self.namespace, self.service.as_deref()?))
+    }
+
+    /// `EndpointSlice ns/name`, with `?` for what is missing, for problems.
+    pub fn object(&self) -> String {
+        object_name_of("EndpointSlice", &self.namespace, &self.name)
     }
 
     /// Its `metadata.resourceVersion`, when it has one.
@@ -304,7 +328,7 @@ fn node_port_spec(port: &ServicePort) -> Result<Option<NodePortSpec>, String> {
     let Some(node_port) = port.node_port.filter(|p| *p != 0) else {
         return Ok(None);
     };
-    let name = port.name.clone().unwrap_or_default();
+    let name = port.name.as_deref().unwrap_or_default();
     let node_port =
         u16::try_from(node_port).map_err(|_| format!("nodePort {node_port} is out of range; ignored"))?;
     let protocol = match port.protocol.as_deref() {
@@ -313,7 +337,7 @@ fn node_port_spec(port: &ServicePort) -> Result<Option<NodePortSpec>, String> {
             .ok_or_else(|| format!("port {name:?} has unknown protocol {p:?}; ignored"))?,
     };
     Ok(Some(NodePortSpec {
-        name,
+        name: name.into(),
         protocol,
         node_port,
     }))
@@ -321,6 +345,17 @@ fn node_port_spec(port: &ServicePort) -> Result<Option<NodePortSpec>, String> {
 
 /// `Kind ns/name` for messages, with `?` for what is missing.
 pub(crate) fn object_name(kind: &str, namespace: &Option<String>, name: &Option<String>) -> String {
-    let part = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).unwrap_or("?").to_string();
+    object_name_of(
+        kind,
+        namespace.as_deref().unwrap_or_default(),
+        name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// [`object_name`] of names that are empty when missing.
+fn object_name_of(kind: &str, namespace: &str, name: &str) -> String {
+    fn part(s: &str) -> &str {
+        if s.is_empty() { "?" } else { s }
+    }
     format!("{kind} {}/{}", part(namespace), part(name))
 }

@@ -55,8 +55,7 @@ pub(super) fn mark_pending(findings: &mut [Finding], index: &DesiredIndex<'_>, g
                 p.service.service() == service
                     && Some(p.service.port_name.as_str()) == f.service_port.as_deref()
             })
-            .and_then(|p| p.last_change.as_deref())
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            .and_then(|p| p.last_change);
         let Some(changed) = changed else { continue };
         let age = grace.now.duration_since(changed);
         let window = jiff::SignedDuration::try_from(grace.window).unwrap_or(jiff::SignedDuration::MAX);

@@ -63,7 +63,7 @@ pub(super) fn missing_rules(
         };
         // The local endpoints external traffic must reach (externalTrafficPolicy Local)
         // and does not.
-        let local_unreached: Vec<&SocketAddr> = if desired.external_policy_local {
+        let local_unreached: Vec<SocketAddr> = if desired.external_policy_local {
             eps.local
                 .iter()
                 .filter(|a| !forwarding.iter().any(|r| r.external_targets.contains(a)))
@@ -72,7 +72,7 @@ pub(super) fn missing_rules(
             Vec::new()
         };
         // Each unreached endpoint once; `true` when it is such a local endpoint.
-        let mut missing: BTreeMap<&SocketAddr, bool> = BTreeMap::new();
+        let mut missing: BTreeMap<SocketAddr, bool> = BTreeMap::new();
         if !eps.cluster_uncertain {
             missing.extend(eps.cluster.iter().filter(|a| !reached(a)).map(|a| (a, false)));
         }
@@ -89,7 +89,7 @@ pub(super) fn missing_rules(
         let dead_end = forwarding.iter().all(|r| r.targets.is_empty());
         for (addr, local) in missing {
             let f = if local {
-                local_endpoint_unreached(primary, desired, forwarding[0], addr, reached(addr), dropping)
+                local_endpoint_unreached(primary, desired, forwarding[0], &addr, reached(&addr), dropping)
             } else {
                 let (severity, why) = if dead_end {
                     (

@@ -59,7 +59,7 @@ pub(super) fn endpoint_hash_index(
             for addr in &eps.listed {
                 for naming in Naming::ALL.into_iter().filter(|n| n.applies_to(&p.service)) {
                     out.insert(
-                        kube_proxy::endpoint_chain_hash_as(&p.service, p.protocol, addr, naming),
+                        kube_proxy::endpoint_chain_hash_as(&p.service, p.protocol, &addr, naming),
                         i,
                     );
                 }

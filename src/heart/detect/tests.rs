@@ -805,7 +805,7 @@ fn differences_inside_the_grace_window_are_pending() {
     let now: jiff::Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
     let config = |last_change: &str| {
         let mut p = port(WEB, Protocol::Tcp, 30080, &["10.244.2.6:8080"]);
-        p.last_change = Some(last_change.into());
+        p.last_change = Some(last_change.parse().unwrap());
         let d = state(vec![p]);
         let nat = kube_proxy_nat(&[(WEB, Protocol::Tcp, 30080, &["10.244.1.5:8080"])], "");
         let grace = Grace {

@@ -308,9 +308,9 @@ fn endpoints(
     let mut missing: BTreeMap<SocketAddr, Vec<(&VirtualServer, Option<&RealServer>)>> = BTreeMap::new();
     for &vs in servers {
         for addr in expected {
-            if !vs.reals.iter().any(|r| r.addr == *addr && r.serving()) {
-                let drained = vs.reals.iter().find(|r| r.addr == *addr);
-                missing.entry(*addr).or_default().push((vs, drained));
+            if !vs.reals.iter().any(|r| r.addr == addr && r.serving()) {
+                let drained = vs.reals.iter().find(|r| r.addr == addr);
+                missing.entry(addr).or_default().push((vs, drained));
             }
         }
     }

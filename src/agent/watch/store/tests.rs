@@ -42,7 +42,7 @@ fn a_relist_keeps_the_last_state_until_done_and_reuses_unchanged_objects() {
     );
     writer.apply(watcher::Event::InitDone);
     let second = store.sorted();
-    let names: Vec<_> = second.iter().map(|s| s.key().unwrap().1.clone()).collect();
+    let names: Vec<_> = second.iter().map(|s| s.key().unwrap().1.to_string()).collect();
     assert_eq!(names, ["a", "b", "d"]);
     assert!(
         Arc::ptr_eq(&second[0], &first[0]),

@@ -198,7 +198,7 @@ fn endpoints(
         // A slot's backend that was not read may be the endpoint: nothing is missing then.
         if fm.backends_complete && fm.services_complete && (local || !eps.cluster_uncertain) {
             for addr in expected.iter().filter(|a| !active.contains(a)) {
-                missing.entry(*addr).or_default().push(frontend_name(f));
+                missing.entry(addr).or_default().push(frontend_name(f));
             }
         }
     }

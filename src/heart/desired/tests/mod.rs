@@ -1,6 +1,7 @@
 //! Behaviour tests of the desired state, with plain API objects written as kubectl
 //! prints them.
 
+mod compact;
 mod semantics;
 
 use std::collections::BTreeSet;

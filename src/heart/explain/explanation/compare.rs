@@ -33,9 +33,9 @@ pub(super) fn expected(input: &ExplainInput<'_>) -> Option<Expected> {
         Some(e) if !e.has_external_endpoints => (Outcome::Drop, Vec::new()),
         Some(e) => {
             let set: Vec<SocketAddr> = if port.external_policy_local {
-                e.local.iter().copied().collect()
+                e.local.iter().collect()
             } else {
-                e.cluster.iter().copied().collect()
+                e.cluster.iter().collect()
             };
             (Outcome::Dnat, set)
         }
