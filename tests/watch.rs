@@ -167,6 +167,33 @@ fn has_service(state: &DesiredState, namespace: &str, name: &str) -> bool {
         .any(|p| p.service.namespace == namespace && p.service.name == name)
 }
 
+/// Ends the watches with a 410 while Service shop/web goes and shop/new comes, and
+/// waits until the view shows both changes.
+async fn gone_with_changes(server: &FakeApiServer, view: &ClusterView) {
+    server.force_gone();
+    server.delete::<Service>(Some("shop"), "web");
+    server.apply(&objects::service("shop", "new", "10.96.0.20", 30090));
+    eventually("the relist brings the changes", Duration::from_secs(15), || {
+        let state = view.desired_state().unwrap();
+        !has_service(&state, "shop", "web") && has_service(&state, "shop", "new")
+    })
+    .await;
+}
+
+/// The Services' reflector relisted and counted a `gone` error.
+fn assert_services_relisted_after_gone(view: &ClusterView) {
+    let status = view.status();
+    assert!(status.services.relists >= 1, "{status:#?}");
+    assert!(
+        status
+            .services
+            .errors_by_kind
+            .get("gone")
+            .is_some_and(|n| *n >= 1),
+        "{status:#?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initial_sync_matches_desired_state() {
     scenario(async {
@@ -314,25 +341,8 @@ async fn a_410_gone_is_recovered_by_relisting() {
         .await;
         let lists_before = initial_reads(&server.requests_for(Kind::Service));
 
-        server.force_gone();
-        server.delete::<Service>(Some("shop"), "web");
-        server.apply(&objects::service("shop", "new", "10.96.0.20", 30090));
-
-        eventually("the relist brings the changes", Duration::from_secs(15), || {
-            let state = view.desired_state().unwrap();
-            !has_service(&state, "shop", "web") && has_service(&state, "shop", "new")
-        })
-        .await;
-        let status = view.status();
-        assert!(status.services.relists >= 1, "{status:#?}");
-        assert!(
-            status
-                .services
-                .errors_by_kind
-                .get("gone")
-                .is_some_and(|n| *n >= 1),
-            "{status:#?}"
-        );
+        gone_with_changes(&server, &view).await;
+        assert_services_relisted_after_gone(&view);
         let lists_after = initial_reads(&server.requests_for(Kind::Service));
         assert!(lists_after > lists_before, "relisted");
         eventually("fresh again", Duration::from_secs(10), || view.fresh()).await;
@@ -1190,14 +1200,7 @@ async fn after_a_cached_list_a_410_on_the_watch_relists_from_the_cache() {
         let mark = request_counts(&server);
 
         // An ERROR event with 410 on the open watches.
-        server.force_gone();
-        server.delete::<Service>(Some("shop"), "web");
-        server.apply(&objects::service("shop", "new", "10.96.0.20", 30090));
-        eventually("the relist brings the changes", Duration::from_secs(15), || {
-            let state = view.desired_state().unwrap();
-            !has_service(&state, "shop", "web") && has_service(&state, "shop", "new")
-        })
-        .await;
+        gone_with_changes(&server, &view).await;
         // The Node too (each watch retries after its own jittered backoff).
         eventually(
             "fresh again, every watch relisted",
@@ -1212,16 +1215,7 @@ async fn after_a_cached_list_a_410_on_the_watch_relists_from_the_cache() {
         )
         .await;
         assert_same(&view.desired_state().unwrap(), &desired_from_server(&server));
-        let status = view.status();
-        assert!(status.services.relists >= 1, "{status:#?}");
-        assert!(
-            status
-                .services
-                .errors_by_kind
-                .get("gone")
-                .is_some_and(|n| *n >= 1),
-            "{status:#?}"
-        );
+        assert_services_relisted_after_gone(&view);
         for (kind, reads) in reads_since(&server, &mark) {
             assert_eq!(reads.first(), Some(&Read::CachedList), "{kind:?}: {reads:#?}");
             assert_no_quorum_read(&[(kind, reads)]);

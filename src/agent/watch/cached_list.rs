@@ -30,6 +30,7 @@ use kube::api::{Api, ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::runtime::watcher::{self, Event, ListSemantic};
 use serde::de::DeserializeOwned;
 
+use crate::heart::desired::record::resource_version;
 use crate::sources::kube_client::{ListReader, stream_list};
 
 /// kube-runtime's margin over a watch's `timeoutSeconds` before a silent watch counts
@@ -177,7 +178,7 @@ fn watched<K: Resource>(
     event: fn(K) -> Event<K>,
     stream: BoxStream<'static, kube::Result<WatchEvent<K>>>,
 ) -> (Option<Item<K>>, State<K>) {
-    match object.meta().resource_version.clone().filter(|v| !v.is_empty()) {
+    match resource_version(object.meta()).map(str::to_string) {
         Some(resource_version) => (
             Some(Ok(event(object))),
             State::Watching {

@@ -20,7 +20,7 @@ use kube::runtime::watcher;
 
 use crate::heart::desired::DesiredBuilder;
 use crate::heart::desired::model::DesiredState;
-use crate::heart::desired::record::{ServiceRecord, SliceRecord};
+use crate::heart::desired::record::{ServiceRecord, SliceRecord, resource_version};
 use crate::heart::desired::slices::ZoneTable;
 use crate::heart::desired::trim::node_labels;
 use crate::sources::kube_client::WatchedResource;
@@ -67,10 +67,7 @@ impl Record for SliceRecord {
 /// The Node is kept whole (one object, its labels all that is left of it).
 impl Record for Node {
     fn version(&self) -> Option<&str> {
-        self.metadata
-            .resource_version
-            .as_deref()
-            .filter(|v| !v.is_empty())
+        resource_version(&self.metadata)
     }
 }
 
@@ -269,12 +266,7 @@ impl<K: Resource, R: Record> StoreWriter<K, R> {
 
 /// The record of the same object at the same resourceVersion: unchanged.
 fn same_version<K: Resource, R: Record>(held: &R, object: &K) -> bool {
-    let version = object
-        .meta()
-        .resource_version
-        .as_deref()
-        .filter(|v| !v.is_empty());
-    held.version().is_some() && held.version() == version
+    held.version().is_some() && held.version() == resource_version(object.meta())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::heart::acceptance::{Acceptance, service_acceptances};
@@ -106,11 +107,7 @@ impl ServiceRecord {
             summary,
             allocated: reading.allocated.into_boxed_slice(),
             has_node_ports: spec.is_some_and(has_node_ports),
-            version: meta
-                .resource_version
-                .as_deref()
-                .filter(|v| !v.is_empty())
-                .map(Into::into),
+            version: resource_version(meta).map(Into::into),
         }
     }
 
@@ -256,11 +253,7 @@ impl SliceRecord {
                 .and_then(|l| l.get(LABEL_SERVICE_NAME))
                 .map(|service| service.as_str().into()),
             read: read_slice(slice, node, zones),
-            version: meta
-                .resource_version
-                .as_deref()
-                .filter(|v| !v.is_empty())
-                .map(Into::into),
+            version: resource_version(meta).map(Into::into),
         }
     }
 
@@ -341,6 +334,12 @@ fn node_port_spec(port: &ServicePort) -> Result<Option<NodePortSpec>, String> {
         protocol,
         node_port,
     }))
+}
+
+/// An object's `metadata.resourceVersion`; empty is none. The same version is the
+/// same object.
+pub fn resource_version(meta: &ObjectMeta) -> Option<&str> {
+    meta.resource_version.as_deref().filter(|v| !v.is_empty())
 }
 
 /// `Kind ns/name` for messages, with `?` for what is missing.
