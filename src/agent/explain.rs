@@ -67,14 +67,14 @@ pub fn live_explainer(node: String, live: LiveConfig, view: DesiredView, detect:
         let desired = view
             .desired_state()
             .map_err(|e| format!("the cluster state is not available: {e}"))?;
-        let mut live_node = LiveNode::new(LiveConfig {
+        let live_node = LiveNode::new(LiveConfig {
             cluster_state: None,
             ..live.clone()
         });
         let mut input =
-            read_input(&mut live_node, Some(&node)).map_err(|e| format!("cannot read this node: {e}"))?;
+            read_input(&live_node, Some(&node)).map_err(|e| format!("cannot read this node: {e}"))?;
         input.desired = Some(desired);
-        let outcome = explain_input(input, &detect, &mut live_node, query, source, Some(NFT_LIMIT))?;
+        let outcome = explain_input(input, &detect, &live_node, query, source, Some(NFT_LIMIT))?;
         Ok((outcome.node, outcome.explanation))
     })
 }

@@ -173,7 +173,7 @@ fn prepare(out: &Path, force: bool) -> Result<(), SnapshotError> {
 /// there. Fails only when `out` cannot be used or written; a source that cannot be
 /// read is an entry of the manifest.
 pub fn write_snapshot<S: Source>(
-    src: &mut S,
+    src: &S,
     out: &Path,
     opts: &SnapshotOptions,
 ) -> Result<Manifest, SnapshotError> {
@@ -222,7 +222,7 @@ pub fn write_snapshot<S: Source>(
 
 /// Captures one bundle file. None when the source has nothing to say about it.
 fn capture<S: Source>(
-    src: &mut S,
+    src: &S,
     out: &Path,
     name: &'static str,
 ) -> Result<Option<ManifestEntry>, SnapshotError> {

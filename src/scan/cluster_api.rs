@@ -8,6 +8,7 @@ use std::time::Duration;
 use kube::Client;
 use thiserror::Error;
 
+use crate::heart::desired::DesiredState;
 use crate::heart::model::ProcessInfo;
 use crate::heart::outcome::{API_SOURCE, ScanInput, SourceState, SourceStatus};
 use crate::sources::kube_client::{self, KubeTarget, WatchError};
@@ -44,35 +45,44 @@ async fn connect(api: &KubeTarget) -> Result<(Client, String), ClusterApiError> 
     Ok((client, url))
 }
 
-/// Lists the cluster state from the API server into `input`. An unreachable or
-/// unconfigured API is a source status, not a failed scan: the checks that need no
-/// cluster state still run, and the report says why the others did not.
-pub fn read_cluster_from_api(input: &mut ScanInput, api: &KubeTarget, timeout: Duration) {
-    let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
-    let node = input.node.clone();
-    // Pods are listed (on this node only) just when a squatter runs in one.
-    let pod_uids = input.observed.owners.values().any(|p| p.pod.is_some());
+/// The cluster state as listed from the API server, before it joins a scan's input:
+/// listed while the node is read, since on a large cluster each takes a good part of
+/// a second.
+pub struct ApiListing {
+    loaded: Result<(DesiredState, String), ClusterApiError>,
+}
+
+/// Lists the cluster state, as `node` sees it, from the API server `api` names.
+pub fn list_cluster_from_api(api: &KubeTarget, node: Option<&str>, timeout: Duration) -> ApiListing {
     let loaded = runtime().map_err(ClusterApiError::Runtime).and_then(|runtime| {
         runtime.block_on(async {
             let (client, url) = connect(api).await?;
-            let desired = kube_client::load_once(client.clone(), node.as_deref(), timeout)
+            let desired = kube_client::load_once(client, node, timeout)
                 .await
                 .map_err(ClusterApiError::Api)?;
-            let pods = match node.as_deref() {
-                Some(node) if pod_uids => Some(kube_client::pods_on_node(client, node, timeout).await),
-                _ => None,
-            };
-            Ok((desired, url, pods))
+            Ok((desired, url))
         })
     });
-    match loaded {
-        Ok((desired, url, pods)) => {
-            match pods {
-                Some(Ok(pods)) => name_pods(&mut input.observed.owners, &pods),
-                Some(Err(e)) => status
-                    .notes
-                    .push(format!("cannot name the pods behind squatters: {e}")),
-                None => {}
+    ApiListing { loaded }
+}
+
+/// Puts what [`list_cluster_from_api`] listed into `input`, naming the pods behind
+/// squatters where the node read found some. An unreachable or unconfigured API is a
+/// source status, not a failed scan: the checks that need no cluster state still run,
+/// and the report says why the others did not.
+pub fn add_api_listing(input: &mut ScanInput, listing: ApiListing, api: &KubeTarget, timeout: Duration) {
+    let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
+    match listing.loaded {
+        Ok((desired, url)) => {
+            // Pods are listed (on this node only) just when a squatter runs in one.
+            let squatters_in_pods = input.observed.owners.values().any(|p| p.pod.is_some());
+            if let (Some(node), true) = (input.node.as_deref(), squatters_in_pods) {
+                match list_pods(api, node, timeout) {
+                    Ok(pods) => name_pods(&mut input.observed.owners, &pods),
+                    Err(e) => status
+                        .notes
+                        .push(format!("cannot name the pods behind squatters: {e}")),
+                }
             }
             status.origin = Some(url);
             let pod_notes = std::mem::take(&mut status.notes);
@@ -95,6 +105,17 @@ pub fn read_cluster_from_api(input: &mut ScanInput, api: &KubeTarget, timeout: D
         }
     }
     input.sources.push(status);
+}
+
+/// The pods on `node`, UID to `namespace/name`.
+fn list_pods(api: &KubeTarget, node: &str, timeout: Duration) -> Result<HashMap<String, String>, String> {
+    let runtime = runtime().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let (client, _) = connect(api).await.map_err(|e| e.to_string())?;
+        kube_client::pods_on_node(client, node, timeout)
+            .await
+            .map_err(|e| e.to_string())
+    })
 }
 
 /// Replaces the pod UIDs read from cgroups with `namespace/name`, where the API knows them.

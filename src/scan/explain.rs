@@ -70,7 +70,7 @@ pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainErro
         Some(dir) => explain_input(
             input,
             &detect,
-            &mut BundleDir::new(dir, None),
+            &BundleDir::new(dir, None),
             config.query,
             config.source,
             None,
@@ -78,7 +78,7 @@ pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainErro
         None => explain_input(
             input,
             &detect,
-            &mut LiveNode::new(LiveConfig {
+            &LiveNode::new(LiveConfig {
                 cluster_state: None,
                 ..scan.live.clone()
             }),
@@ -95,7 +95,7 @@ pub fn run_explain(config: &ExplainConfig) -> Result<ExplainOutcome, ExplainErro
 pub fn explain_input<S: Source>(
     input: ScanInput,
     detect: &DetectConfig,
-    src: &mut S,
+    src: &S,
     query: PortQuery,
     source: Option<IpAddr>,
     nft_limit: Option<usize>,
@@ -242,7 +242,7 @@ fn nodeport_address(rules: &Rulesets, family: Family) -> Option<IpAddr> {
 
 /// Every backend's rules, whole: the iptables dumps and the nftables ruleset. The
 /// second value says what could not be read.
-pub fn read_rulesets<S: Source>(src: &mut S, read_nft: Result<(), String>) -> (Rulesets, Vec<String>) {
+pub fn read_rulesets<S: Source>(src: &S, read_nft: Result<(), String>) -> (Rulesets, Vec<String>) {
     let mut rules = Rulesets::default();
     let mut not_checked = Vec::new();
     let mut iptables_nft = Vec::new();
@@ -283,7 +283,7 @@ pub fn read_rulesets<S: Source>(src: &mut S, read_nft: Result<(), String>) -> (R
         }
         theirs
     };
-    let mut read_nft = |name: &str| -> Option<Result<Rulesets, String>> {
+    let read_nft = |name: &str| -> Option<Result<Rulesets, String>> {
         let label = src.label(name);
         let fetched = src.fetch(name, move |r| {
             let mut bytes = Vec::new();

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::heart::observed::SOCKET_FILES;
+use crate::heart::observed::{Observed, SOCKET_FILES};
 use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::readers::read_node_name;
@@ -50,7 +50,7 @@ pub fn read_bundle_with(
     if !dir.is_dir() {
         return Err(SnapshotError::NotADirectory(dir.to_path_buf()));
     }
-    read_input(&mut BundleDir::new(dir, cluster_state), node).map_err(|e| match e {
+    read_input(&BundleDir::new(dir, cluster_state), node).map_err(|e| match e {
         SnapshotError::Empty(_) => SnapshotError::Empty(dir.to_path_buf()),
         e => e,
     })
@@ -60,31 +60,83 @@ pub fn read_bundle_with(
 ///
 /// Errors only when nothing at all could be read or the cluster state is unreadable;
 /// every other problem is a [`SourceStatus`] in the result.
-pub fn read_input<S: Source>(src: &mut S, node: Option<&str>) -> Result<ScanInput, SnapshotError> {
+pub fn read_input<S: Source>(src: &S, node: Option<&str>) -> Result<ScanInput, SnapshotError> {
     read_input_cached(src, node, &mut RuleCache::default())
 }
 
 /// [`read_input`], reusing from `cache` the rule dumps it allows (and refreshing it
 /// with those read).
+///
+/// The rule dumps, the node's other files and the cluster state are read at once, each
+/// on a thread of its own, and put together in that order: on a large node the rule
+/// dumps and the cluster state each take a good part of a second.
 pub fn read_input_cached<S: Source>(
-    src: &mut S,
+    src: &S,
     node: Option<&str>,
     cache: &mut RuleCache,
 ) -> Result<ScanInput, SnapshotError> {
+    let node = node.map(str::to_string).or_else(|| read_node_name(src));
+    cache.drop_unreturned();
     let mut input = ScanInput {
-        node: node.map(str::to_string).or_else(|| read_node_name(src)),
+        node: node.clone(),
         ..Default::default()
     };
-    cache.drop_unreturned();
+    let (rules_present, (facts, facts_present), cluster) = std::thread::scope(|s| {
+        let facts = s.spawn(|| read_node_facts(src));
+        let cluster = s.spawn(|| {
+            let mut part = ScanInput {
+                node,
+                ..Default::default()
+            };
+            read_cluster(src, &mut part).map(|present| (part, present))
+        });
+        let rules = read_rules(src, cache, &mut input);
+        (rules, joined(facts), joined(cluster))
+    });
+    let (cluster, cluster_present) = cluster?;
+    let rules = std::mem::take(&mut input.observed.sources);
+    input.observed = Observed {
+        sources: rules,
+        ..facts.observed
+    };
+    input.sources.extend(facts.sources);
+    input.desired = cluster.desired;
+    input.sources.extend(cluster.sources);
+    input.sources.extend(src.own_statuses());
+    if rules_present + facts_present + usize::from(cluster_present) == 0 {
+        return Err(SnapshotError::Empty(PathBuf::new()));
+    }
+    Ok(input)
+}
+
+/// A reading thread's result; its panic goes on in the caller.
+fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Reads the iptables dumps and kube-proxy's nftables tables into `input`; returns how
+/// many the source said anything about.
+fn read_rules<S: Source>(src: &S, cache: &mut RuleCache, input: &mut ScanInput) -> usize {
     let mut present = 0;
     for (name, backend, family) in IPTABLES_FILES {
-        present += usize::from(read_rules_cached(cache, name, &mut input, |input| {
+        present += usize::from(read_rules_cached(cache, name, input, |input| {
             read_iptables(src, name, backend, family, input)
         }));
     }
-    present += usize::from(read_rules_cached(cache, "nft.json", &mut input, |input| {
+    present += usize::from(read_rules_cached(cache, "nft.json", input, |input| {
         read_nftables(src, input)
     }));
+    present
+}
+
+/// Reads everything of the node but its rules: the sockets and their processes, the
+/// sysctls, kube-proxy's endpoints, IPVS and Cilium. Returns it as an input of its own
+/// (no rules, no cluster state) and how many files the source said anything about.
+fn read_node_facts<S: Source>(src: &S) -> (ScanInput, usize) {
+    let mut input = ScanInput::default();
+    let mut present = 0;
     for (name, protocol, v6) in SOCKET_FILES {
         present += usize::from(read_sockets(src, name, protocol, v6, &mut input));
     }
@@ -94,12 +146,7 @@ pub fn read_input_cached<S: Source>(
     present += usize::from(read_proxy_mode(src, &mut input));
     present += read_ipvs_traces(src, &mut input);
     present += read_cilium_maps(src, &mut input);
-    present += usize::from(read_cluster(src, &mut input)?);
-    input.sources.extend(src.own_statuses());
-    if present == 0 {
-        return Err(SnapshotError::Empty(PathBuf::new()));
-    }
-    Ok(input)
+    (input, present)
 }
 
 /// A fetch, settled into the status to report and the content to use.

@@ -10,7 +10,7 @@ use thiserror::Error;
 use crate::heart::outcome::ScanInput;
 use crate::scan::input::read_nftables_only;
 use crate::sources::live::{LiveConfig, LiveNode, NftablesVia};
-use crate::sources::netlink::nftables::MapFetches;
+use crate::sources::netlink::nftables::{ConstantMaps, MapFetches};
 
 /// Why the change between the two reads could not be applied.
 #[derive(Debug, Error)]
@@ -36,22 +36,22 @@ pub struct NftReads {
 /// agent does; with `change`, applies it with `nft -f` and reads again.
 pub fn read_nft_tables(via: NftablesVia, change: Option<&Path>) -> Result<NftReads, NftChangeError> {
     // Keeping the maps changes nothing in one read, and says how it got them.
-    let mut node = LiveNode::new(LiveConfig {
+    let node = LiveNode::new(LiveConfig {
         nftables_via: via,
         ..LiveConfig::default()
     })
     .keeping_constant_maps();
-    let mut input = read_nftables_only(&mut node);
+    let mut input = read_nftables_only(&node);
     let mut reused = None;
     if let Some(change) = change {
         let applied = Command::new("nft").arg("-f").arg(change).status()?;
         if !applied.success() {
             return Err(NftChangeError::Failed(change.to_path_buf()));
         }
-        input = read_nftables_only(&mut node);
-        reused = Some(node.constant_maps().map_or(0, |m| m.reused()));
+        input = read_nftables_only(&node);
+        reused = Some(node.with_constant_maps(ConstantMaps::reused).unwrap_or(0));
     }
-    let fetched = node.constant_maps().map(|m| m.fetched()).unwrap_or_default();
+    let fetched = node.with_constant_maps(ConstantMaps::fetched).unwrap_or_default();
     Ok(NftReads {
         input,
         reused,

@@ -14,10 +14,12 @@ use crate::heart::detect::{DetectConfig, Grace};
 use crate::heart::outcome::{ScanInput, ScanReport, SourceState, run_scan};
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::capture::{SnapshotOptions, write_snapshot};
-use crate::scan::cluster_api::{ListToFileError, list_cluster_to_file, read_cluster_from_api};
+use crate::scan::cluster_api::{
+    ListToFileError, add_api_listing, list_cluster_from_api, list_cluster_to_file,
+};
 use crate::scan::input::{Manifest, read_bundle_with, read_input};
 use crate::sources::kube_client::KubeTarget;
-use crate::sources::live::{LiveConfig, LiveNode};
+use crate::sources::live::{LiveConfig, LiveNode, host_name};
 
 /// What one scan reads, and how it judges what it read.
 #[derive(Debug, Clone)]
@@ -148,16 +150,29 @@ pub fn detect_config(config: &OneshotConfig) -> DetectConfig {
     }
 }
 
-/// Reads this node and its cluster state (from the file, else the API server).
+/// Reads this node and its cluster state (from the file, else the API server, listed
+/// while the node is read).
 pub fn read_live(config: &OneshotConfig) -> Result<LiveInput, OneshotError> {
-    let mut node = LiveNode::new(LiveConfig {
+    let node = LiveNode::new(LiveConfig {
         cluster_state: config.cluster_state.clone(),
         ..config.live.clone()
     });
-    let mut input = read_input(&mut node, config.node.as_deref()).map_err(OneshotError::Node)?;
-    if config.cluster_state.is_none() {
-        read_cluster_from_api(&mut input, &config.api, config.api_timeout);
+    let name = config.node.clone().or_else(|| host_name(&config.live.proc_root));
+    let input = match &config.cluster_state {
+        Some(_) => read_input(&node, name.as_deref()),
+        None => std::thread::scope(|s| {
+            let listing = s.spawn(|| list_cluster_from_api(&config.api, name.as_deref(), config.api_timeout));
+            let input = read_input(&node, name.as_deref());
+            let listing = listing
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            input.map(|mut input| {
+                add_api_listing(&mut input, listing, &config.api, config.api_timeout);
+                input
+            })
+        }),
     }
+    .map_err(OneshotError::Node)?;
     let cluster_listed = input.desired.is_some()
         && input
             .sources
@@ -206,7 +221,7 @@ pub fn snapshot_node(config: &NodeSnapshotConfig) -> Result<Manifest, OneshotErr
         .cluster_state
         .clone()
         .or_else(|| listed.as_ref().map(|f| f.path().to_path_buf()));
-    let mut node = LiveNode::new(LiveConfig {
+    let node = LiveNode::new(LiveConfig {
         cluster_state,
         ..config.live.clone()
     });
@@ -214,7 +229,7 @@ pub fn snapshot_node(config: &NodeSnapshotConfig) -> Result<Manifest, OneshotErr
         node: config.node.clone(),
         force: config.force,
     };
-    write_snapshot(&mut node, &config.out, &options).map_err(|source| OneshotError::Snapshot {
+    write_snapshot(&node, &config.out, &options).map_err(|source| OneshotError::Snapshot {
         path: config.out.clone(),
         source,
     })

@@ -23,7 +23,7 @@ pub(crate) fn read_all(r: &mut dyn BufRead) -> io::Result<Vec<u8>> {
 }
 
 /// The node's name as the source tells it (its `node` file); None when it tells none.
-pub(crate) fn read_node_name<S: Source>(src: &mut S) -> Option<String> {
+pub(crate) fn read_node_name<S: Source>(src: &S) -> Option<String> {
     let text = src.fetch("node", read_small).value?.ok()?;
     let name = text.trim();
     (!name.is_empty()).then(|| name.to_string())

@@ -54,10 +54,14 @@ impl<T> Fetched<T> {
 }
 
 /// A provider of bundle files by name (`iptables-nft-save.txt`, `proc/net/tcp`, ...).
-pub trait Source {
+///
+/// Shared, not exclusive: a scan reads the rule dumps, the node's other files and the
+/// cluster state at once, from threads of its own, so its wall time is the longest read
+/// rather than their sum. A source with state between reads keeps it behind a lock.
+pub trait Source: Sync {
     /// Reads the input `name`, streaming its content into `consume`. The consumer may
     /// run on another thread while a tool prints, hence `Send + 'static`.
-    fn fetch<T, F>(&mut self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static;
@@ -94,7 +98,7 @@ pub trait Source {
     /// kube-proxy's nftables tables read another way than as `nft.json` bytes (the
     /// live node reads them from the kernel over netlink). None: read `nft.json`;
     /// Some(Err(why)): that way failed, and `nft.json` is read instead.
-    fn nftables_direct(&mut self) -> Option<Result<Fetched<Vec<crate::heart::model::RuleSource>>, String>> {
+    fn nftables_direct(&self) -> Option<Result<Fetched<Vec<crate::heart::model::RuleSource>>, String>> {
         None
     }
 
@@ -103,7 +107,7 @@ pub trait Source {
     /// over netlink). None: read the dump; Some(Err(why)): that way failed, and the
     /// dump is read instead. An Ok(None) value: the family has no iptables-nft table.
     fn iptables_direct(
-        &mut self,
+        &self,
         _name: &str,
     ) -> Option<Result<Fetched<Option<crate::heart::model::RuleSource>>, String>> {
         None
@@ -295,7 +299,7 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>, String> {
 }
 
 impl Source for BundleDir {
-    fn fetch<T, F>(&mut self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,

@@ -6,12 +6,15 @@
 //! scan reads a bundle directory. Cilium's service maps are read in `bpf_maps`.
 
 mod bpf_maps;
+mod following;
 
 use crate::decode::proc_process::ArgvEvidence;
 use bpf_maps::bpftool_args;
+use following::{Following, NFT_AT};
 use std::io::{self, BufRead, Cursor};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::heart::model::{Family, Lookup, RuleSource};
@@ -25,9 +28,8 @@ use crate::sources::kube_proxy_http::{
 use crate::sources::netlink::NetlinkLimits;
 use crate::sources::netlink::follow::ReadKind;
 use crate::sources::netlink::iptables::read_rules_following;
-use crate::sources::netlink::kept::KeptFamily;
 use crate::sources::netlink::nftables::{
-    ConstantMaps, KeptNft, read_tables_following, read_tables_netlink, read_tables_netlink_keeping,
+    ConstantMaps, read_tables_following, read_tables_netlink, read_tables_netlink_keeping,
 };
 use crate::sources::rule_changes::ChangeJournal;
 use crate::sources::tools::{ToolLimits, ToolOutcome, run_tool, stderr_notes};
@@ -122,76 +124,34 @@ pub fn host_name(proc_root: &std::path::Path) -> Option<String> {
 
 /// The running node as a [`Source`] of bundle files: each bundle name is answered by
 /// the tool or file that a capture would have copied into it.
-#[derive(Debug, Clone, Default)]
+///
+/// Its rule reads keep state between reads behind locks: a [`Source`] is read from
+/// several threads at once, and only the rule reads, one after another, take them.
+#[derive(Debug, Default)]
 pub struct LiveNode {
     pub config: LiveConfig,
     /// Set by a reader that reads this node again and again (the agent): the constant
     /// anonymous maps of kube-proxy's nftables tables, kept between reads.
-    constant_maps: Option<ConstantMaps>,
+    constant_maps: Mutex<Option<ConstantMaps>>,
     /// Set by the agent, which hears the kernel's change notifications: iptables-nft's
     /// tables are kept between reads and only what changed is read again.
-    following: Option<Following>,
+    following: Mutex<Option<Following>>,
 }
 
-/// What a reader that follows the notifications keeps: iptables-nft's tables per family
-/// (IPv4, IPv6), then kube-proxy's nftables tables (both families in one read).
-#[derive(Debug)]
-struct Following {
-    journal: ChangeJournal,
-    kept: [Option<KeptFamily>; 2],
-    nft: Option<KeptNft>,
-    /// The next read of each is whole (the periodic safety net).
-    whole_next: [bool; 3],
-    /// Why the last read of each was whole, if it was, for logging changes only.
-    last_whole: [Option<String>; 3],
-}
-
-/// A clone keeps no nftables tables (their IR is not cloned): its next read of them is
-/// whole.
-impl Clone for Following {
+impl Clone for LiveNode {
     fn clone(&self) -> Self {
-        Following {
-            journal: self.journal.clone(),
-            kept: self.kept.clone(),
-            nft: None,
-            whole_next: self.whole_next,
-            last_whole: self.last_whole.clone(),
+        LiveNode {
+            config: self.config.clone(),
+            constant_maps: Mutex::new(lock(&self.constant_maps).clone()),
+            following: Mutex::new(lock(&self.following).clone()),
         }
     }
 }
 
-/// Where [`Following`] keeps the state of kube-proxy's nftables tables' reads.
-const NFT_AT: usize = 2;
-
-impl Following {
-    /// Notes how the read at `at` read its tables, and logs when that changes.
-    fn note(&mut self, at: usize, fetched: &mut Fetched<impl Sized>, kind: ReadKind) {
-        fetched.notes.push(match &kind {
-            ReadKind::Changed { chains, of } => format!(
-                "read again only where the kernel announced changes: {chains} of {of} chains; the rest as last read"
-            ),
-            ReadKind::Whole(why) => format!("read whole: {why}"),
-        });
-        let why = match kind {
-            ReadKind::Whole(why) => Some(why),
-            ReadKind::Changed { .. } => None,
-        };
-        if why != self.last_whole[at] {
-            let (label, tables) = match at {
-                NFT_AT => (NFT_NETLINK_LABEL, "kube-proxy's nftables tables"),
-                0 => (iptables_netlink_label(Family::Ipv4), "iptables-nft's tables"),
-                _ => (iptables_netlink_label(Family::Ipv6), "iptables-nft's tables"),
-            };
-            match &why {
-                Some(why) => tracing::info!(table = label, %why, "reading {tables} whole"),
-                None => tracing::info!(
-                    table = label,
-                    "reading {tables} again only where the kernel announced changes"
-                ),
-            }
-            self.last_whole[at] = why;
-        }
-    }
+/// A lock of the node's read state. A read that panicked left it as the last read
+/// finished it, which the next read checks as it checks any kept state.
+fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The tool that prints each iptables dump of the bundle. Never `-t`: the legacy tools
@@ -211,8 +171,8 @@ impl LiveNode {
     pub fn new(config: LiveConfig) -> LiveNode {
         LiveNode {
             config,
-            constant_maps: None,
-            following: None,
+            constant_maps: Mutex::new(None),
+            following: Mutex::new(None),
         }
     }
 
@@ -220,7 +180,7 @@ impl LiveNode {
     /// only what the notifications `journal` gathers name (see [`read_rules_following`]
     /// and [`read_tables_following`]).
     pub fn following(mut self, journal: ChangeJournal) -> LiveNode {
-        self.following = Some(Following {
+        *self.following.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(Following {
             journal,
             kept: [None, None],
             nft: None,
@@ -233,7 +193,7 @@ impl LiveNode {
     /// The next read of every table is whole, whatever the notifications say: the
     /// safety net against a notification the kernel never sent.
     pub fn read_whole_next(&mut self) {
-        if let Some(following) = self.following.as_mut() {
+        if let Some(following) = self.following.get_mut().unwrap_or_else(PoisonError::into_inner) {
             following.whole_next = [true; 3];
         }
     }
@@ -243,13 +203,16 @@ impl LiveNode {
     /// again, where it saves most of each read's kernel time; a one-shot scan gains
     /// nothing and would hold the copy.
     pub fn keeping_constant_maps(mut self) -> LiveNode {
-        self.constant_maps = Some(ConstantMaps::default());
+        *self
+            .constant_maps
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = Some(ConstantMaps::default());
         self
     }
 
-    /// The maps kept, when this node keeps them.
-    pub fn constant_maps(&self) -> Option<&ConstantMaps> {
-        self.constant_maps.as_ref()
+    /// What `look` sees of the maps kept, when this node keeps them.
+    pub fn with_constant_maps<R>(&self, look: impl FnOnce(&ConstantMaps) -> R) -> Option<R> {
+        lock(&self.constant_maps).as_ref().map(look)
     }
 
     fn proc_path(&self, name: &str) -> Option<PathBuf> {
@@ -444,7 +407,7 @@ impl LiveNode {
 }
 
 impl Source for LiveNode {
-    fn fetch<T, F>(&mut self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
@@ -523,16 +486,17 @@ impl Source for LiveNode {
         }
     }
 
-    fn nftables_direct(&mut self) -> Option<Result<Fetched<Vec<RuleSource>>, String>> {
+    fn nftables_direct(&self) -> Option<Result<Fetched<Vec<RuleSource>>, String>> {
         if self.config.nftables_via != NftablesVia::Netlink {
             return None;
         }
-        let mut maps = self.constant_maps.take();
-        let read = match self.following.take() {
-            Some(mut following) => {
+        let mut maps = lock(&self.constant_maps);
+        let mut following = lock(&self.following);
+        let read = match following.as_mut() {
+            Some(following) => {
                 let mut scratch = ConstantMaps::default();
-                let read = self.read_following(
-                    &mut following,
+                self.read_following(
+                    following,
                     NFT_AT,
                     |limits, f, whole| {
                         read_tables_following(
@@ -545,9 +509,7 @@ impl Source for LiveNode {
                         )
                     },
                     |sources| !sources.is_empty(),
-                );
-                self.following = Some(following);
-                read
+                )
             }
             None => self.read_netlink(
                 |limits| match maps.as_mut() {
@@ -557,11 +519,10 @@ impl Source for LiveNode {
                 |sources| !sources.is_empty(),
             ),
         };
-        self.constant_maps = maps;
         Some(read)
     }
 
-    fn iptables_direct(&mut self, name: &str) -> Option<Result<Fetched<Option<RuleSource>>, String>> {
+    fn iptables_direct(&self, name: &str) -> Option<Result<Fetched<Option<RuleSource>>, String>> {
         let family = match name {
             "iptables-nft-save.txt" => Family::Ipv4,
             "ip6tables-nft-save.txt" => Family::Ipv6,
@@ -571,7 +532,8 @@ impl Source for LiveNode {
             return None;
         }
         let label = iptables_netlink_label(family);
-        let Some(mut following) = self.following.take() else {
+        let mut following = lock(&self.following);
+        let Some(following) = following.as_mut() else {
             return Some(self.read_netlink(
                 |limits| crate::sources::netlink::iptables::read_rules_netlink(family, label, limits),
                 Option::is_some,
@@ -579,14 +541,13 @@ impl Source for LiveNode {
         };
         let at = usize::from(family == Family::Ipv6);
         let read = self.read_following(
-            &mut following,
+            following,
             at,
             |limits, f, whole| {
                 read_rules_following(family, label, limits, &f.journal, &mut f.kept[at], whole)
             },
             Option::is_some,
         );
-        self.following = Some(following);
         Some(read)
     }
 

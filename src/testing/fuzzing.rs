@@ -388,8 +388,8 @@ fn cilium_seeds() -> Vec<Vec<u8>> {
 /// text and JSON, and planned for repair with the bundle's own iptables dumps.
 pub fn bundle(data: &[u8]) {
     let files = split_bundle(data);
-    let mut source = MemoryBundle { files: files.clone() };
-    let Ok(input) = read_input(&mut source, None) else {
+    let source = MemoryBundle { files: files.clone() };
+    let Ok(input) = read_input(&source, None) else {
         return;
     };
     let desired = input.desired.clone();
@@ -478,7 +478,7 @@ struct MemoryBundle {
 }
 
 impl Source for MemoryBundle {
-    fn fetch<T, F>(&mut self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,

@@ -22,7 +22,7 @@ type Entries = (MapDump, bool);
 const QUOTED: usize = 3;
 
 /// Reads the maps into `input`. Returns how many map files the source had.
-pub(super) fn read_cilium_maps<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
+pub(super) fn read_cilium_maps<S: Source>(src: &S, input: &mut ScanInput) -> usize {
     let (maps, statuses) = read_maps(src);
     let present = statuses.len();
     input.sources.extend(statuses);
@@ -35,7 +35,7 @@ pub(super) fn read_cilium_maps<S: Source>(src: &mut S, input: &mut ScanInput) ->
     present
 }
 
-fn read_maps<S: Source>(src: &mut S) -> (CiliumMaps, Vec<SourceStatus>) {
+fn read_maps<S: Source>(src: &S) -> (CiliumMaps, Vec<SourceStatus>) {
     let mut maps = CiliumMaps::default();
     let mut statuses = Vec::new();
     for family_files in CILIUM_MAP_FILES.chunks(3) {
@@ -74,10 +74,7 @@ fn read_maps<S: Source>(src: &mut S) -> (CiliumMaps, Vec<SourceStatus>) {
 
 /// One map: its status, its read, and its entries when they were read (with whether
 /// whole). None when the source does not have the map.
-fn read_map<S: Source>(
-    src: &mut S,
-    files: &CiliumMapFiles,
-) -> Option<(SourceStatus, MapRead, Option<Entries>)> {
+fn read_map<S: Source>(src: &S, files: &CiliumMapFiles) -> Option<(SourceStatus, MapRead, Option<Entries>)> {
     let kind = files.kind;
     let stats = read_stats(src, files);
     let fetched = src.fetch(files.dump, move |r| {
@@ -140,7 +137,7 @@ fn read_map<S: Source>(
 }
 
 /// The map's type and sizes; None when the source does not have them.
-fn read_stats<S: Source>(src: &mut S, files: &CiliumMapFiles) -> Option<Result<MapStats, String>> {
+fn read_stats<S: Source>(src: &S, files: &CiliumMapFiles) -> Option<Result<MapStats, String>> {
     let fetched = src.fetch(files.info, |r| read_all(r));
     let settled = settle(src, files.info, fetched)?;
     Some(match settled.value {

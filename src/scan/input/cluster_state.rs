@@ -10,7 +10,7 @@ use crate::sources::bundle::Source;
 
 /// Reads the cluster state. Unreadable cluster state fails the scan: without it the
 /// findings would silently lose every check that needs it.
-pub(super) fn read_cluster<S: Source>(src: &mut S, input: &mut ScanInput) -> Result<bool, SnapshotError> {
+pub(super) fn read_cluster<S: Source>(src: &S, input: &mut ScanInput) -> Result<bool, SnapshotError> {
     let node = input.node.clone();
     let label = src.label("cluster.json");
     let fetched = src.fetch("cluster.json", move |r| {

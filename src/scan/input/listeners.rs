@@ -31,7 +31,7 @@ pub(super) fn read_owners<S: Source>(src: &S, input: &mut ScanInput) {
 
 /// Reads one socket table.
 pub(super) fn read_sockets<S: Source>(
-    src: &mut S,
+    src: &S,
     name: &str,
     protocol: Protocol,
     v6: bool,

@@ -16,7 +16,7 @@ use crate::sources::bundle::{
 use super::settle;
 
 /// Reads the local port sysctls. Returns how many of the two files the source knew.
-pub(super) fn read_sysctls<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
+pub(super) fn read_sysctls<S: Source>(src: &S, input: &mut ScanInput) -> usize {
     let mut present = 0;
     let mut sysctls = NodeSysctls::default();
     let mut read_any = false;
@@ -84,7 +84,7 @@ pub(super) fn read_sysctls<S: Source>(src: &mut S, input: &mut ScanInput) -> usi
 }
 
 /// Reads kube-proxy's health answer.
-pub(super) fn read_healthz<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+pub(super) fn read_healthz<S: Source>(src: &S, input: &mut ScanInput) -> bool {
     let fetched = src.fetch(HEALTHZ_FILE, read_small);
     let Some(settled) = settle(src, HEALTHZ_FILE, fetched) else {
         return false;
@@ -114,7 +114,7 @@ pub(super) fn read_healthz<S: Source>(src: &mut S, input: &mut ScanInput) -> boo
 }
 
 /// Reads kube-proxy's `/proxyMode` answer.
-pub(super) fn read_proxy_mode<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+pub(super) fn read_proxy_mode<S: Source>(src: &S, input: &mut ScanInput) -> bool {
     let fetched = src.fetch(PROXY_MODE_FILE, read_small);
     let Some(settled) = settle(src, PROXY_MODE_FILE, fetched) else {
         return false;
@@ -174,7 +174,7 @@ fn keep_ipvs_table<S: Source>(
 
 /// Reads IPVS mode's traces outside netfilter: `kube-ipvs0` among the interfaces, and
 /// the kernel's IPVS virtual servers. Returns how many of the two files the source knew.
-pub(super) fn read_ipvs_traces<S: Source>(src: &mut S, input: &mut ScanInput) -> usize {
+pub(super) fn read_ipvs_traces<S: Source>(src: &S, input: &mut ScanInput) -> usize {
     let mut present = 0;
     let mut traces = IpvsTraces::default();
     let mut read_any = false;

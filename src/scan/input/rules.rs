@@ -15,7 +15,7 @@ use super::settle;
 
 /// Reads one iptables dump. Returns whether the source said anything about it.
 pub(super) fn read_iptables<S: Source>(
-    src: &mut S,
+    src: &S,
     name: &str,
     backend: Option<Backend>,
     family: Family,
@@ -77,7 +77,7 @@ fn read_iptables_direct(
 
 /// Reads one iptables dump's text.
 fn read_iptables_dump<S: Source>(
-    src: &mut S,
+    src: &S,
     name: &str,
     backend: Option<Backend>,
     family: Family,
@@ -147,7 +147,7 @@ fn nft_json_has_table(bytes: &[u8]) -> bool {
 }
 
 /// Reads kube-proxy's nftables tables alone (for comparing the ways of reading them).
-pub fn read_nftables_only<S: Source>(src: &mut S) -> ScanInput {
+pub fn read_nftables_only<S: Source>(src: &S) -> ScanInput {
     let mut input = ScanInput::default();
     read_nftables(src, &mut input);
     input
@@ -155,7 +155,7 @@ pub fn read_nftables_only<S: Source>(src: &mut S) -> ScanInput {
 
 /// Reads kube-proxy's nftables tables the source's own way when it has one (the live
 /// node: netlink), else from `nft.json`, or `nft.txt` when there is no JSON.
-pub(super) fn read_nftables<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+pub(super) fn read_nftables<S: Source>(src: &S, input: &mut ScanInput) -> bool {
     let fallback = match src.nftables_direct() {
         None => None,
         Some(Ok(direct)) => {
@@ -187,7 +187,7 @@ fn read_nftables_direct(direct: Fetched<Vec<RuleSource>>, lookup: Lookup, input:
 }
 
 /// Reads `nft.json`, or `nft.txt` when there is no JSON.
-fn read_nftables_dump<S: Source>(src: &mut S, input: &mut ScanInput) -> bool {
+fn read_nftables_dump<S: Source>(src: &S, input: &mut ScanInput) -> bool {
     let mut name = "nft.json";
     let mut fetched = src.fetch(name, read_all);
     let json = fetched.state.is_some();

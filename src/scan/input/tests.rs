@@ -34,7 +34,7 @@ impl Scripted {
 }
 
 impl Source for Scripted {
-    fn fetch<T, F>(&mut self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
@@ -112,9 +112,74 @@ fn split_node() -> Scripted {
         .with("node", SourceState::Ok, b"worker-4\n")
 }
 
+/// The split node, where a rule dump, a socket table and the cluster state each wait,
+/// while they are read, until the other two are being read as well. Read one after
+/// another they never meet, and each read fails with "read alone".
+struct Meeting {
+    node: Scripted,
+    arrived: std::sync::Mutex<usize>,
+    all_there: std::sync::Condvar,
+}
+
+const MEETING: [&str; 3] = ["iptables-nft-save.txt", "proc/net/tcp", "cluster.json"];
+
+impl Source for Meeting {
+    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+    {
+        if MEETING.contains(&name) {
+            let mut arrived = self.arrived.lock().unwrap();
+            *arrived += 1;
+            self.all_there.notify_all();
+            let (arrived, wait) = self
+                .all_there
+                .wait_timeout_while(arrived, std::time::Duration::from_secs(10), |n| {
+                    *n < MEETING.len()
+                })
+                .unwrap();
+            drop(arrived);
+            if wait.timed_out() {
+                return Fetched {
+                    state: Some(SourceState::Error),
+                    value: Some(Err(io::Error::other(format!("{name} read alone")))),
+                    ..Fetched::not_present()
+                };
+            }
+        }
+        self.node.fetch(name, consume)
+    }
+}
+
+#[test]
+fn the_rules_the_node_and_the_cluster_state_are_read_at_once() {
+    let meeting = Meeting {
+        node: split_node(),
+        arrived: std::sync::Mutex::new(0),
+        all_there: std::sync::Condvar::new(),
+    };
+    let input = read_input(&meeting, None).expect("the cluster state was read alongside the rest");
+    for name in MEETING.into_iter().filter(|name| *name != "cluster.json") {
+        assert_eq!(
+            status(&input, name).status,
+            SourceState::Ok,
+            "{name}: {:?}",
+            status(&input, name)
+        );
+    }
+    assert!(input.desired.is_some());
+    // Put together in one order whatever finished first: rules, the node, the cluster.
+    let order: Vec<&str> = input.sources.iter().map(|s| s.source.as_str()).collect();
+    let at = |name: &str| order.iter().position(|n| *n == name).unwrap();
+    assert!(at("nft.json") < at("proc/net/tcp"), "{order:?}");
+    assert!(at(HEALTHZ_FILE) < at("cluster.json"), "{order:?}");
+    assert_eq!(order.last(), Some(&"cluster.json"), "{order:?}");
+}
+
 #[test]
 fn every_source_state_is_reported_and_only_good_content_is_used() {
-    let input = read_input(&mut split_node(), None).unwrap();
+    let input = read_input(&split_node(), None).unwrap();
     assert_eq!(input.node.as_deref(), Some("worker-4"));
     let s = status(&input, "iptables-nft-save.txt");
     assert_eq!(s.status, SourceState::Ok);
@@ -155,14 +220,14 @@ fn every_source_state_is_reported_and_only_good_content_is_used() {
 fn a_dump_cut_by_a_failure_or_deadline_is_read_but_not_trusted() {
     let dump = testdata("duplicate-dnat-30080", "iptables-nft-save.txt");
     for state in [SourceState::Failed, SourceState::TimedOut] {
-        let mut src = Scripted::default().with("iptables-nft-save.txt", state, &dump);
-        let input = read_input(&mut src, None).unwrap();
+        let src = Scripted::default().with("iptables-nft-save.txt", state, &dump);
+        let input = read_input(&src, None).unwrap();
         assert_eq!(status(&input, "iptables-nft-save.txt").status, state);
         assert_eq!(input.observed.sources.len(), 1);
         assert!(!input.observed.sources[0].complete, "{state}");
     }
-    let mut src = Scripted::default().with("iptables-nft-save.txt", SourceState::TooLarge, &dump);
-    let input = read_input(&mut src, None).unwrap();
+    let src = Scripted::default().with("iptables-nft-save.txt", SourceState::TooLarge, &dump);
+    let input = read_input(&src, None).unwrap();
     assert_eq!(
         status(&input, "iptables-nft-save.txt").status,
         SourceState::TooLarge
@@ -175,11 +240,11 @@ fn a_dump_cut_by_a_failure_or_deadline_is_read_but_not_trusted() {
 
 #[test]
 fn garbled_health_answers_and_sysctls_are_statuses_not_failures() {
-    let mut src = Scripted::default()
+    let src = Scripted::default()
         .with(HEALTHZ_FILE, SourceState::Ok, b"<html>hello</html>")
         .with(LOCAL_PORT_RANGE_FILE, SourceState::Ok, b"nonsense")
         .with(RESERVED_PORTS_FILE, SourceState::Ok, b"30000-32767,x");
-    let input = read_input(&mut src, None).unwrap();
+    let input = read_input(&src, None).unwrap();
     assert_eq!(status(&input, HEALTHZ_FILE).status, SourceState::Error);
     assert_eq!(status(&input, LOCAL_PORT_RANGE_FILE).status, SourceState::Error);
     let reserved = status(&input, RESERVED_PORTS_FILE);
@@ -192,13 +257,13 @@ fn garbled_health_answers_and_sysctls_are_statuses_not_failures() {
 
 #[test]
 fn an_unreadable_cluster_state_fails_the_scan() {
-    let mut src = Scripted::default().with(
+    let src = Scripted::default().with(
         "cluster.json",
         SourceState::Ok,
         b"{\"kind\": \"List\", \"items\": [",
     );
     assert!(matches!(
-        read_input(&mut src, None),
+        read_input(&src, None),
         Err(SnapshotError::ClusterState { .. })
     ));
 }
@@ -231,7 +296,7 @@ fn states(input: &ScanInput) -> Vec<(String, SourceState)> {
 fn a_snapshot_reads_back_as_the_source_it_captured() {
     let dir = tempfile::TempDir::new().unwrap();
     let out = dir.path().join("bundle");
-    let manifest = write_snapshot(&mut split_node(), &out, &SnapshotOptions::default()).unwrap();
+    let manifest = write_snapshot(&split_node(), &out, &SnapshotOptions::default()).unwrap();
     assert_eq!(manifest.node.as_deref(), Some("worker-4"));
     // Only what printed something is a file; the manifest has every source.
     assert!(out.join("iptables-nft-save.txt").is_file());
@@ -261,7 +326,7 @@ fn a_snapshot_reads_back_as_the_source_it_captured() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
-    let live = read_input(&mut split_node(), None).unwrap();
+    let live = read_input(&split_node(), None).unwrap();
     let offline = read_bundle(&out, None).unwrap();
     assert_eq!(states(&live), states(&offline));
     assert_eq!(live.observed.sysctls, offline.observed.sysctls);
@@ -298,7 +363,7 @@ fn walk(dir: &Path) -> Vec<String> {
 #[test]
 fn a_failed_capture_stays_untrusted_in_the_bundle() {
     let dump = testdata("duplicate-dnat-30080", "iptables-nft-save.txt");
-    let mut src = Scripted::default()
+    let src = Scripted::default()
         .with(
             "iptables-nft-save.txt",
             SourceState::TimedOut,
@@ -309,7 +374,7 @@ fn a_failed_capture_stays_untrusted_in_the_bundle() {
             "iptables-nft-save did not finish within 10s and was killed",
         );
     let dir = tempfile::TempDir::new().unwrap();
-    write_snapshot(&mut src, dir.path(), &SnapshotOptions::default()).unwrap();
+    write_snapshot(&src, dir.path(), &SnapshotOptions::default()).unwrap();
     let input = read_bundle(dir.path(), None).unwrap();
     let s = status(&input, "iptables-nft-save.txt");
     assert_eq!(s.status, SourceState::TimedOut);
@@ -330,14 +395,14 @@ fn a_snapshot_does_not_overwrite_without_force() {
         )
     };
     assert!(matches!(
-        write_snapshot(&mut src(), dir.path(), &SnapshotOptions::default()),
+        write_snapshot(&src(), dir.path(), &SnapshotOptions::default()),
         Err(SnapshotError::NotEmpty(_))
     ));
     let force = SnapshotOptions {
         force: true,
         ..Default::default()
     };
-    write_snapshot(&mut src(), dir.path(), &force).unwrap();
+    write_snapshot(&src(), dir.path(), &force).unwrap();
     assert!(
         !dir.path().join("nft.txt").exists(),
         "an older capture's file is removed"
@@ -346,7 +411,7 @@ fn a_snapshot_does_not_overwrite_without_force() {
     assert!(dir.path().join("proc/net/tcp").is_file());
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
-    assert!(write_snapshot(&mut src(), &file, &force).is_err());
+    assert!(write_snapshot(&src(), &file, &force).is_err());
 }
 
 #[test]
@@ -431,13 +496,13 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
             .sum::<usize>()
     };
     let mut cache = RuleCache::keeping(&NF_TABLES_DUMPS);
-    let first = read_input_cached(&mut node(), None, &mut cache).unwrap();
+    let first = read_input_cached(&node(), None, &mut cache).unwrap();
     let nft = nodeports(&first, Backend::IptablesNft);
     let legacy = nodeports(&first, Backend::IptablesLegacy);
     assert!(nft > 0 && legacy > 0);
     // A read that was never given back (a scan that failed) is not replayed.
     cache.allow_reuse(&NF_TABLES_DUMPS);
-    let mut lost = read_input_cached(&mut node(), None, &mut cache).unwrap();
+    let mut lost = read_input_cached(&node(), None, &mut cache).unwrap();
     assert!(
         !status(&lost, "iptables-nft-save.txt")
             .notes
@@ -454,7 +519,7 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
             .with("iptables-legacy-save.txt", SourceState::Empty, b"")
     };
     cache.allow_reuse(&NF_TABLES_DUMPS);
-    let second = read_input_cached(&mut emptied(), None, &mut cache).unwrap();
+    let second = read_input_cached(&emptied(), None, &mut cache).unwrap();
     assert_eq!(
         nodeports(&second, Backend::IptablesNft),
         nft,
@@ -478,7 +543,7 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
 
     // Without permission the dump is read, and what it says now is what counts.
     cache.allow_reuse(&[]);
-    let third = read_input_cached(&mut emptied(), None, &mut cache).unwrap();
+    let third = read_input_cached(&emptied(), None, &mut cache).unwrap();
     assert_eq!(nodeports(&third, Backend::IptablesNft), 0);
 }
 
@@ -486,21 +551,21 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
 fn a_dump_not_read_whole_is_never_replayed() {
     let b = "duplicate-dnat-30080";
     let mut cache = RuleCache::keeping(&NF_TABLES_DUMPS);
-    let mut timed_out = Scripted::default().with(
+    let timed_out = Scripted::default().with(
         "iptables-nft-save.txt",
         SourceState::TimedOut,
         &testdata(b, "iptables-nft-save.txt"),
     );
-    if let Ok(mut read) = read_input_cached(&mut timed_out, None, &mut cache) {
+    if let Ok(mut read) = read_input_cached(&timed_out, None, &mut cache) {
         cache.keep(std::mem::take(&mut read.observed.sources));
     }
     cache.allow_reuse(&NF_TABLES_DUMPS);
-    let mut now_fine = Scripted::default().with(
+    let now_fine = Scripted::default().with(
         "iptables-nft-save.txt",
         SourceState::Ok,
         &testdata(b, "iptables-nft-save.txt"),
     );
-    let again = read_input_cached(&mut now_fine, None, &mut cache).unwrap();
+    let again = read_input_cached(&now_fine, None, &mut cache).unwrap();
     assert_eq!(status(&again, "iptables-nft-save.txt").status, SourceState::Ok);
     assert!(
         !status(&again, "iptables-nft-save.txt")
@@ -514,7 +579,7 @@ fn a_dump_not_read_whole_is_never_replayed() {
 struct KubeProxyOnly(crate::sources::live::LiveNode);
 
 impl Source for KubeProxyOnly {
-    fn fetch<T, F>(&mut self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
@@ -570,7 +635,7 @@ fn kube_proxys_endpoints_are_answered_unanswered_or_not_asked() {
             kube_proxy_metrics: metrics,
             ..LiveConfig::default()
         };
-        read_input(&mut KubeProxyOnly(LiveNode::new(config)), None).unwrap()
+        read_input(&KubeProxyOnly(LiveNode::new(config)), None).unwrap()
     };
 
     let down = read(Some(silent()), Some(silent()));
