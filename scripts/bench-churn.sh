@@ -43,9 +43,22 @@ trap 'echo "bench-churn: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 window=${WINDOW:-120}
 mode=${MODE:-both}
-stale_port=32700
 stale_comment=gone/deleted:http
-replay=scripts/nft-replay.py
+
+# The NodePorts: one a Service from 20000 up (then the health-check ports of a tenth of
+# them), scanned as --nodeport-range 20000-32767, the stale one at 32700. Past 12,000
+# Services they would reach the stale port, and then the last port there is: they start
+# lower, in a range widened to 65535 (as clusters of that size widen it), and the stale
+# one sits below them.
+ports_for() {
+  local n=$1
+  if ((n <= 12000)); then
+    first_port=20000 nodeport_range=20000-32767 stale_port=32700
+  else
+    first_port=$((65535 - n * 12 / 10))
+    stale_port=$((first_port - 100)) nodeport_range="$((first_port - 200))-65535"
+  fi
+}
 
 # Polls /findings until its stale rule is there (want=1) or gone (want=0), for at most
 # 240 s; prints the seconds taken, or ">SECONDS" if it gave up.
@@ -146,6 +159,7 @@ setup_nftables() {
 
 if [[ ${1:-} == --inside ]]; then
   work=$2 window=$3 mode=$4 portdrift=$5 services=$6
+  ports_for "$services"
   agent='' churn='' api=''
   # Whatever happens, nothing started here outlives the namespace's script.
   cleanup() {
@@ -174,7 +188,7 @@ if [[ ${1:-} == --inside ]]; then
   [[ -f $work/api/kubeconfig ]] || { echo "the fake API server did not start" >&2; exit 1; }
   "$portdrift" run --node worker-1 \
     --listen 127.0.0.1:9741 --findings-listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
-    --kube-proxy-healthz off --startup-jitter 0s --nodeport-range 20000-32767 2>"$work/agent.log" &
+    --kube-proxy-healthz off --startup-jitter 0s --nodeport-range "$nodeport_range" 2>"$work/agent.log" &
   agent=$!
   scans() { curl -s 127.0.0.1:9741/metrics | awk '/^portdrift_scans_total/ {print $2}'; }
   until [ "$(scans)" -ge 1 ] 2>/dev/null; do
@@ -269,7 +283,8 @@ for services in "${@:-1000 10000}"; do
   for n in $services; do
     for m in "${modes[@]}"; do
       work=$(mktemp -d)
-      target/release/examples/synth_node --services "$n" --grouped --out "$work/node" >/dev/null
+      ports_for "$n"
+      target/release/examples/synth_node --services "$n" --first-node-port "$first_port" --grouped --out "$work/node" >/dev/null
       echo "== $n Services, $m mode"
       unshare -n bash "$0" --inside "$work" "$window" "$m" "$portdrift" "$n"
       rows+=("$(cat "$work/row")")

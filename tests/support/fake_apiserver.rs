@@ -2251,11 +2251,14 @@ pub mod objects {
         };
         let mut svcs = Vec::with_capacity(services);
         let mut slices = Vec::with_capacity(services);
+        // NodePorts from 20000 up; from lower down where there are more Services than
+        // ports above 20000, so that each still has one.
+        let first_port = 20000.min(65536 - services as i32).max(1);
         for i in 0..services {
             let namespace = format!("team-{}", i % 40);
             let name = format!("svc-{i}");
             let ip = |base: u8, n: usize| format!("10.{base}.{}.{}", n / 250 % 256, n % 250 + 1);
-            let mut svc = service(&namespace, &name, &ip(96, i), 20000 + i as i32);
+            let mut svc = service(&namespace, &name, &ip(96, i), first_port + i as i32);
             svc.metadata.labels = labels(&[("app", &name), ("team", &namespace), ("tier", "web")]);
             svc.metadata.annotations = labels(&[(
                 "kubectl.kubernetes.io/last-applied-configuration",

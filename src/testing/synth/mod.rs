@@ -156,7 +156,7 @@ fn services(config: &SynthConfig) -> Vec<Svc> {
             };
             let health_check = (shape == Shape::Local).then(|| {
                 hc_next += 1;
-                hc_next as u16
+                port_number(hc_next)
             });
             let protocol = if config.udp_every > 0 && i % config.udp_every == config.udp_every - 1 {
                 Protocol::Udp
@@ -167,7 +167,7 @@ fn services(config: &SynthConfig) -> Vec<Svc> {
                 port,
                 protocol,
                 cluster_ip: ipv4([10, 96], i),
-                node_port: config.first_node_port + i as u16,
+                node_port: port_number(usize::from(config.first_node_port) + i),
                 health_check,
                 shape,
                 endpoints,
@@ -303,3 +303,11 @@ pub use nftables::nft_script;
 
 #[cfg(test)]
 mod tests;
+
+/// A generated port: past 65,535 the node would be wrong in a way nobody sees (a port
+/// wrapped to 0), so generation stops with what to change.
+fn port_number(port: usize) -> u16 {
+    u16::try_from(port).unwrap_or_else(|_| {
+        panic!("the generated ports run past 65535 (to {port}): start them lower (--first-node-port)")
+    })
+}
