@@ -44,6 +44,7 @@ cd "$(dirname "$0")/.."
 window=${WINDOW:-120}
 mode=${MODE:-both}
 stale_comment=gone/deleted:http
+replay=scripts/nft-replay.py
 
 # The NodePorts: one a Service from 20000 up (then the health-check ports of a tenth of
 # them), scanned as --nodeport-range 20000-32767, the stale one at 32700. Past 12,000
