@@ -51,13 +51,19 @@ replay=scripts/nft-replay.py
 # Services they would reach the stale port, and then the last port there is: they start
 # lower, in a range widened to 65535 (as clusters of that size widen it), and the stale
 # one sits below them.
+# NodePorts that low cover the ports the kernel hands out to local clients, which
+# kube-proxy's rules would take too (a NodePort is DNATed on any local address): the
+# agent's port and the fake API server's are kept below them.
 ports_for() {
   local n=$1
+  agent_port=9741
   if ((n <= 12000)); then
     first_port=20000 nodeport_range=20000-32767 stale_port=32700
   else
     first_port=$((65535 - n * 12 / 10))
     stale_port=$((first_port - 100)) nodeport_range="$((first_port - 200))-65535"
+    ((first_port > 5000)) || { echo "bench-churn: too many Services for the port space" >&2; exit 2; }
+    agent_port=4741
   fi
 }
 
@@ -69,7 +75,7 @@ wait_for_stale() {
   while (($(date +%s) - ${start%.*} < 240)); do
     seen=0
     # Read whole first: grep -q may stop reading early, failing curl and the pipeline.
-    findings=$(curl -s --max-time 5 127.0.0.1:9741/findings || true)
+    findings=$(curl -s --max-time 5 127.0.0.1:$agent_port/findings || true)
     grep -Eq "\"port\": *$stale_port\b" <<<"$findings" && seen=1
     [[ $seen == "$want" ]] && break
     sleep 0.2
@@ -161,6 +167,9 @@ setup_nftables() {
 if [[ ${1:-} == --inside ]]; then
   work=$2 window=$3 mode=$4 portdrift=$5 services=$6
   ports_for "$services"
+  if ((agent_port != 9741)); then
+    sysctl -qw net.ipv4.ip_local_port_range="2000 4500"
+  fi
   agent='' churn='' api=''
   # Whatever happens, nothing started here outlives the namespace's script.
   cleanup() {
@@ -188,10 +197,10 @@ if [[ ${1:-} == --inside ]]; then
   for _ in $(seq 600); do [[ -f $work/api/kubeconfig ]] && break; sleep 0.1; done
   [[ -f $work/api/kubeconfig ]] || { echo "the fake API server did not start" >&2; exit 1; }
   "$portdrift" run --node worker-1 \
-    --listen 127.0.0.1:9741 --findings-listen 127.0.0.1:9741 --interval 30s --kubeconfig "$work/api/kubeconfig" \
+    --listen 127.0.0.1:$agent_port --findings-listen 127.0.0.1:$agent_port --interval 30s --kubeconfig "$work/api/kubeconfig" \
     --kube-proxy-healthz off --startup-jitter 0s --nodeport-range "$nodeport_range" 2>"$work/agent.log" &
   agent=$!
-  scans() { curl -s 127.0.0.1:9741/metrics | awk '/^portdrift_scans_total/ {print $2}'; }
+  scans() { curl -s 127.0.0.1:$agent_port/metrics | awk '/^portdrift_scans_total/ {print $2}'; }
   until [ "$(scans)" -ge 1 ] 2>/dev/null; do
     kill -0 "$agent" 2>/dev/null || { echo "the agent exited:" >&2; tail -5 "$work/agent.log" >&2; exit 1; }
     sleep 1
@@ -227,7 +236,7 @@ if [[ ${1:-} == --inside ]]; then
   t1=$(ticks) s1=$(scans) took=$(($(date +%s) - started))
   rss_hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$agent/status")
   # Where a scan's time went, as the agent's own histograms say (whole run, mean).
-  curl -s 127.0.0.1:9741/metrics | awk '
+  curl -s 127.0.0.1:$agent_port/metrics | awk '
     /^portdrift_scan_phase_duration_seconds_sum/ { split($1, a, "\""); sum[a[2]] = $2 }
     /^portdrift_scan_phase_duration_seconds_count/ { split($1, a, "\""); n[a[2]] = $2 }
     END { for (p in sum) if (n[p] > 0) printf "    scan phase %s: %.0f ms mean over %d scans\n", p, 1000 * sum[p] / n[p], n[p] }'
