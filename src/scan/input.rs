@@ -110,7 +110,7 @@ pub fn read_input_cached<S: Source>(
 }
 
 /// A reading thread's result; its panic goes on in the caller.
-fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
     handle
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))

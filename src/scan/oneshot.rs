@@ -17,7 +17,7 @@ use crate::scan::capture::{SnapshotOptions, write_snapshot};
 use crate::scan::cluster_api::{
     ListToFileError, add_api_listing, list_cluster_from_api, list_cluster_to_file,
 };
-use crate::scan::input::{Manifest, read_bundle_with, read_input};
+use crate::scan::input::{Manifest, joined, read_bundle_with, read_input};
 use crate::sources::kube_client::KubeTarget;
 use crate::sources::live::{LiveConfig, LiveNode, host_name};
 
@@ -163,9 +163,7 @@ pub fn read_live(config: &OneshotConfig) -> Result<LiveInput, OneshotError> {
         None => std::thread::scope(|s| {
             let listing = s.spawn(|| list_cluster_from_api(&config.api, name.as_deref(), config.api_timeout));
             let input = read_input(&node, name.as_deref());
-            let listing = listing
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let listing = joined(listing);
             input.map(|mut input| {
                 add_api_listing(&mut input, listing, &config.api, config.api_timeout);
                 input
