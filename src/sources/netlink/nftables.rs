@@ -36,7 +36,7 @@ pub use self::following::{KeptNft, read_tables_following};
 pub use self::maps::{ConstantMaps, MapFetches};
 use self::maps::{
     FetchCounts, FetchedMaps, MapKey, MapReuse, WantedMap, fetch_map, is_constant_map, maps_wanted,
-    may_read_by_key, read_elements,
+    may_read_by_key, read_elements, share_names,
 };
 
 /// What one read gave.
@@ -377,6 +377,8 @@ fn read_sets(conn: &mut Conn, nfproto: u8) -> Result<(Vec<SetInfo>, Vec<Unparsed
         }
         Ok(())
     })?;
+    // A following reader keeps them between reads.
+    sets.shrink_to_fit();
     Ok((sets, problems))
 }
 

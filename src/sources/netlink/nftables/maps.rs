@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ReadContext;
-use crate::decode::netlink::nftables::DecodedRule;
+use crate::decode::netlink::nftables::{DecodedRule, ElementData};
 use crate::decode::netlink::nftables::{
     MapEntries, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
     NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, collect_elements, compare_keys, inline_entries,
@@ -39,6 +39,13 @@ pub struct ConstantMaps {
 }
 
 impl ConstantMaps {
+    /// [`share_names`] for every map of family `nfproto`.
+    pub(super) fn share_names(&mut self, nfproto: u8, shared: impl Fn(&str) -> Option<Arc<str>>) {
+        for (_, entries) in self.maps.iter_mut().filter(|((f, _, _), _)| *f == nfproto) {
+            share_names(entries, &shared);
+        }
+    }
+
     /// Maps the last read reused instead of dumping them.
     pub fn reused(&self) -> usize {
         self.reused
@@ -47,6 +54,20 @@ impl ConstantMaps {
     /// How the last read got the maps it did not reuse.
     pub fn fetched(&self) -> MapFetches {
         self.fetched
+    }
+}
+
+/// Replaces each verdict's chain name in `entries` with the `Arc` `shared` gives for
+/// it (the kept table's), so that the maps kept between reads copy no name.
+pub(super) fn share_names(entries: &mut MapEntries, shared: &impl Fn(&str) -> Option<Arc<str>>) {
+    for (_, data) in entries {
+        if let ElementData::Verdict {
+            chain: Some(chain), ..
+        } = data
+            && let Some(name) = shared(chain)
+        {
+            *chain = name;
+        }
     }
 }
 
