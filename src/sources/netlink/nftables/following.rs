@@ -20,7 +20,7 @@ use rustc_hash::FxHashSet;
 
 use super::{
     FetchCounts, ReadContext, TableMeta, read_both, read_chains, read_elements, read_rules_in_order,
-    read_sets, share_names,
+    read_sets,
 };
 use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::nfproto as nfproto_of;
@@ -350,7 +350,7 @@ fn read_rules(
     maps.fetched.dumped += fetches.dumped;
     let mut fetched = fetched.into_inner().unwrap_or_default();
     for (_, entries) in &mut fetched {
-        share_names(entries, &|name| table.shared_name(name));
+        entries.share_names(&|name| table.shared_name(name));
     }
     maps.maps.extend(fetched);
     Ok(())
