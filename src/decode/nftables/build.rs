@@ -36,7 +36,10 @@ pub(crate) fn build_sources<G: RuleGraph>(
 fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unparsed]) -> RuleSource {
     let mut unparsed = table.unparsed().to_vec();
     unparsed.extend_from_slice(unattributed);
-    let mut nodeports = Vec::new();
+    // Exact: the agent keeps the sources between reads, and a vector grown by doubling
+    // would keep up to half its room unused.
+    let elements = table.nodeport_maps().map(|m| m.elements.len()).sum();
+    let mut nodeports = Vec::with_capacity(elements);
     let mut names = SharedNames::new(table);
     for map in table.nodeport_maps() {
         let map_name: Arc<str> = Arc::from(&*map.name);
@@ -203,9 +206,9 @@ fn nodeport_rule(
     })
 }
 
-/// One `Arc` per chain name and one for the table's label, shared by every rule and
-/// DNAT built from the table: the findings would otherwise copy each endpoint chain's
-/// name twice and the label once per DNAT.
+/// One `Arc` per chain name (the table's own, when it keeps them) and one for the
+/// table's label, shared by every rule and DNAT built from the table: the findings would
+/// otherwise copy each endpoint chain's name twice and the label once per DNAT.
 struct SharedNames {
     table: Arc<str>,
     chains: Vec<Option<Arc<str>>>,
@@ -221,7 +224,7 @@ impl SharedNames {
 
     fn chain(&mut self, table: &impl RuleGraph, index: usize) -> Arc<str> {
         self.chains[index]
-            .get_or_insert_with(|| Arc::from(table.chain_name(index)))
+            .get_or_insert_with(|| table.shared_chain_name(index))
             .clone()
     }
 }

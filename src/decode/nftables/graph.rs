@@ -4,6 +4,8 @@
 //! and the small form a following reader keeps between reads
 //! ([`KeptTable`](super::kept::KeptTable)), so one builder serves both.
 
+use std::sync::Arc;
+
 use super::ir::{DnatIr, MapIr, TableIr};
 use crate::heart::model::{Family, Unparsed};
 
@@ -23,6 +25,11 @@ pub(crate) trait RuleGraph {
     fn chain_count(&self) -> usize;
     fn chain_name(&self, chain: usize) -> &str;
     fn chain_line(&self, chain: usize) -> u32;
+    /// The chain's name as an `Arc` for the rule sources to hold: the graph's own when it
+    /// keeps one, so that the name is not copied.
+    fn shared_chain_name(&self, chain: usize) -> Arc<str> {
+        Arc::from(self.chain_name(chain))
+    }
     fn find_chain(&self, name: &str) -> Option<usize>;
     /// The DNAT rules of `chain`, in rule order.
     fn dnats(&self, chain: usize) -> impl Iterator<Item = DnatRule<'_>>;

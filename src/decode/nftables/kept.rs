@@ -12,6 +12,8 @@
 //! allocations, mostly repeated chain names. Why not that form packed (as before): every
 //! read after a change unpacked all of it, so each one's peak held it twice.
 
+use std::sync::Arc;
+
 use super::graph::{DnatRule, Jump, RuleGraph, is_nodeport_map, jump_to};
 use super::ir::{DnatIr, MapIr, RuleIr, TableIr};
 use crate::decode::name_index::NameIndex;
@@ -22,76 +24,64 @@ type NameId = u32;
 /// In [`KeptTable::at`]: no chain has that name.
 const NO_CHAIN: u32 = u32::MAX;
 
-/// Interned names: each stored once, in pages of text that are never moved, so a new
-/// name never copies those held (one string would double, and copy, as names come).
+/// Interned names, each one `Arc<str>`: the rule sources built from the table take
+/// their chains' names from here, and the verdict maps kept beside it their targets', so
+/// each of a large node's tens of thousands of endpoint chain names is held once.
 #[derive(Debug, Default)]
 struct Names {
-    pages: Vec<String>,
-    spans: Vec<Span>,
+    names: Vec<Arc<str>>,
     index: NameIndex,
 }
 
-/// Where a name is: its page, and its bytes in it.
-#[derive(Debug, Clone, Copy)]
-struct Span {
-    page: u32,
-    start: u32,
-    len: u32,
-}
-
-/// Bytes of a page; a chain's name is at most 256 (`NFT_CHAIN_MAXNAMELEN`).
-const PAGE: usize = 64 << 10;
-
 impl Names {
     fn len(&self) -> usize {
-        self.spans.len()
+        self.names.len()
     }
 
     fn get(&self, id: NameId) -> &str {
-        Self::text(&self.pages, self.spans[id as usize])
+        &self.names[id as usize]
     }
 
-    fn text(pages: &[String], span: Span) -> &str {
-        let start = span.start as usize;
-        &pages[span.page as usize][start..start + span.len as usize]
+    fn shared(&self, id: NameId) -> &Arc<str> {
+        &self.names[id as usize]
     }
 
     fn find(&self, name: &str) -> Option<NameId> {
         self.index.find(name, |id| self.get(id))
     }
 
+    /// Room for `more` names, made once rather than by doubling.
+    fn reserve(&mut self, more: usize) {
+        self.names.reserve_exact(more);
+        let names = &self.names;
+        self.index.reserve(more, |id| &names[id as usize]);
+    }
+
     fn intern(&mut self, name: &str) -> NameId {
+        self.intern_with(name, || Arc::from(name))
+    }
+
+    /// Interns `name` as it is, without copying its text.
+    fn intern_shared(&mut self, name: &Arc<str>) -> NameId {
+        self.intern_with(name, || name.clone())
+    }
+
+    fn intern_with(&mut self, name: &str, make: impl FnOnce() -> Arc<str>) -> NameId {
         if let Some(id) = self.find(name) {
             return id;
         }
-        // A name longer than a page (none in nf_tables) gets a page of its own.
-        if self
-            .pages
-            .last()
-            .is_none_or(|p| p.len() + name.len() > p.capacity())
-        {
-            self.pages.push(String::with_capacity(PAGE.max(name.len())));
-        }
-        let page = self.pages.len() - 1;
-        let text = &mut self.pages[page];
-        let span = Span {
-            page: page as u32,
-            start: text.len() as u32,
-            len: name.len() as u32,
-        };
-        text.push_str(name);
-        let id = self.spans.len() as NameId;
-        self.spans.push(span);
-        let (pages, spans) = (&self.pages, &self.spans);
-        self.index
-            .insert(name, id, |other| Self::text(pages, spans[other as usize]));
+        let id = self.names.len() as NameId;
+        let names = &self.names;
+        self.index.insert(name, id, |other| &names[other as usize]);
+        self.names.push(make());
         id
     }
 
     fn heap_bytes(&self) -> usize {
-        self.pages.iter().map(String::capacity).sum::<usize>()
-            + self.spans.capacity() * std::mem::size_of::<Span>()
-            + self.index.heap_bytes()
+        use std::mem::size_of;
+        // Each name's text with the Arc's two counts.
+        let texts: usize = self.names.iter().map(|n| n.len() + 2 * size_of::<usize>()).sum();
+        self.names.capacity() * size_of::<Arc<str>>() + texts + self.index.heap_bytes()
     }
 }
 
@@ -173,6 +163,8 @@ impl KeptTable {
             staged: None,
             dispatch: Vec::new(),
         };
+        kept.names.reserve(table.chains.len());
+        kept.at.reserve_exact(table.chains.len());
         for chain in table.chains {
             let position = kept.chains.len();
             kept.push_chain(&chain.name);
@@ -360,7 +352,7 @@ impl KeptTable {
     fn renumber(&mut self) {
         let old = std::mem::take(&mut self.names);
         self.at.clear();
-        let new_id = |id: NameId, names: &mut Names| names.intern(old.get(id));
+        let new_id = |id: NameId, names: &mut Names| names.intern_shared(old.shared(id));
         for position in 0..self.chains.len() {
             let id = new_id(self.chains[position].name, &mut self.names);
             self.chains[position].name = id;
@@ -409,6 +401,12 @@ impl KeptTable {
         self.names.heap_bytes() + self.at.capacity() * 4 + chains + maps
     }
 
+    /// The table's own `Arc` of the name `name`, when a chain or a jump has it, for
+    /// what is kept beside the table to share.
+    pub(crate) fn shared_name(&self, name: &str) -> Option<Arc<str>> {
+        self.names.find(name).map(|id| self.names.shared(id).clone())
+    }
+
     fn jump(&self, id: NameId) -> Jump<'_> {
         match self.at.get(id as usize) {
             Some(&at) if at != NO_CHAIN => Ok(at as usize),
@@ -432,6 +430,10 @@ impl RuleGraph for KeptTable {
 
     fn chain_line(&self, _chain: usize) -> u32 {
         0
+    }
+
+    fn shared_chain_name(&self, chain: usize) -> Arc<str> {
+        self.names.shared(self.chains[chain].name).clone()
     }
 
     fn find_chain(&self, name: &str) -> Option<usize> {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::decode::netlink::nftables::{
-    DecodedRule, MapEntries, NFT_SET_ANONYMOUS, NFT_SET_MAP, RawElement, RuleContext, SetInfo,
+    DecodedRule, KeptEntries, MapEntries, NFT_SET_ANONYMOUS, NFT_SET_MAP, RawElement, RuleContext, SetInfo,
     chain_of_table, decode_rule, element_ir, inline_entries, read_set,
 };
 use crate::decode::netlink::{
@@ -54,7 +54,7 @@ struct ReadContext<'c> {
     deferred: &'c HashMap<&'c str, &'c SetInfo>,
     /// Constant maps kept from earlier reads, which a rule's reader takes rather than
     /// fetch (a following read, which knows which maps it needs only from its rules).
-    reuse: Option<&'c HashMap<MapKey, MapEntries>>,
+    reuse: Option<&'c HashMap<MapKey, KeptEntries>>,
     nfproto: u8,
     counts: &'c FetchCounts,
     /// When the read keeps constant maps: the table's handle, and the maps the rules'
@@ -223,11 +223,10 @@ fn read_family(
     for set in sets.iter().filter(|s| s.flags & NFT_SET_MAP != 0) {
         let kept = key_of(set).and_then(|key| Some((key, reuse.as_deref()?.previous.get(&key)?)));
         match (kept, reuse.as_deref_mut()) {
-            (Some((key, entries)), Some(reuse)) => {
-                let entries = entries.clone();
-                reuse.next.insert(key, entries.clone());
+            (Some((key, kept)), Some(reuse)) => {
+                inline_maps.insert(set.name.clone(), kept.entries(set));
+                reuse.next.insert(key, kept.clone());
                 reuse.reused += 1;
-                inline_maps.insert(set.name.clone(), entries);
             }
             _ if may_read_by_key(set) => {
                 deferred.insert(set.name.as_str(), set);
@@ -276,10 +275,14 @@ fn read_family(
                 Fetched::Elements(set, elements, problems) => {
                     table.unparsed.extend(problems);
                     if set.flags & NFT_SET_ANONYMOUS != 0 {
-                        let entries = inline_entries(set, elements);
-                        if let (Some(key), Some(reuse)) = (key_of(set), reuse.as_deref_mut()) {
-                            reuse.next.insert(key, entries.clone());
-                        }
+                        let entries = match (key_of(set), reuse.as_deref_mut()) {
+                            (Some(key), Some(reuse)) => {
+                                let (kept, entries) = KeptEntries::of(set, elements);
+                                reuse.next.insert(key, kept);
+                                entries
+                            }
+                            _ => inline_entries(set, elements),
+                        };
                         inline_maps.insert(set.name.clone(), entries);
                     } else {
                         table.maps.push(MapIr {
@@ -377,6 +380,8 @@ fn read_sets(conn: &mut Conn, nfproto: u8) -> Result<(Vec<SetInfo>, Vec<Unparsed
         }
         Ok(())
     })?;
+    // A following reader keeps them between reads.
+    sets.shrink_to_fit();
     Ok((sets, problems))
 }
 

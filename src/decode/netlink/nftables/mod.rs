@@ -5,6 +5,7 @@
 //! verdict-map elements).
 
 mod delinearize;
+mod kept_entries;
 mod sets;
 mod values;
 
@@ -12,6 +13,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+pub(crate) use kept_entries::KeptEntries;
 pub(crate) use sets::{
     ElementData, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
     NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, chain_of_table, collect_elements, read_set,

@@ -1,6 +1,8 @@
 //! A table's sets and their elements, as their messages give them: what reading a
 //! map's elements needs to know of it, and each element's key, data and comment.
 
+use std::sync::Arc;
+
 use crate::decode::netlink::{
     Attrs, DecodeError, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_DATA_VALUE, NFTA_DATA_VERDICT,
     NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, be32, be64, data_value, name, read_verdict,
@@ -123,7 +125,12 @@ pub(crate) fn sort_unique(set: &SetInfo, elements: &mut [RawElement]) -> bool {
 
 #[derive(Debug, Clone)]
 pub(crate) enum ElementData {
-    Verdict { code: i32, chain: Option<String> },
+    /// The chain an `Arc`: an agent keeps kube-proxy's anonymous maps between reads,
+    /// their chains' names shared with its kept tables'.
+    Verdict {
+        code: i32,
+        chain: Option<Arc<str>>,
+    },
     Value(Vec<u8>),
     None,
 }
@@ -182,7 +189,10 @@ fn element_data(nested: &[u8]) -> Result<ElementData, DecodeError> {
             (NFTA_DATA_VALUE, value) => return Ok(ElementData::Value(value.to_vec())),
             (NFTA_DATA_VERDICT, verdict) => {
                 let (code, chain) = read_verdict(verdict)?;
-                return Ok(ElementData::Verdict { code, chain });
+                return Ok(ElementData::Verdict {
+                    code,
+                    chain: chain.map(Arc::from),
+                });
             }
             _ => {}
         }

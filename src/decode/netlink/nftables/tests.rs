@@ -1,4 +1,5 @@
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use super::delinearize::prefix_len;
 use super::values::{TYPE_BITS, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE};
@@ -87,4 +88,77 @@ fn a_dump_repeating_a_key_is_told_apart() {
     // An interval set's range end may equal the next range's start.
     set.flags |= NFT_SET_INTERVAL;
     assert!(sort_unique(&set, &mut disturbed));
+}
+
+/// An anonymous constant map with 32-bit keys, as `numgen … vmap { … }` binds.
+fn numgen_map() -> SetInfo {
+    SetInfo {
+        handle: Some(7),
+        name: "__map0".into(),
+        flags: NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP,
+        key_type: 0,
+        key_len: 4,
+        size: Some(3),
+    }
+}
+
+fn element(key: u32, code: i32, chain: Option<&str>) -> RawElement {
+    RawElement {
+        key: key.to_ne_bytes().to_vec(),
+        data: ElementData::Verdict {
+            code,
+            chain: chain.map(Arc::from),
+        },
+        comment: None,
+    }
+}
+
+#[test]
+fn kept_maps_give_back_the_elements_they_were_read_with() {
+    let set = numgen_map();
+    let goto = |key: u32| element(key, -4, Some(&format!("endpoint-{key}")));
+    let maps = [
+        // kube-proxy's endpoint dispatch: its chains are all that is kept.
+        (vec![goto(0), goto(1), goto(2)], true),
+        (vec![goto(0), goto(2)], false),
+        (vec![goto(1), goto(2)], false),
+        (vec![goto(0), element(1, -3, Some("endpoint-1"))], false),
+        (vec![goto(0), element(1, 0, None)], false),
+        (vec![], false),
+    ];
+    for (elements, numbered) in maps {
+        let copy: Vec<RawElement> = elements
+            .iter()
+            .map(|e| RawElement {
+                key: e.key.clone(),
+                data: e.data.clone(),
+                comment: None,
+            })
+            .collect();
+        let (kept, entries) = KeptEntries::of(&set, elements);
+        assert_eq!(matches!(kept, KeptEntries::Numbered { .. }), numbered, "{kept:?}");
+        let read = format!("{:?}", inline_entries(&set, copy));
+        assert_eq!(format!("{entries:?}"), read);
+        assert_eq!(format!("{:?}", kept.entries(&set)), read);
+    }
+}
+
+#[test]
+fn kept_maps_take_the_names_they_are_given() {
+    let set = numgen_map();
+    let shared: Arc<str> = Arc::from("endpoint-0");
+    for elements in [
+        vec![element(0, -4, Some("endpoint-0"))],
+        vec![element(5, -4, Some("endpoint-0"))],
+    ] {
+        let (mut kept, _) = KeptEntries::of(&set, elements);
+        kept.share_names(&|name| (name == "endpoint-0").then(|| shared.clone()));
+        let ElementData::Verdict {
+            chain: Some(chain), ..
+        } = &kept.entries(&set)[0].1
+        else {
+            panic!("{kept:?}")
+        };
+        assert!(Arc::ptr_eq(chain, &shared), "{kept:?}");
+    }
 }

@@ -173,11 +173,11 @@ pub(crate) fn element_ir(set: &SetInfo, element: RawElement) -> ElementIr<'stati
         ElementData::Verdict {
             code: -4,
             chain: Some(c),
-        } => ElementVerdict::Goto(Cow::Owned(c.clone())),
+        } => ElementVerdict::Goto(Cow::Owned(c.to_string())),
         ElementData::Verdict {
             code: -3,
             chain: Some(c),
-        } => ElementVerdict::Jump(Cow::Owned(c.clone())),
+        } => ElementVerdict::Jump(Cow::Owned(c.to_string())),
         ElementData::Verdict { code: 0, .. } => ElementVerdict::Drop,
         ElementData::Verdict { code: 1, .. } => ElementVerdict::Accept,
         other => ElementVerdict::Other(render_expr_string(&verdict_expr(other))),

@@ -52,6 +52,25 @@ fn kept_tables_build_what_their_decoded_form_builds() {
     assert!(nodeports > 10, "{nodeports} NodePorts");
 }
 
+#[test]
+fn sources_built_from_a_kept_table_share_its_chain_names() {
+    let tables = kept(DUMPS[0]);
+    let sources = build_sources(&tables, &[], "nft");
+    let table = &tables[0];
+    let mut shared = 0;
+    for rule in sources.iter().flat_map(|s| &s.nodeports) {
+        let chains = rule.path.iter().chain(rule.targets.iter().map(|t| &t.chain));
+        for chain in chains {
+            assert!(
+                Arc::ptr_eq(chain, &table.shared_name(chain).unwrap()),
+                "{chain} copied"
+            );
+            shared += 1;
+        }
+    }
+    assert!(shared > 10, "{shared} chain names");
+}
+
 /// `before` brought up to `after` as a following read does: the chain list again,
 /// the chains whose rules differ read again, the maps read again.
 fn update(before: &mut KeptTable, after: &str) {
@@ -215,9 +234,8 @@ fn names_nothing_uses_are_dropped_as_chains_come_and_go() {
 }
 
 #[test]
-fn names_come_back_as_interned_across_pages() {
+fn names_come_back_as_interned_and_are_shared_not_copied() {
     let mut names = Names::default();
-    let long = "x".repeat(3 * PAGE);
     let all: Vec<String> = (0..5000)
         .map(|i| {
             format!(
@@ -226,10 +244,9 @@ fn names_come_back_as_interned_across_pages() {
                 i % 256
             )
         })
-        .chain([long, String::new(), "é/ü".to_string()])
+        .chain(["x".repeat(1 << 17), String::new(), "é/ü".to_string()])
         .collect();
     let ids: Vec<NameId> = all.iter().map(|n| names.intern(n)).collect();
-    assert!(names.pages.len() > 3, "{} pages", names.pages.len());
     for (name, &id) in all.iter().zip(&ids) {
         assert_eq!(names.get(id), name);
         assert_eq!(names.find(name), Some(id));
@@ -237,4 +254,11 @@ fn names_come_back_as_interned_across_pages() {
     }
     assert_eq!(names.len(), all.len());
     assert_eq!(names.find("endpoint-99999999"), None);
+    // An Arc interned as it is is held, not copied; one already there wins.
+    let given: Arc<str> = Arc::from("chain-given");
+    let id = names.intern_shared(&given);
+    assert!(Arc::ptr_eq(names.shared(id), &given));
+    let again: Arc<str> = Arc::from("chain-given");
+    assert_eq!(names.intern_shared(&again), id);
+    assert!(Arc::ptr_eq(names.shared(id), &given));
 }

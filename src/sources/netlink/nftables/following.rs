@@ -80,17 +80,24 @@ impl KeptNft {
         self.kept.iter().map(|t| t.chain_count()).sum()
     }
 
-    /// The rule sources, built from a whole read's tables (which are then reduced to
-    /// what is kept) or from the kept ones.
+    /// Gives the maps kept beside the tables the tables' own chain names.
+    fn share_map_names(&self, maps: &mut ConstantMaps) {
+        for table in &self.kept {
+            maps.share_names(nfproto_of(table.family()), |name| table.shared_name(name));
+        }
+    }
+
+    /// The rule sources, built from the kept tables, which a whole read's are first
+    /// reduced to (one that held something it could not decode is built from as read,
+    /// and not kept). Built from the kept tables, the sources share their chain names.
     fn sources(&mut self, origin: &str) -> Vec<RuleSource> {
-        let Some(parsed) = self.fresh.take() else {
-            return build_sources(&self.kept, &[], origin);
-        };
-        let sources = build_rule_sources(&parsed, origin);
-        if !self.undecoded {
+        if let Some(parsed) = self.fresh.take() {
+            if self.undecoded {
+                return build_rule_sources(&parsed, origin);
+            }
             self.kept = parsed.tables.into_iter().map(KeptTable::from_ir).collect();
         }
-        sources
+        build_sources(&self.kept, &[], origin)
     }
 }
 
@@ -141,7 +148,11 @@ pub fn read_tables_following(
             })
         },
     )?;
+    let whole_read = followed.state.fresh.is_some();
     let sources = followed.state.sources(origin);
+    if whole_read {
+        followed.state.share_map_names(&mut maps.borrow_mut());
+    }
     let of = followed.state.chains();
     let kind = followed.finish(kept, of);
     Ok((
@@ -337,6 +348,10 @@ fn read_rules(
     let fetches = counts.fetches();
     maps.fetched.by_key += fetches.by_key;
     maps.fetched.dumped += fetches.dumped;
-    maps.maps.extend(fetched.into_inner().unwrap_or_default());
+    let mut fetched = fetched.into_inner().unwrap_or_default();
+    for (_, entries) in &mut fetched {
+        entries.share_names(&|name| table.shared_name(name));
+    }
+    maps.maps.extend(fetched);
     Ok(())
 }

@@ -3,14 +3,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ReadContext;
-use crate::decode::netlink::nftables::DecodedRule;
 use crate::decode::netlink::nftables::{
-    MapEntries, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
-    NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, collect_elements, compare_keys, inline_entries,
-    lookups, sort_unique,
+    DecodedRule, KeptEntries, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL,
+    NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, collect_elements, compare_keys,
+    inline_entries, lookups, sort_unique,
 };
 use crate::decode::netlink::{
     NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS,
@@ -31,7 +30,7 @@ use crate::sources::netlink::{Conn, NetlinkError, push_attr};
 /// same table and set handle has the same elements, and only new maps are dumped.
 #[derive(Debug, Clone, Default)]
 pub struct ConstantMaps {
-    pub(super) maps: HashMap<MapKey, MapEntries>,
+    pub(super) maps: HashMap<MapKey, KeptEntries>,
     /// Maps the last read took from here rather than from the kernel.
     pub(super) reused: usize,
     /// How the last read got the maps it did not reuse.
@@ -39,6 +38,13 @@ pub struct ConstantMaps {
 }
 
 impl ConstantMaps {
+    /// [`KeptEntries::share_names`] for every map of family `nfproto`.
+    pub(super) fn share_names(&mut self, nfproto: u8, shared: impl Fn(&str) -> Option<Arc<str>>) {
+        for (_, entries) in self.maps.iter_mut().filter(|((f, _, _), _)| *f == nfproto) {
+            entries.share_names(&shared);
+        }
+    }
+
     /// Maps the last read reused instead of dumping them.
     pub fn reused(&self) -> usize {
         self.reused
@@ -80,12 +86,12 @@ impl FetchCounts {
 pub(super) type MapKey = (u8, u64, u64);
 
 /// The maps the rules' readers fetched in one read, for the table's thread to keep.
-pub(super) type FetchedMaps = Mutex<Vec<(MapKey, MapEntries)>>;
+pub(super) type FetchedMaps = Mutex<Vec<(MapKey, KeptEntries)>>;
 
 /// What one read may reuse, and what it keeps for the next.
 pub(super) struct MapReuse<'m> {
-    pub(super) previous: &'m HashMap<MapKey, MapEntries>,
-    pub(super) next: HashMap<MapKey, MapEntries>,
+    pub(super) previous: &'m HashMap<MapKey, KeptEntries>,
+    pub(super) next: HashMap<MapKey, KeptEntries>,
     pub(super) reused: usize,
 }
 
@@ -153,7 +159,7 @@ pub(super) fn fetch_map(
         .keep
         .zip(set.handle)
         .map(|((table, _), handle)| (context.nfproto, table, handle));
-    if let Some(entries) = key
+    if let Some(kept) = key
         .filter(|_| is_constant_map(set))
         .and_then(|key| context.reuse?.get(&key))
     {
@@ -163,7 +169,7 @@ pub(super) fn fetch_map(
             .inline_maps
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(set.name.clone(), entries.clone());
+            .insert(set.name.clone(), kept.entries(set));
         return Ok(());
     }
     let by_key = match map.keys {
@@ -188,12 +194,16 @@ pub(super) fn fetch_map(
         }
     };
     out.extend(problems.into_iter().map(Err));
-    let entries = inline_entries(set, elements);
-    if let (Some((_, kept)), Some(key)) = (context.keep, key) {
-        kept.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((key, entries.clone()));
-    }
+    let entries = match (context.keep, key) {
+        (Some((_, kept)), Some(key)) => {
+            let (keep, entries) = KeptEntries::of(set, elements);
+            kept.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((key, keep));
+            entries
+        }
+        _ => inline_entries(set, elements),
+    };
     context
         .rules
         .inline_maps
