@@ -114,18 +114,8 @@ impl Conn {
         deadline: Instant,
         recording: Option<&Arc<Recording>>,
     ) -> Result<Conn, NetlinkError> {
-        let mut socket = Socket::new(NETLINK_NETFILTER).map_err(NetlinkError::Socket)?;
-        socket.bind_auto().map_err(NetlinkError::Socket)?;
-        // Each receive waits at most this long, so a kernel that never answers cannot
-        // hold the scan past its deadline by more than one wait.
-        rustix::net::sockopt::set_socket_timeout(
-            &socket,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(limits.timeout.max(Duration::from_millis(1))),
-        )
-        .map_err(|e| NetlinkError::Socket(e.into()))?;
         Ok(Conn {
-            socket,
+            socket: open_socket(limits)?,
             seq: 0,
             buf: vec![0; RECV_BUFFER],
             bytes: 0,
@@ -203,10 +193,15 @@ impl Conn {
             Ok(()) if interrupted => Err(NetlinkError::Unstable(1)),
             Ok(()) => Ok(()),
             Err(e) => {
-                // A dump left unfinished keeps the socket busy: the kernel refuses its
-                // next dump (EBUSY). Read to its end, within the deadline, first.
-                if answer == Answer::Dump && !matches!(e, NetlinkError::TimedOut(_) | NetlinkError::Io(_)) {
-                    let _ = self.answers(what, answer, &mut |_| Ok(()), &mut interrupted);
+                // A dump left unfinished keeps its socket busy (the kernel refuses the
+                // next dump, EBUSY), and reading it to its end has the kernel walk the
+                // rest of it, which for a dump cut short by a commit is wasted: a long
+                // chain's dump is quadratic, each part resuming from its first rule.
+                // Closing the socket ends the dump; the next request takes a fresh one.
+                if answer == Answer::Dump
+                    && let Ok(fresh) = open_socket(self.limits)
+                {
+                    self.socket = fresh;
                 }
                 Err(e)
             }
@@ -215,7 +210,8 @@ impl Conn {
 
     /// Reads the answers to the last request, handing each message's attributes to
     /// `each`, until the answer ends. A dump the kernel marks interrupted (the ruleset
-    /// changed under it) sets `interrupted` and is read to its end.
+    /// changed under it) ends there as [`NetlinkError::Unstable`]; any other answer so
+    /// marked sets `interrupted` and is read to its end.
     fn answers(
         &mut self,
         what: &'static str,
@@ -256,6 +252,9 @@ impl Conn {
                     _ => {}
                 }
                 if header.flags & NLM_F_DUMP_INTR != 0 {
+                    if answer == Answer::Dump {
+                        return Err(NetlinkError::Unstable(1));
+                    }
                     *interrupted = true;
                 }
                 if *interrupted {
@@ -296,6 +295,21 @@ impl Conn {
         }
         Ok(n)
     }
+}
+
+/// A netfilter netlink socket whose every receive waits at most the read's timeout, so
+/// a kernel that never answers cannot hold the scan past its deadline by more than one
+/// wait.
+fn open_socket(limits: NetlinkLimits) -> Result<Socket, NetlinkError> {
+    let mut socket = Socket::new(NETLINK_NETFILTER).map_err(NetlinkError::Socket)?;
+    socket.bind_auto().map_err(NetlinkError::Socket)?;
+    rustix::net::sockopt::set_socket_timeout(
+        &socket,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(limits.timeout.max(Duration::from_millis(1))),
+    )
+    .map_err(|e| NetlinkError::Socket(e.into()))?;
+    Ok(socket)
 }
 
 /// How the kernel answers a request.
