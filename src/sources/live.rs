@@ -25,12 +25,12 @@ use crate::sources::bundle::{
 use crate::sources::kube_proxy_http::{
     DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS, HEALTHZ_TIMEOUT, HttpError, http_get,
 };
+use crate::sources::netlink::NetlinkLimits;
 use crate::sources::netlink::follow::ReadKind;
 use crate::sources::netlink::iptables::read_rules_following;
 use crate::sources::netlink::nftables::{
     ConstantMaps, read_tables_following, read_tables_netlink, read_tables_netlink_keeping,
 };
-use crate::sources::netlink::{NetlinkError, NetlinkLimits};
 use crate::sources::rule_changes::ChangeJournal;
 use crate::sources::tools::{ToolLimits, ToolOutcome, run_tool, stderr_notes};
 
@@ -90,24 +90,6 @@ pub enum NftablesVia {
     Netlink,
     /// With `nft -j list table` only.
     Nft,
-}
-
-/// A read every attempt of which a commit cut short. The dump tools read the tables
-/// the same way, chain by chain between the same commits, and try again until they
-/// get a read no commit cut (until they are killed, when the commits never pause): not
-/// running one spares the node a core for the tool's whole time limit, and the source
-/// is reported unread, so nothing is concluded from it.
-fn unreadable_for_churn<T>(error: &NetlinkError, start: Instant) -> Fetched<T> {
-    Fetched {
-        state: Some(SourceState::Error),
-        value: None,
-        notes: vec![format!(
-            "reading over netlink failed ({error}): the rules are committed faster than \
-             they can be read, and the dump tool, which reads them the same way, was not run"
-        )],
-        bytes: None,
-        elapsed: Some(start.elapsed()),
-    }
 }
 
 /// How the netlink read is named in reports.
@@ -242,7 +224,7 @@ impl LiveNode {
     /// it found anything); Err(why) when it failed and the caller falls back.
     fn read_netlink<T>(
         &self,
-        read: impl FnOnce(NetlinkLimits) -> Result<(T, u64), NetlinkError>,
+        read: impl FnOnce(NetlinkLimits) -> Result<(T, u64), crate::sources::netlink::NetlinkError>,
         present: impl FnOnce(&T) -> bool,
     ) -> Result<Fetched<T>, String> {
         let start = Instant::now();
@@ -250,11 +232,7 @@ impl LiveNode {
             timeout: self.config.limits.timeout,
             max_bytes: self.config.limits.max_output,
         };
-        let (value, bytes) = match read(limits) {
-            Ok(read) => read,
-            Err(e @ NetlinkError::Unstable(_)) => return Ok(unreadable_for_churn(&e, start)),
-            Err(e) => return Err(e.to_string()),
-        };
+        let (value, bytes) = read(limits).map_err(|e| e.to_string())?;
         Ok(Fetched {
             state: Some(if present(&value) {
                 SourceState::Ok
@@ -274,7 +252,11 @@ impl LiveNode {
         &self,
         following: &mut Following,
         at: usize,
-        read: impl FnOnce(NetlinkLimits, &mut Following, &mut bool) -> Result<(T, u64, ReadKind), NetlinkError>,
+        read: impl FnOnce(
+            NetlinkLimits,
+            &mut Following,
+            &mut bool,
+        ) -> Result<(T, u64, ReadKind), crate::sources::netlink::NetlinkError>,
         present: impl FnOnce(&T) -> bool,
     ) -> Result<Fetched<T>, String> {
         // Cleared by a whole read that completes; churn can keep one from completing.
@@ -577,6 +559,3 @@ impl Source for LiveNode {
         ))
     }
 }
-
-#[cfg(test)]
-mod tests;
