@@ -24,7 +24,10 @@
 # the scans it ran.
 # Halfway through, a stale NodePort (a Service that does not exist, port 32700, jumping
 # to an existing Service's chain) joins the syncs: the time until `/findings` shows it is
-# printed; then the syncs drop it again, and the time until it is gone. In iptables mode
+# printed; then the syncs drop it again, and the time until it is gone. That is done
+# STALE_ROUNDS times (default 3), each round starting 3 s later in the agent's cycle of
+# scans than the last, and the median is the figure: one round measures where in the
+# cycle the change landed as much as the agent. In iptables mode
 # it is a KUBE-NODEPORTS rule commented "gone/deleted:http"; in nftables mode a
 # `service-nodeports` element with that comment (kube-proxy comments the elements of its
 # other maps so; portdrift takes the comment as the Service). Each wait gives up after
@@ -35,13 +38,15 @@
 #   PORTDRIFT=path/to/portdrift (default: target/release/portdrift, built here), to
 #   measure another build (before/after a change); PERF=1 adds a perf profile of the
 #   agent for 20 s after the window, with the churn still running; AGENT_LOG=PATH keeps
-#   the agent's log of each run as PATH.SERVICES.MODE
+#   the agent's log of each run as PATH.SERVICES.MODE; STALE_ROUNDS=3 (rounds of the
+#   stale rule)
 # Ends with one markdown table row per (Services, mode).
 set -euo pipefail
 # set -e alone would end a run without a word.
 trap 'echo "bench-churn: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 window=${WINDOW:-120}
+rounds=${STALE_ROUNDS:-3}
 mode=${MODE:-both}
 stale_comment=gone/deleted:http
 replay=scripts/nft-replay.py
@@ -83,6 +88,13 @@ wait_for_stale() {
   now=$(date +%s.%N)
   [[ $seen == "$want" ]] || printf '>'
   echo "scale=1; ($now - $start) / 1" | bc
+}
+
+# The middle of its arguments (numbers, ">N" for a wait that gave up, "-" for none),
+# the upper one of an even count; a wait that gave up sorts above every number.
+median() {
+  printf '%s\n' "$@" | sed 's/^>/9999/; s/^-$/99999/' | sort -g |
+    awk '{ v[NR] = $0 } END { m = v[int(NR / 2) + 1]; if (m >= 99999) m = "-"; else if (m >= 9999) m = ">" (m - 9999); print m }'
 }
 
 # The KUBE-NODEPORTS rules of a save dump, filter's then nat's.
@@ -216,7 +228,7 @@ if [[ ${1:-} == --inside ]]; then
   python3 "$replay" loop --select "$work/select" >"$work/churn.out" 2>&1 &
   churn=$!
   ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$agent/stat"; }
-  s0=$(scans) t0=$(ticks) rss_max=0 appeared=- gone=-
+  s0=$(scans) t0=$(ticks) rss_max=0 appeared=- gone=- appeared_all=() gone_all=()
   started=$(date +%s)
   while (($(date +%s) - started < window)); do
     kill -0 "$churn" 2>/dev/null || { echo "the syncs stopped:" >&2; cat "$work/churn.out" >&2; exit 1; }
@@ -224,12 +236,20 @@ if [[ ${1:-} == --inside ]]; then
     rss=$(awk '/^VmRSS/ {print $2}' "/proc/$agent/status")
     ((rss > rss_max)) && rss_max=$rss
     if [[ $appeared == - ]] && (($(date +%s) - started >= window / 2)); then
-      echo "$work/stale.batch" >"$work/select"
-      appeared=$(wait_for_stale 1)
-      echo "$work/unstale.batch" >"$work/select"
-      # Gone from a list it never reached says nothing.
-      if [[ $appeared == '>'* ]]; then gone=-; else gone=$(wait_for_stale 0); fi
-      echo "$work/sync.batch" >"$work/select"
+      # The stale rule comes and goes $rounds times, each a few seconds later in the
+      # agent's cycle of scans than the one before: one round measures the phase at
+      # which the change landed as much as the agent.
+      appeared_all=() gone_all=()
+      for ((round = 0; round < rounds; round++)); do
+        sleep $((round * 3))
+        echo "$work/stale.batch" >"$work/select"
+        appeared_all+=("$(wait_for_stale 1)")
+        echo "$work/unstale.batch" >"$work/select"
+        # Gone from a list it never reached says nothing.
+        if [[ ${appeared_all[-1]} == '>'* ]]; then gone_all+=(-); else gone_all+=("$(wait_for_stale 0)"); fi
+        echo "$work/sync.batch" >"$work/select"
+      done
+      appeared=$(median "${appeared_all[@]}") gone=$(median "${gone_all[@]}")
     fi
     sleep 1
   done
@@ -258,7 +278,7 @@ if [[ ${1:-} == --inside ]]; then
   echo "syncs: $syncs"
   echo "over ${took} s of syncs: agent CPU $cpu_s s = $cpu_pct% of one core;" \
     "RSS $(mib "$rss_startup") MiB at most in start-up, $(mib "$rss_idle") MiB idle before the churn, at most $(mib "$rss_hwm") MiB during it (VmHWM; sampled each second: at most $(mib "$rss_max") MiB); $((s1 - s0)) scans;" \
-    "stale rule in /findings after ${appeared} s, gone after ${gone} s"
+    "stale rule in /findings after ${appeared} s, gone after ${gone} s (median of $rounds rounds: in ${appeared_all[*]}, gone ${gone_all[*]})"
   # What the agent said about the churn (netlink reads and notifications, overruns,
   # rules it could not read), counted.
   grep -iE 'netlink|notif|enobufs|overrun|resync|lost|timed.out|not checked' "$work/agent.log" |
