@@ -25,9 +25,9 @@
 # Halfway through, a stale NodePort (a Service that does not exist, port 32700, jumping
 # to an existing Service's chain) joins the syncs: the time until `/findings` shows it is
 # printed; then the syncs drop it again, and the time until it is gone. That is done
-# STALE_ROUNDS times (default 3), each round starting 3 s later in the agent's cycle of
-# scans than the last, and the median is the figure: one round measures where in the
-# cycle the change landed as much as the agent. In iptables mode
+# STALE_ROUNDS times (default 3), each after a random pause of up to 14 s, and the
+# median is the figure: one round measures where in the agent's cycle of scans the
+# change landed as much as the agent. In iptables mode
 # it is a KUBE-NODEPORTS rule commented "gone/deleted:http"; in nftables mode a
 # `service-nodeports` element with that comment (kube-proxy comments the elements of its
 # other maps so; portdrift takes the comment as the Service). Each wait gives up after
@@ -236,12 +236,13 @@ if [[ ${1:-} == --inside ]]; then
     rss=$(awk '/^VmRSS/ {print $2}' "/proc/$agent/status")
     ((rss > rss_max)) && rss_max=$rss
     if [[ $appeared == - ]] && (($(date +%s) - started >= window / 2)); then
-      # The stale rule comes and goes $rounds times, each a few seconds later in the
-      # agent's cycle of scans than the one before: one round measures the phase at
-      # which the change landed as much as the agent.
+      # The stale rule comes and goes $rounds times, each after a random pause: a round
+      # starts just after the scan that saw the last one gone, so without the pause
+      # every round would land at the same point of the agent's cycle of scans, and
+      # the time it shows depends on that point as much as on the agent.
       appeared_all=() gone_all=()
       for ((round = 0; round < rounds; round++)); do
-        sleep $((round * 3))
+        sleep $((RANDOM % 15))
         echo "$work/stale.batch" >"$work/select"
         appeared_all+=("$(wait_for_stale 1)")
         echo "$work/unstale.batch" >"$work/select"
