@@ -2,12 +2,7 @@
 
 use std::borrow::Cow;
 
-// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel and costs measurably at 240k lines.
-
-use tokens::{TokenError, tokens};
-
-use super::*;
+use super::tokens::{TokenError, tokens};
 
 /// The arguments of one rule that NodePort analysis reads.
 #[derive(Debug, Default)]

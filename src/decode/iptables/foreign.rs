@@ -178,7 +178,7 @@ fn is_tool_error(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{EXCERPT, ForeignKind, sniff_foreign};
 
     fn kind(head: &str) -> Option<ForeignKind> {
         sniff_foreign(head.as_bytes()).map(|f| f.kind)

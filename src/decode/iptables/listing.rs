@@ -1,9 +1,6 @@
 //! `iptables -S` listings and fragments: which table a run of lines is from, and the chains that name other owners.
 
-// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel and costs measurably at 240k lines.
-
-use super::*;
+use super::TableKind;
 
 /// A run of `iptables -S` output: its `-P` lines name the built-in chains, which tell
 /// the table (`-t nat -S` prints PREROUTING, INPUT, OUTPUT and POSTROUTING).

@@ -12,34 +12,33 @@
 pub(crate) mod tokens;
 
 use std::io::{self, BufRead};
-use std::net::IpAddr;
 use std::num::NonZeroU64;
-use std::ops::Range;
-use std::sync::Arc;
-
-// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel and costs measurably at 240k lines.
 
 use crate::decode::lines::BoundedLines;
-use crate::decode::name_index::NameIndex;
-use crate::heart::model::{
-    Backend, DestMatch, Family, MalformedRule, Protocol, RuleSource, RuleText, ServicePortRef, Unparsed,
-    Verdict,
-};
+use crate::heart::model::{Backend, Family, RuleSource, RuleText};
 
 mod args;
+mod cursor;
+mod finish;
 mod foreign;
+mod graph;
+mod header;
 mod line_parser;
-
-pub(crate) use line_parser::header_backend;
 mod listing;
+mod problems;
 mod rules;
 mod signals;
 mod values;
 mod walker;
 
 pub use foreign::{ForeignDump, ForeignKind, sniff_foreign};
-use listing::Listing;
+pub(crate) use header::header_backend;
+
+use cursor::Cursor;
+use graph::Graph;
+use header::Header;
+use problems::Problems;
+use signals::SignalTally;
 
 /// What the caller knows about a dump before reading it (from its file name or the
 /// command that produced it). The dump's own header fills in what is not known.
@@ -53,9 +52,6 @@ pub struct SourceHint {
     /// a missing table is not seen, and nothing is concluded missing from it.
     pub whole: bool,
 }
-
-/// How much of an unparsed line is kept for the report.
-const EXCERPT: usize = 240;
 
 /// Parses an iptables-save dump from a reader. Only I/O errors fail; anything the
 /// parser does not understand is kept in [`RuleSource::unparsed`].
@@ -90,9 +86,9 @@ impl LineParser {
 
     /// [`LineParser::line`] for a rule whose nf_tables handle the reader knows.
     pub(crate) fn line_with_handle(&mut self, text: &str, handle: Option<NonZeroU64>) {
-        self.parser.handle = handle;
+        self.parser.cursor.handle = handle;
         self.line(text);
-        self.parser.handle = None;
+        self.parser.cursor.handle = None;
     }
 
     /// Lines handed over so far.
@@ -110,6 +106,18 @@ pub fn parse_save_str(text: &str, origin: &str, hint: SourceHint) -> RuleSource 
     parse_save(text.as_bytes(), origin, hint).expect("reading from memory cannot fail")
 }
 
+/// One dump's parse: each line handed to the part of the state it concerns.
+struct Parser {
+    origin: String,
+    hint: SourceHint,
+    header: Header,
+    cursor: Cursor,
+    graph: Graph,
+    tally: SignalTally,
+    problems: Problems,
+}
+
+/// The tables NodePort analysis tells apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TableKind {
     Nat,
@@ -118,157 +126,26 @@ enum TableKind {
     Other,
 }
 
-#[derive(Debug)]
-struct Chain {
-    name: Arc<str>,
-    /// Line of the `:CHAIN` declaration; 0 when a rule jumps to a chain never declared.
-    declared: u32,
-    referenced: bool,
-}
-
-#[derive(Debug, Default)]
-struct Table {
-    chains: Vec<Chain>,
-    /// Positions in `chains`, found by the chain's own name.
-    index: NameIndex,
-    /// Every jump (from chain, to chain) in dump order. Kept flat rather than a Vec
-    /// per chain: a 10,000-Service node has ~60,000 chains, and a small allocation
-    /// each cost more than the whole parse of their rules.
-    jumps: Vec<(u32, u32)>,
-}
-
-impl Table {
-    /// Whether the dump declares `name` in this table (a jump alone does not).
-    fn declares(&self, name: &str) -> bool {
-        self.find(name)
-            .is_some_and(|id| self.chains[id as usize].declared != 0)
-    }
-
-    /// The chain called `name`, if the dump named it.
-    fn find(&self, name: &str) -> Option<u32> {
-        self.index.find(name, |id| &self.chains[id as usize].name)
-    }
-
-    fn chain_id(&mut self, name: &str, declared: u32) -> u32 {
-        if let Some(id) = self.find(name) {
-            if declared != 0 && self.chains[id as usize].declared == 0 {
-                self.chains[id as usize].declared = declared;
-            }
-            return id;
-        }
-        let id = self.chains.len() as u32;
-        self.chains.push(Chain {
-            name: name.into(),
-            declared,
-            referenced: false,
-        });
-        let chains = &self.chains;
-        self.index.insert(name, id, |other| &chains[other as usize].name);
-        id
-    }
-}
-
-#[derive(Debug)]
-struct Dnat {
-    ip: IpAddr,
-    port: Option<u16>,
-    chain: u32,
-    rule: RuleText,
-    /// The destination port the DNAT rule matches (read in CNI hostPort chains only).
-    dport: Option<u16>,
-}
-
-/// A `CNI-HOSTPORT-DNAT` rule: the ports it matches and the chain it jumps to.
-#[derive(Debug)]
-struct HostPortEntry {
-    protocol: Protocol,
-    ports: Vec<u16>,
-    chain: u32,
-    rule: RuleText,
-}
-
-/// The CNI portmap plugin's dispatch chain, and the prefix of its per-container chains.
-const CNI_HOSTPORT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
-const CNI_DNAT_CHAIN_PREFIX: &str = "CNI-DN-";
-
-#[derive(Debug)]
-enum DispatchTarget {
-    Chain(u32),
-    Dnat(u32),
-    Verdict(Verdict),
-}
-
-#[derive(Debug)]
-struct Dispatch {
-    table: TableKind,
-    chain: &'static str,
-    protocol: Protocol,
-    port: u16,
-    dest: DestMatch,
-    target: DispatchTarget,
-    comment: Option<ServicePortRef>,
-    undecoded_comment: Option<Range<u32>>,
-    rule: RuleText,
-}
-
-struct Parser {
-    origin: String,
-    hint: SourceHint,
-    header_backend: Option<Backend>,
-    /// What in the header told the backend.
-    header_backend_why: Option<String>,
-    header_family: Option<Family>,
-    saw_ipv6_address: bool,
-    table: Option<TableKind>,
-    table_name: String,
-    table_open_line: u32,
-    nat: Table,
-    filter: Table,
-    other_chains: Vec<Box<str>>,
-    dnats: Vec<Dnat>,
-    dispatch: Vec<Dispatch>,
-    hostports: Vec<HostPortEntry>,
-    last_nat_chain: Option<(Arc<str>, u32)>,
-    unparsed: Vec<Unparsed>,
-    notes: Vec<String>,
-    /// Some table is not shown whole (no COMMIT, or no built-in chain declared).
-    uncommitted: bool,
-    /// In a `*nat` or `*filter` block of a dump read from a file: whether it has
-    /// declared one of its built-in chains (`:PREROUTING ACCEPT [0:0]`), as iptables-save
-    /// always does and restore input need not. None outside such a block.
-    builtins_declared: Option<bool>,
-    kube_rule_count: usize,
-    /// `iptables -S` form: the table a run of `-P` lines named (None: not known).
-    listing: Option<Listing>,
-    /// Lines read outside any known table: their table was guessed from names.
-    guessed_lines: u32,
-    /// The tables the dump holds, by kind.
-    saw_nat: bool,
-    saw_filter: bool,
-    /// How each proxy mode shows in nat `KUBE-SERVICES`: (iptables, IPVS) rules.
-    services_dispatch: (u32, u32),
-    /// kube-proxy's way in to its NodePort rules, as far as the nat table shows it:
-    /// `PREROUTING -j KUBE-SERVICES`, `KUBE-SERVICES -j KUBE-NODEPORTS`.
-    prerouting_to_services: bool,
-    services_to_nodeports: bool,
-    /// kube-proxy's filter-table REJECT and DROP rules read.
-    filter_verdicts: u32,
-    ipvs: Vec<String>,
-    replacement: Option<(&'static str, String)>,
-    /// The first of kube-proxy's chains declared (not kubelet's).
-    kube_proxy_chain: Option<String>,
-    malformed: Vec<MalformedRule>,
-    /// Jumps to `KUBE-*` chains their table had not declared when the rule was read.
-    undeclared_jumps: Vec<(TableKind, String, RuleText)>,
-    /// A line of the dump's own kinds (a table, chain, rule, COMMIT) was read.
-    saw_save_line: bool,
-    /// The first line of an `iptables -L` listing in the dump, and its number.
-    list_line: Option<(u32, String)>,
-    /// The chain of the last rule read, and that rule's number in it: a save prints each
-    /// chain's rules together, so counting a run numbers them without a map.
-    chain_run: (String, u32),
-    /// The nf_tables handle of the line being read, when its reader knows it.
+/// The rule line being read, with what its citation names.
+#[derive(Debug, Clone, Copy)]
+struct RuleLine<'a> {
+    number: u32,
+    text: &'a str,
+    chain: &'a str,
+    /// The rule's number in its chain.
+    position: u32,
     handle: Option<NonZeroU64>,
+}
+
+impl RuleLine<'_> {
+    fn rule_text(&self) -> RuleText {
+        RuleText {
+            text: self.text.into(),
+            line: self.number,
+            position: self.position,
+            handle: self.handle,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,231 +1,195 @@
-//! The nat and filter rules NodePort analysis keeps: dispatch rules, DNATs, hostPorts.
-
-// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel and costs measurably at 240k lines.
+//! Rule lines (`-A CHAIN ...`): each read as far as NodePort analysis needs, and kept in
+//! the chain graph as a jump, a DNAT, a dispatch or a hostPort rule.
 
 use crate::heart::kube_proxy;
-use crate::heart::model::{DestMatch, MalformedRule, Protocol, Verdict};
+use crate::heart::model::Verdict;
 
-use super::args::*;
-use super::values::*;
-use super::*;
+use super::args::{FILTER_DISPATCH_CHAINS, RuleArgs};
+use super::graph::{DispatchChain, DispatchTarget, Refused};
+use super::tokens::TokenError;
+use super::values::{CNI_HOSTPORT_CHAIN, is_cni_hostport_chain};
+use super::{Parser, RuleLine, TableKind};
 
 impl Parser {
-    pub(super) fn nat_rule(&mut self, number: u32, text: &str, chain: &str, args: &RuleArgs<'_>) {
-        // iptables-save prints a chain's rules together: remember the last chain.
-        let chain_id = match &self.last_nat_chain {
-            Some((name, id)) if **name == *chain => *id,
-            _ => {
-                let id = self.nat.chain_id(chain, 0);
-                self.last_nat_chain = Some((self.nat.chains[id as usize].name.clone(), id));
-                id
-            }
+    /// `-A CHAIN ARGS`.
+    pub(super) fn rule(&mut self, number: u32, text: &str) {
+        let (chain, spec) = split_rule(text);
+        if chain.starts_with("KUBE-") {
+            self.tally.kube_rules += 1;
+        }
+        let rule = self.cursor.rule_line(number, text, chain);
+        self.tally.chain_name(chain);
+        let kind = self.cursor.rule_table(chain, spec);
+        let Some(args) = self.read_args(kind, &rule, spec) else {
+            return;
         };
+        self.header.addresses(&args);
+        match kind {
+            TableKind::Nat => {
+                if kube_proxy::chain_hash(chain).is_none() {
+                    self.tally
+                        .nat_rule(chain, args.target.as_deref().unwrap_or(""), spec);
+                }
+                self.nat_rule(&rule, &args)
+            }
+            TableKind::Filter => {
+                if let Some(target) = args.target.as_deref() {
+                    self.check_jump(TableKind::Filter, target, &rule);
+                }
+                self.filter_rule(&rule, &args)
+            }
+            TableKind::Other => {}
+        }
+    }
+
+    /// The arguments of a rule in a table of `kind`, as far as they are needed: only
+    /// dispatch chains need every one; elsewhere the target (and a DNAT's destination)
+    /// is all that matters, read from the end of the line. None when nothing more is
+    /// needed, or the line cannot be read.
+    fn read_args<'a>(&mut self, kind: TableKind, rule: &RuleLine<'_>, spec: &'a str) -> Option<RuleArgs<'a>> {
+        let chain = rule.chain;
+        let args = match kind {
+            TableKind::Other => return None,
+            TableKind::Filter if !FILTER_DISPATCH_CHAINS.contains(&chain) => {
+                if let Some(target) = RuleArgs::read_target(spec).and_then(|a| a.target) {
+                    self.check_jump(TableKind::Filter, &target, rule);
+                }
+                return None;
+            }
+            TableKind::Nat if chain != "KUBE-NODEPORTS" && !is_cni_hostport_chain(chain) => {
+                RuleArgs::read_target(spec).map_or_else(|| RuleArgs::read(spec), Ok)
+            }
+            _ => RuleArgs::read(spec),
+        };
+        match args {
+            Ok(a) => Some(a),
+            Err(TokenError::UnterminatedQuote) => {
+                self.problems
+                    .unparsed(rule.number, rule.text, "unterminated quote");
+                None
+            }
+        }
+    }
+
+    /// Remembers a jump to a `KUBE-*` chain that `table` has not declared: kube-proxy
+    /// never writes one, and iptables itself refuses to load one.
+    fn check_jump(&mut self, table: TableKind, target: &str, rule: &RuleLine<'_>) {
+        if !target.starts_with("KUBE-") {
+            return;
+        }
+        let Some(declared) = self.graph.table(table).map(|t| t.declares(target)) else {
+            return;
+        };
+        if !declared {
+            self.problems.undeclared_jump(table, target, rule.rule_text());
+        }
+    }
+
+    /// A nat rule: its jump or DNAT kept in the graph, and the hostPort or NodePort
+    /// dispatch rule it is, if it is one.
+    fn nat_rule(&mut self, rule: &RuleLine<'_>, args: &RuleArgs<'_>) {
+        let chain = self.graph.nat_chain(rule.chain);
         let target = args.target.as_deref().unwrap_or("");
-        let mut dispatch_target = None;
-        if target == "DNAT" {
-            let kube_chain = chain.starts_with("KUBE-");
-            match args.to_destination.as_deref().map(parse_dnat_destination) {
-                Some(Ok((ip, port))) if kube_chain && (ip.is_unspecified() || port == Some(0)) => {
-                    self.malformed_rule(
-                        "nat",
-                        chain,
-                        number,
-                        text,
-                        format!(
-                            "DNATs to {}, an address no packet can be sent to",
-                            args.to_destination.as_deref().unwrap_or("")
-                        ),
-                    );
-                    return;
-                }
-                Some(Ok((ip, port))) => {
-                    let id = self.dnats.len() as u32;
-                    self.dnats.push(Dnat {
-                        ip,
-                        port,
-                        chain: chain_id,
-                        rule: self.rule_text(number, text),
-                        dport: args.dport.as_deref().and_then(|p| p.parse().ok()),
-                    });
-                    dispatch_target = Some(DispatchTarget::Dnat(id));
-                }
-                Some(Err(reason)) => {
-                    self.unparsed(number, text, reason);
-                    return;
-                }
-                None if kube_chain => {
-                    self.malformed_rule(
-                        "nat",
-                        chain,
-                        number,
-                        text,
-                        "is a DNAT without a destination (--to-destination)".into(),
-                    );
-                    return;
-                }
-                None => {
-                    self.unparsed(number, text, "DNAT without --to-destination");
-                    return;
-                }
+        let kept = if target == "DNAT" {
+            match self.graph.dnat(chain, rule, args) {
+                Ok(id) => Some(DispatchTarget::Dnat(id)),
+                Err(refused) => return self.refuse(rule, refused),
             }
-        } else if let Some(target_id) = self.nat.find(target) {
-            if self.nat.chains[target_id as usize].declared == 0 {
-                self.check_jump(TableKind::Nat, target, number, text);
-            }
-            self.nat.jumps.push((chain_id, target_id));
-            self.nat.chains[target_id as usize].referenced = true;
-            dispatch_target = Some(DispatchTarget::Chain(target_id));
-        } else if target.starts_with("KUBE-") {
-            // A jump to a chain the dump never declares: keep it so the path can say so.
-            self.check_jump(TableKind::Nat, target, number, text);
-            let target_id = self.nat.chain_id(target, 0);
-            self.nat.jumps.push((chain_id, target_id));
-            self.nat.chains[target_id as usize].referenced = true;
-            dispatch_target = Some(DispatchTarget::Chain(target_id));
-        }
-        if chain == CNI_HOSTPORT_CHAIN {
-            if let Some(DispatchTarget::Chain(target_id)) = dispatch_target {
-                self.push_hostport(number, text, args, target_id);
-            }
-            return;
-        }
-        if chain != "KUBE-NODEPORTS" {
-            return;
-        }
-        // KUBE-MARK-MASQ only marks; the next rule decides (pre-1.24 layout).
-        if matches!(target, "KUBE-MARK-MASQ" | "KUBE-MARK-DROP" | "RETURN" | "") {
-            return;
-        }
-        let Some(target) = dispatch_target else {
-            self.unparsed(
-                number,
-                text,
-                format!("NodePort rule with an unexpected target {target}"),
-            );
-            return;
-        };
-        self.push_dispatch(number, text, "KUBE-NODEPORTS", TableKind::Nat, args, target);
-    }
-
-    pub(super) fn malformed_rule(
-        &mut self,
-        table: &str,
-        chain: &str,
-        number: u32,
-        text: &str,
-        problem: String,
-    ) {
-        self.malformed.push(MalformedRule {
-            table: table.to_string(),
-            chain: chain.to_string(),
-            rule: self.rule_text(number, text),
-            problem,
-        });
-    }
-
-    pub(super) fn push_hostport(&mut self, number: u32, text: &str, args: &RuleArgs<'_>, chain: u32) {
-        let Some(protocol) = args.protocol.as_deref().and_then(Protocol::parse) else {
-            return;
-        };
-        let ports = match (args.dports.as_deref(), args.dport.as_deref()) {
-            (Some(list), _) => parse_port_list(list),
-            (None, Some(p)) => parse_port_list(p),
-            (None, None) => None,
-        };
-        let Some(ports) = ports else {
-            self.unparsed(number, text, "hostPort rule without a readable destination port");
-            return;
-        };
-        self.hostports.push(HostPortEntry {
-            protocol,
-            ports,
-            chain,
-            rule: self.rule_text(number, text),
-        });
-    }
-
-    pub(super) fn filter_rule(&mut self, number: u32, text: &str, chain: &str, args: &RuleArgs<'_>) {
-        let target = args.target.as_deref().unwrap_or("");
-        // The iptables proxier's per-Service verdicts (a clusterIP's REJECT for a Service
-        // without endpoints, too) show its mode where the nat table is not in the dump.
-        if matches!(chain, "KUBE-SERVICES" | "KUBE-EXTERNAL-SERVICES") && matches!(target, "REJECT" | "DROP")
-        {
-            self.filter_verdicts += 1;
-        }
-        let (chain_name, verdict) = match (chain, target) {
-            ("KUBE-EXTERNAL-SERVICES", "REJECT") if args.dst_type_local => {
-                ("KUBE-EXTERNAL-SERVICES", Verdict::Reject)
-            }
-            ("KUBE-EXTERNAL-SERVICES", "DROP") if args.dst_type_local => {
-                ("KUBE-EXTERNAL-SERVICES", Verdict::Drop)
-            }
-            // Releases before KUBE-EXTERNAL-SERVICES wrote NodePort REJECTs here.
-            ("KUBE-SERVICES", "REJECT") if args.dst_type_local => ("KUBE-SERVICES", Verdict::Reject),
-            ("KUBE-NODEPORTS", "ACCEPT") => ("KUBE-NODEPORTS", Verdict::HealthCheckAccept),
-            _ => return,
-        };
-        self.push_dispatch(
-            number,
-            text,
-            chain_name,
-            TableKind::Filter,
-            args,
-            DispatchTarget::Verdict(verdict),
-        );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn push_dispatch(
-        &mut self,
-        number: u32,
-        text: &str,
-        chain: &'static str,
-        table: TableKind,
-        args: &RuleArgs<'_>,
-        target: DispatchTarget,
-    ) {
-        let Some(protocol) = args.protocol.as_deref().and_then(Protocol::parse) else {
-            self.unparsed(
-                number,
-                text,
-                "NodePort rule without a tcp/udp/sctp protocol match",
-            );
-            return;
-        };
-        let Some(port) = args.dport.as_deref().and_then(|p| p.parse::<u16>().ok()) else {
-            self.unparsed(number, text, "NodePort rule without a single destination port");
-            return;
-        };
-        let dest = match args.dest.as_deref() {
-            None => DestMatch::Any,
-            Some(d) if !args.dest_negated && args.nfacct && is_loopback_net(d) => DestMatch::Localhost,
-            Some(d) if !args.dest_negated && is_loopback_net(d) => DestMatch::Localhost,
-            Some(d) if args.dest_negated => DestMatch::Addr(format!("!{d}")),
-            Some(d) => DestMatch::Addr(d.to_string()),
-        };
-        // A jump to one of kube-proxy's hashed chains names its Service by the hash;
-        // its comment is decoded only when a report needs it (`undecoded_comment`),
-        // which saves three allocations per rule on a healthy node.
-        let hashed = match target {
-            DispatchTarget::Chain(id) => kube_proxy::chain_hash(&self.nat.chains[id as usize].name).is_some(),
-            _ => false,
-        };
-        let (comment, undecoded_comment) = if hashed {
-            (None, comment_service_span(text, args))
         } else {
-            (args.comment.as_deref().and_then(service_of_comment), None)
+            self.nat_jump(chain, target, rule).map(DispatchTarget::Chain)
         };
-        self.dispatch.push(Dispatch {
-            table,
-            chain,
-            protocol,
-            port,
-            dest,
-            target,
-            comment,
-            undecoded_comment,
-            rule: self.rule_text(number, text),
-        });
+        if rule.chain == CNI_HOSTPORT_CHAIN {
+            if let Some(DispatchTarget::Chain(to)) = kept
+                && let Err(refused) = self.graph.hostport(rule, args, to)
+            {
+                self.refuse(rule, refused);
+            }
+            return;
+        }
+        // Only KUBE-NODEPORTS dispatches; KUBE-MARK-MASQ only marks, and the next rule
+        // decides (pre-1.24 layout).
+        if rule.chain != "KUBE-NODEPORTS"
+            || matches!(target, "KUBE-MARK-MASQ" | "KUBE-MARK-DROP" | "RETURN" | "")
+        {
+            return;
+        }
+        let Some(kept) = kept else {
+            let reason = format!("NodePort rule with an unexpected target {target}");
+            return self.refuse(rule, Refused::Unreadable(reason));
+        };
+        if let Err(refused) = self
+            .graph
+            .dispatch(rule, args, DispatchChain::NAT_NODEPORTS, kept)
+        {
+            self.refuse(rule, refused);
+        }
     }
+
+    /// Keeps a nat rule's jump from chain `from` to `target`, and returns the target's
+    /// id: None when the target is not a chain (a built-in target, or another owner's
+    /// extension).
+    fn nat_jump(&mut self, from: u32, target: &str, rule: &RuleLine<'_>) -> Option<u32> {
+        let to = match self.graph.nat.find(target) {
+            Some(to) => to,
+            // A jump to a chain the dump never declares: keep it so the path can say so.
+            None if target.starts_with("KUBE-") => self.graph.nat.chain_id(target, 0),
+            None => return None,
+        };
+        if self.graph.nat.chains[to as usize].declared == 0 {
+            self.check_jump(TableKind::Nat, target, rule);
+        }
+        self.graph.nat.jump(from, to);
+        Some(to)
+    }
+
+    /// A filter rule in a chain that holds NodePort verdicts.
+    fn filter_rule(&mut self, rule: &RuleLine<'_>, args: &RuleArgs<'_>) {
+        let target = args.target.as_deref().unwrap_or("");
+        self.tally.filter_rule(rule.chain, target);
+        let Some((chain, verdict)) = filter_dispatch(rule.chain, target, args) else {
+            return;
+        };
+        let target = DispatchTarget::Verdict(verdict);
+        if let Err(refused) = self.graph.dispatch(rule, args, chain, target) {
+            self.refuse(rule, refused);
+        }
+    }
+
+    /// A nat rule not kept, reported for what it is.
+    fn refuse(&mut self, rule: &RuleLine<'_>, refused: Refused) {
+        match refused {
+            Refused::Unreadable(reason) => self.problems.unparsed(rule.number, rule.text, reason),
+            Refused::Malformed(problem) => {
+                self.problems
+                    .malformed("nat", rule.chain, rule.rule_text(), problem)
+            }
+        }
+    }
+}
+
+/// The chain and the arguments of a rule line (`-A CHAIN ARGS`).
+fn split_rule(text: &str) -> (&str, &str) {
+    let after_a = text[3..].trim_start_matches(' ');
+    match memchr::memchr2(b' ', b'\t', after_a.as_bytes()) {
+        Some(i) => (&after_a[..i], after_a[i + 1..].trim_start_matches(' ')),
+        None => (after_a, ""),
+    }
+}
+
+/// The NodePort verdict a filter rule in `chain` with `target` gives, and the chain the
+/// report names it by.
+fn filter_dispatch(chain: &str, target: &str, args: &RuleArgs<'_>) -> Option<(DispatchChain, Verdict)> {
+    let (name, verdict) = match (chain, target) {
+        ("KUBE-EXTERNAL-SERVICES", "REJECT") if args.dst_type_local => {
+            ("KUBE-EXTERNAL-SERVICES", Verdict::Reject)
+        }
+        ("KUBE-EXTERNAL-SERVICES", "DROP") if args.dst_type_local => {
+            ("KUBE-EXTERNAL-SERVICES", Verdict::Drop)
+        }
+        // Releases before KUBE-EXTERNAL-SERVICES wrote NodePort REJECTs here.
+        ("KUBE-SERVICES", "REJECT") if args.dst_type_local => ("KUBE-SERVICES", Verdict::Reject),
+        ("KUBE-NODEPORTS", "ACCEPT") => ("KUBE-NODEPORTS", Verdict::HealthCheckAccept),
+        _ => return None,
+    };
+    Some((DispatchChain::filter(name), verdict))
 }

@@ -1,163 +1,163 @@
-//! The end of a dump: the backend, the proxy-mode signals and what the dump lacks.
-
-use std::net::SocketAddr;
-
-// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel and costs measurably at 240k lines.
-use rustc_hash::FxHashMap;
+//! What the dump says of the proxy mode and of kube-proxy's way in to its rules:
+//! counted as the lines come, told at the end.
 
 use crate::heart::kube_proxy;
-use crate::heart::model::{
-    Backend, EntryJump, Family, Lookup, MalformedRule, OrphanChain, ProxyMode, ProxySignals, RuleSource,
-};
+use crate::heart::model::{EntryJump, ProxyMode, ProxySignals};
 
-use super::values::*;
-use super::walker::*;
-use super::*;
+use super::graph::Table;
+use super::listing::{IPVS_CHAINS, KUBELET_CHAINS, REPLACEMENT_CHAINS};
 
-impl Parser {
-    pub(super) fn finish(mut self) -> RuleSource {
-        self.end_policies();
-        self.end_listing();
-        self.end_table_block();
-        if let Some(_open) = self.table.take() {
-            self.notes.push(format!(
-                "table {} (line {}) has no COMMIT: the dump looks truncated",
-                self.table_name, self.table_open_line
-            ));
-            self.uncommitted = true;
+#[derive(Debug, Default)]
+pub(super) struct SignalTally {
+    services_dispatch: DispatchVotes,
+    entry: EntrySeen,
+    /// kube-proxy's filter-table REJECT and DROP rules read.
+    filter_verdicts: u32,
+    /// Traces of IPVS mode (`chain KUBE-NODE-PORT`, `ipset KUBE-NODE-PORT-TCP`), the
+    /// first three.
+    ipvs: Vec<String>,
+    /// A kube-proxy replacement's name and the first of its chains declared.
+    replacement: Option<(&'static str, String)>,
+    /// The first of kube-proxy's chains declared (not kubelet's).
+    kube_proxy_chain: Option<String>,
+    /// Rules in `KUBE-*` chains.
+    pub(super) kube_rules: usize,
+}
+
+/// How each proxy mode shows in nat `KUBE-SERVICES`: the rules of each one's kind.
+#[derive(Debug, Default)]
+struct DispatchVotes {
+    iptables: u32,
+    ipvs: u32,
+}
+
+impl DispatchVotes {
+    /// The mode most of the rules are of; iptables on a tie.
+    fn mode(&self) -> Option<ProxyMode> {
+        match (self.iptables, self.ipvs) {
+            (0, 0) => None,
+            (i, v) if v > i => Some(ProxyMode::Ipvs),
+            _ => Some(ProxyMode::Iptables),
         }
-        if self.guessed_lines > 0 {
-            self.notes.push(format!(
-                "{} lines stand outside any table (an `iptables -S` listing without its -P lines, or a fragment): their table was told by their chains, and the dump is not trusted to show what is missing",
-                self.guessed_lines
-            ));
+    }
+}
+
+/// kube-proxy's way in to its NodePort rules, as far as the nat table shows it:
+/// `PREROUTING -j KUBE-SERVICES`, `KUBE-SERVICES -j KUBE-NODEPORTS`.
+#[derive(Debug, Default)]
+struct EntrySeen {
+    prerouting_to_services: bool,
+    services_to_nodeports: bool,
+}
+
+impl SignalTally {
+    /// Replacement chains and kube-proxy's own, wherever they are declared.
+    pub(super) fn chain_name(&mut self, name: &str) {
+        if self.kube_proxy_chain.is_none() && name.starts_with("KUBE-") && !KUBELET_CHAINS.contains(&name) {
+            self.kube_proxy_chain = Some(name.to_string());
         }
-        let backend = self.decide_backend();
-        let family = self
-            .hint
-            .family
-            .or(self.header_family)
-            .unwrap_or(if self.saw_ipv6_address {
-                Family::Ipv6
-            } else {
-                Family::Ipv4
-            });
-        let has_kube_proxy = self.nat.find("KUBE-SERVICES").is_some()
-            || self.nat.find("KUBE-NODEPORTS").is_some()
-            || self.filter.find("KUBE-EXTERNAL-SERVICES").is_some();
-        let has_canary = self.nat.find("KUBE-PROXY-CANARY").is_some()
-            || self.filter.find("KUBE-PROXY-CANARY").is_some()
-            || self.other_chains.iter().any(|c| &**c == "KUBE-PROXY-CANARY");
-        // Growth by doubling leaves up to half of each list unused, and the resolution
-        // below builds its output next to them, at the read's peak.
-        self.dispatch.shrink_to_fit();
-        self.dnats.shrink_to_fit();
-        self.nat.jumps.shrink_to_fit();
-        self.nat.chains.shrink_to_fit();
-        let nodeports = resolve_dispatch(&mut self, backend, family);
-        let hostports = resolve_hostports(&self);
-        let mut orphans: Vec<OrphanChain> = Vec::new();
-        let mut orphan_ids = FxHashMap::default();
-        for (id, c) in self.nat.chains.iter().enumerate() {
-            if c.declared != 0 && !c.referenced && kube_proxy::chain_hash(&c.name).is_some() {
-                orphan_ids.insert(id as u32, orphans.len());
-                orphans.push(OrphanChain {
-                    backend,
-                    family,
-                    table: "nat".into(),
-                    chain: c.name.to_string(),
-                    line: c.declared,
-                    dnat: None,
-                });
-            }
+        if self.replacement.is_none()
+            && let Some((_, who)) = REPLACEMENT_CHAINS.iter().find(|(p, _)| name.starts_with(p))
+        {
+            self.replacement = Some((who, name.to_string()));
         }
-        for d in &self.dnats {
-            if let (Some(&i), Some(port)) = (orphan_ids.get(&d.chain), d.port) {
-                orphans[i].dnat.get_or_insert(SocketAddr::new(d.ip, port));
-            }
+    }
+
+    /// A chain declared in the nat table.
+    pub(super) fn nat_chain(&mut self, name: &str) {
+        if IPVS_CHAINS.contains(&name) {
+            self.ipvs_trace(format!("chain {name}"));
         }
-        let mut complete = !self.uncommitted && self.unparsed.is_empty() && self.guessed_lines == 0;
-        let signals = self.signals();
-        let gaps = self.gaps(has_kube_proxy || signals.iptables_mode);
-        let mut malformed = std::mem::take(&mut self.malformed);
-        // A jump to an undeclared chain is proof only where the dump shows every
-        // declaration.
-        if complete {
-            let mut dangling: Option<(String, usize)> = None;
-            for (table, target, rule) in std::mem::take(&mut self.undeclared_jumps) {
-                let (t, name) = match table {
-                    TableKind::Nat => (&self.nat, "nat"),
-                    _ => (&self.filter, "filter"),
-                };
-                if t.declares(&target) {
-                    continue;
-                }
-                dangling.get_or_insert_with(|| (target.clone(), 0)).1 += 1;
-                let chain = rule_chain(&rule.text).to_string();
-                malformed.push(MalformedRule {
-                    table: name.to_string(),
-                    chain,
-                    problem: format!("jumps to {target}, a chain the {name} table does not declare"),
-                    rule,
-                });
-            }
-            // The kernel refuses a jump to a chain that does not exist and keeps a chain
-            // while one leads to it: such a dump is not the kernel's whole picture.
-            if let Some((first, count)) = dangling {
-                complete = false;
-                self.notes.push(format!(
-                    "{} to chains the dump does not declare (first: {first}), which the kernel never allows: the dump shows part of its tables (a chain cut out of a paste), or was printed by an iptables that does not match the one that wrote the rules (kubernetes#112477)",
-                    if count == 1 { "1 rule jumps".to_string() } else { format!("{count} rules jump") }
-                ));
-            }
+    }
+
+    /// A trace of IPVS mode; the first three are kept.
+    fn ipvs_trace(&mut self, trace: String) {
+        if self.ipvs.len() < 3 && !self.ipvs.contains(&trace) {
+            self.ipvs.push(trace);
         }
-        malformed.sort_by_key(|m| m.rule.line);
-        let missing_entry = self.missing_entry();
-        RuleSource {
-            origin: self.origin,
-            lookup: Lookup::Lines,
-            backend,
-            family,
-            nodeports,
-            hostports,
-            orphans,
-            unparsed: self.unparsed,
-            has_kube_proxy,
-            has_canary,
-            kube_rule_count: self.kube_rule_count,
-            complete,
-            notes: self.notes,
-            signals,
-            gaps,
-            malformed,
-            forwarding_shown: self.saw_nat || self.hint.whole,
-            missing_entry,
-            bad_capture: self.list_line.map(|(line, text)| {
-                let kind = if self.saw_save_line {
-                    ForeignKind::MixedListing
-                } else {
-                    ForeignKind::IptablesList
-                };
-                ForeignDump::new(line, &text, kind).to_string()
-            }),
+    }
+
+    /// A nat rule outside the per-service chains, with arguments `spec`.
+    pub(super) fn nat_rule(&mut self, chain: &str, target: &str, spec: &str) {
+        self.entry_jump(chain, target);
+        self.proxy_mode(chain, target, spec);
+    }
+
+    /// A nat rule on the way in to kube-proxy's NodePort rules.
+    fn entry_jump(&mut self, chain: &str, target: &str) {
+        match (chain, target) {
+            ("PREROUTING", "KUBE-SERVICES") => self.entry.prerouting_to_services = true,
+            ("KUBE-SERVICES", "KUBE-NODEPORTS") => self.entry.services_to_nodeports = true,
+            _ => {}
+        }
+    }
+
+    /// What a nat rule outside the per-service chains says of the proxy mode: nat
+    /// `KUBE-SERVICES` holds the dispatch of whichever mode synced last, and IPVS mode
+    /// matches Service addresses with ipsets.
+    fn proxy_mode(&mut self, chain: &str, target: &str, spec: &str) {
+        if IPVS_CHAINS.contains(&chain) {
+            self.ipvs_trace(format!("chain {chain}"));
+        }
+        let ipset = memchr::memmem::find(spec.as_bytes(), b"--match-set KUBE-").map(|at| {
+            spec[at + "--match-set ".len()..]
+                .split_ascii_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        });
+        if let Some(set) = &ipset {
+            self.ipvs_trace(format!("ipset {set}"));
+        }
+        if chain != "KUBE-SERVICES" {
+            return;
+        }
+        if ipset.is_some() || IPVS_CHAINS.contains(&target) {
+            self.services_dispatch.ipvs += 1;
+        } else if target == "KUBE-NODEPORTS"
+            || target.starts_with("KUBE-XLB-")
+            || kube_proxy::chain_hash(target).is_some()
+        {
+            self.services_dispatch.iptables += 1;
+        }
+    }
+
+    /// A filter rule: the iptables proxier's per-Service verdicts (a clusterIP's REJECT
+    /// for a Service without endpoints, too) show its mode where the nat table is not in
+    /// the dump.
+    pub(super) fn filter_rule(&mut self, chain: &str, target: &str) {
+        if matches!(chain, "KUBE-SERVICES" | "KUBE-EXTERNAL-SERVICES") && matches!(target, "REJECT" | "DROP")
+        {
+            self.filter_verdicts += 1;
+        }
+    }
+
+    /// The signals, from the tally and the nat table's chains.
+    pub(super) fn signals(&self, nat: &Table, filter_shown: bool) -> ProxySignals {
+        ProxySignals {
+            iptables_mode: holds_iptables_mode_chains(nat) || self.filter_verdicts > 0,
+            services_dispatch: self.services_dispatch.mode(),
+            ipvs: self.ipvs.clone(),
+            replacement: self.replacement.clone(),
+            kube_proxy_chain: self.kube_proxy_chain.clone(),
+            filter_shown,
         }
     }
 
     /// kube-proxy's jumps towards `KUBE-NODEPORTS` that a nat table holding it lacks
     /// (not in IPVS mode, whose `KUBE-SERVICES` leads elsewhere).
-    fn missing_entry(&self) -> Vec<EntryJump> {
-        if !self.saw_nat || !self.nat.declares("KUBE-NODEPORTS") || self.services_dispatch.1 > 0 {
+    pub(super) fn missing_entry(&self, nat_shown: bool, nat: &Table) -> Vec<EntryJump> {
+        if !nat_shown || !nat.declares("KUBE-NODEPORTS") || self.services_dispatch.ipvs > 0 {
             return Vec::new();
         }
         [
             (
-                self.prerouting_to_services,
+                self.entry.prerouting_to_services,
                 "nat PREROUTING -j KUBE-SERVICES",
                 false,
             ),
             (
-                self.services_to_nodeports,
+                self.entry.services_to_nodeports,
                 "nat KUBE-SERVICES -j KUBE-NODEPORTS",
                 true,
             ),
@@ -167,73 +167,12 @@ impl Parser {
         .map(|(_, rule, every_packet)| EntryJump { rule, every_packet })
         .collect()
     }
+}
 
-    /// The backend: the caller's, else the header's, and the notes say how it was
-    /// decided when the caller did not know.
-    pub(super) fn decide_backend(&mut self) -> Backend {
-        if let (Some(h), Some(b)) = (self.hint.backend, self.header_backend)
-            && h != b
-        {
-            self.notes
-                .push(format!("the file name says {h} but the dump's header says {b}"));
-        }
-        if let Some(b) = self.hint.backend {
-            return b;
-        }
-        let (backend, how) = match (self.header_backend, &self.header_backend_why) {
-            (Some(b), Some(why)) => (b, format!("backend {b}: {why}")),
-            (Some(b), None) => (b, format!("backend {b}: from the dump's header")),
-            (None, _) => (
-                Backend::IptablesNft,
-                "the dump does not say which iptables backend wrote it (no `# Generated by` header naming nf_tables or legacy); reported as iptables-nft".to_string(),
-            ),
-        };
-        self.notes.push(how);
-        backend
-    }
-
-    pub(super) fn signals(&self) -> ProxySignals {
-        // The iptables proxier's NodePort chains, or its filter verdicts for NodePorts
-        // (which a dump of the filter table alone still shows).
-        let iptables_mode = self.nat.chains.iter().map(|c| &c.name).any(|c| {
-            &**c == "KUBE-NODEPORTS" || c.starts_with("KUBE-XLB-") || kube_proxy::chain_hash(c).is_some()
-        }) || self.filter_verdicts > 0;
-        let (iptables, ipvs) = self.services_dispatch;
-        let services_dispatch = match (iptables, ipvs) {
-            (0, 0) => None,
-            (i, v) if v > i => Some(ProxyMode::Ipvs),
-            _ => Some(ProxyMode::Iptables),
-        };
-        ProxySignals {
-            iptables_mode,
-            services_dispatch,
-            ipvs: self.ipvs.clone(),
-            replacement: self.replacement.clone(),
-            kube_proxy_chain: self.kube_proxy_chain.clone(),
-            filter_shown: self.saw_filter || self.hint.whole,
-        }
-    }
-
-    /// kube-proxy writes to both nat and filter: a dump that holds its chains in one and
-    /// leaves the other table out (`iptables-save -t nat`, `iptables -t nat -S`) cannot
-    /// show what the other holds. A whole dump lacks only what the node lacks.
-    pub(super) fn gaps(&self, has_kube_proxy: bool) -> Vec<String> {
-        let mut gaps = Vec::new();
-        if !has_kube_proxy || self.hint.whole {
-            return gaps;
-        }
-        if !self.saw_nat {
-            gaps.push(format!(
-                "{} holds no nat table, where kube-proxy's NodePort forwarding lives: stale, duplicate and missing forwarding rules were not checked in it (`iptables -S` lists the filter table alone: capture the node with iptables-save, or add `iptables -t nat -S`)",
-                self.origin
-            ));
-        }
-        if !self.saw_filter {
-            gaps.push(format!(
-                "{} holds no filter table: kube-proxy's REJECT and DROP rules for NodePorts (Services without endpoints, Local traffic policy without a local endpoint) were not seen",
-                self.origin
-            ));
-        }
-        gaps
-    }
+/// The iptables proxier's NodePort chains (which a dump of the filter table alone
+/// lacks; its filter verdicts show it there).
+fn holds_iptables_mode_chains(nat: &Table) -> bool {
+    nat.chains.iter().map(|c| &c.name).any(|c| {
+        &**c == "KUBE-NODEPORTS" || c.starts_with("KUBE-XLB-") || kube_proxy::chain_hash(c).is_some()
+    })
 }

@@ -1,6 +1,8 @@
-use super::values::*;
-use super::*;
-use crate::heart::model::{ProxyMode, RuleIdentity};
+use super::values::parse_port_list;
+use super::{LineParser, SourceHint, parse_save, parse_save_str};
+use crate::heart::model::{
+    Backend, DestMatch, Family, Protocol, ProxyMode, RuleIdentity, RuleSource, Verdict,
+};
 
 /// kube-proxy's own test services (pkg/proxy/iptables/proxier_test.go) in the form the
 /// kernel round-trip prints them.

@@ -3,13 +3,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 
-// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel and costs measurably at 240k lines.
-
 use crate::heart::model::ServicePortRef;
 
-use super::args::*;
-use super::*;
+use super::args::RuleArgs;
+
+/// The CNI portmap plugin's dispatch chain, and the prefix of its per-container chains.
+pub(super) const CNI_HOSTPORT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
+const CNI_DNAT_CHAIN_PREFIX: &str = "CNI-DN-";
 
 /// The chain of a rule line (`-A CHAIN ...`).
 pub(super) fn rule_chain(text: &str) -> &str {

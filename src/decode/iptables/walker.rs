@@ -3,17 +3,18 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel and costs measurably at 240k lines.
+// FxHash: the walks are memoized by chain id, looked up once per dispatch rule;
+// SipHash's DoS resistance buys nothing for a dump read from the local kernel.
 use rustc_hash::FxHashMap;
 
 use crate::heart::kube_proxy;
 use crate::heart::model::{Backend, DnatTarget, Family, HostPortRule, NodePortRule, RuleIdentity, Verdict};
 
-use super::*;
+use super::TableKind;
+use super::graph::{Dispatch, DispatchTarget, Dnat, Graph};
 
 /// Each hostPort rule with the DNATs of its `CNI-DN-*` chain that match its port.
-pub(super) fn resolve_hostports(p: &Parser) -> Vec<HostPortRule> {
+pub(super) fn resolve_hostports(p: &Graph) -> Vec<HostPortRule> {
     let mut out = Vec::new();
     for entry in &p.hostports {
         for &port in &entry.ports {
@@ -75,7 +76,7 @@ impl ByChain {
 }
 
 /// Follows every dispatch rule to the DNATs it reaches.
-pub(super) fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family) -> Vec<NodePortRule> {
+pub(super) fn resolve_dispatch(p: &mut Graph, backend: Backend, family: Family) -> Vec<NodePortRule> {
     let mut dispatch = std::mem::take(&mut p.dispatch);
     let p = &*p;
     let chains = p.nat.chains.len();
@@ -102,7 +103,7 @@ pub(super) fn resolve_dispatch(p: &mut Parser, backend: Backend, family: Family)
             seen: vec![0; chains],
             generation: 0,
             stack: Vec::new(),
-            jumps: ByChain::build(chains, p.nat.jumps.iter().copied()),
+            jumps: ByChain::build(chains, p.nat.jumps.iter().map(|j| (j.from, j.to))),
             dnats: ByChain::build(
                 chains,
                 p.dnats.iter().enumerate().map(|(i, d)| (d.chain, i as u32)),
@@ -125,7 +126,7 @@ const DISPATCH_CHUNK: usize = 2048;
 
 /// What resolving dispatch rules shares: the dump, names, and the walks made so far.
 struct Resolver<'p> {
-    p: &'p Parser,
+    p: &'p Graph,
     backend: Backend,
     family: Family,
     nat: Arc<str>,
@@ -139,7 +140,7 @@ struct Resolver<'p> {
 impl Resolver<'_> {
     /// One dispatch rule as the NodePort rule it is, with where it leads.
     fn resolve(&mut self, d: Dispatch) -> NodePortRule {
-        let table = if d.table == TableKind::Nat {
+        let table = if d.at.table == TableKind::Nat {
             self.nat.clone()
         } else {
             self.filter.clone()
@@ -147,9 +148,9 @@ impl Resolver<'_> {
         let chain = self
             .dispatch_chains
             .iter()
-            .find(|c| ***c == *d.chain)
+            .find(|c| ***c == *d.at.name)
             .cloned()
-            .unwrap_or_else(|| Arc::from(d.chain));
+            .unwrap_or_else(|| Arc::from(d.at.name));
         let mut rule = NodePortRule {
             backend: self.backend,
             family: self.family,
@@ -211,7 +212,7 @@ pub(super) struct Walker {
 impl Walker {
     pub(super) fn reach(
         &mut self,
-        p: &Parser,
+        p: &Graph,
         nat: &Arc<str>,
         start: u32,
         node_port: u16,
@@ -269,7 +270,7 @@ impl Walker {
     /// The DNAT addresses reachable from `start` without entering a `KUBE-SVC-*` chain:
     /// what a client outside the node reaches when kube-proxy's externalTrafficPolicy
     /// Local layout sends only pod and host traffic to the cluster chain.
-    pub(super) fn external(&mut self, p: &Parser, start: u32, node_port: u16) -> Vec<SocketAddr> {
+    pub(super) fn external(&mut self, p: &Graph, start: u32, node_port: u16) -> Vec<SocketAddr> {
         self.generation += 1;
         self.stack.clear();
         self.stack.push(start);
@@ -293,7 +294,7 @@ impl Walker {
     }
 }
 
-pub(super) fn dnat_target(p: &Parser, nat: &Arc<str>, d: &Dnat, node_port: u16) -> DnatTarget {
+pub(super) fn dnat_target(p: &Graph, nat: &Arc<str>, d: &Dnat, node_port: u16) -> DnatTarget {
     let chain = &p.nat.chains[d.chain as usize].name;
     DnatTarget {
         addr: SocketAddr::new(d.ip, d.port.unwrap_or(node_port)),

@@ -1,4 +1,4 @@
-use super::*;
+use super::{TokenError, tokens};
 
 fn split(s: &str) -> Result<Vec<String>, TokenError> {
     tokens(s).map(|t| t.map(|c| c.into_owned())).collect()
