@@ -432,7 +432,7 @@ fn read_chain_rules(
     ) {
         Ok(Some(rule)) => out.push(Ok(rule)),
         Ok(None) => {}
-        Err(reason) => out.push(Err(unparsed(0, "(a rule)", reason))),
+        Err(reason) => out.push(Err(unparsed(0, "(a rule)", reason.to_string()))),
     };
     conn.exchange(
         "the rules",

@@ -1,26 +1,9 @@
-use super::xtables::{address_types, save_string};
 use crate::decode::netlink::prefix_len;
-
-#[test]
-fn strings_are_quoted_as_xtables_save_string_quotes_them() {
-    let mut out = String::new();
-    save_string(&mut out, "plain_name-1");
-    save_string(&mut out, "ns/svc:http");
-    save_string(&mut out, "say \"hi\"");
-    save_string(&mut out, "");
-    assert_eq!(out, r#" plain_name-1 "ns/svc:http" "say \"hi\"" """#);
-}
 
 #[test]
 fn masks_give_prefix_lengths() {
     assert_eq!(prefix_len(&[255, 255, 240, 0]), Some(20));
     assert_eq!(prefix_len(&[255, 0, 255, 0]), None);
-}
-
-#[test]
-fn address_types_are_named_in_bit_order() {
-    assert_eq!(address_types(1 << 2), "LOCAL");
-    assert_eq!(address_types((1 << 1) | (1 << 2)), "UNICAST,LOCAL");
 }
 
 #[test]

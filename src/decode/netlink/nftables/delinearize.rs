@@ -20,7 +20,7 @@ use crate::decode::netlink::{
 use crate::decode::nftables::json::Expr;
 use crate::heart::model::Family;
 
-// nf_tables.h expression attributes, by expression.
+// Expression attributes (include/uapi/linux/netfilter/nf_tables.h), by expression.
 const NFTA_IMMEDIATE_DREG: u16 = 1;
 const NFTA_IMMEDIATE_DATA: u16 = 2;
 const NFTA_CMP_SREG: u16 = 1;
@@ -48,10 +48,29 @@ pub(crate) const NFTA_NUMGEN_DREG: u16 = 1;
 pub(crate) const NFTA_NUMGEN_MODULUS: u16 = 2;
 const NFTA_NUMGEN_TYPE: u16 = 3;
 pub(crate) const NFTA_NUMGEN_OFFSET: u16 = 4;
+// nf_tables.h values: lookup flags, NAT types, payload bases, meta keys, comparison
+// operators, numgen types.
 const NFT_LOOKUP_F_INV: u32 = 1;
 const NFT_NAT_DNAT: u32 = 1;
+const NFT_PAYLOAD_LL_HEADER: u32 = 0;
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
+const NFT_META_MARK: u32 = 3;
+const NFT_META_IIF: u32 = 4;
+const NFT_META_OIF: u32 = 5;
+const NFT_META_IIFNAME: u32 = 6;
+const NFT_META_OIFNAME: u32 = 7;
+const NFT_META_NFPROTO: u32 = 15;
+const NFT_META_L4PROTO: u32 = 16;
+const NFT_CMP_EQ: u32 = 0;
+const NFT_CMP_NEQ: u32 = 1;
+const NFT_CMP_LT: u32 = 2;
+const NFT_CMP_LTE: u32 = 3;
+const NFT_CMP_GT: u32 = 4;
+const NFT_NG_RANDOM: u32 = 1;
+
+/// An expression's attributes by type.
+type Fields<'a> = HashMap<u16, &'a [u8]>;
 
 /// What a register holds: the expression that loaded it, its type, and its width.
 #[derive(Debug, Clone)]
@@ -106,122 +125,16 @@ impl<'c> Delinearizer<'c> {
 
     fn expression(&mut self, expr_name: &str, data: &[u8]) -> Result<(), DecodeError> {
         let attrs = attr_map(data)?;
-        let reg = |kind: u16| attrs.get(&kind).map(|v| be32(v)).transpose();
         match expr_name {
-            "immediate" => {
-                let dreg = reg(NFTA_IMMEDIATE_DREG)?.unwrap_or_default();
-                let Some(nested) = attrs.get(&NFTA_IMMEDIATE_DATA) else {
-                    return Ok(());
-                };
-                match slot(dreg) {
-                    None => {
-                        for attr in Attrs::new(nested) {
-                            if let (NFTA_DATA_VERDICT, v) = attr? {
-                                let (code, chain) = read_verdict(v)?;
-                                self.statements.push(verdict_statement(code, chain.as_deref()));
-                            }
-                        }
-                    }
-                    Some(s) => {
-                        let value = data_value(nested)?.to_vec();
-                        self.load(s, Loaded::literal(value));
-                    }
-                }
-            }
-            "meta" => {
-                if let (Some(dreg), Some(key)) = (reg(NFTA_META_DREG)?, reg(NFTA_META_KEY)?) {
-                    self.load_reg(dreg, meta_load(key));
-                } else {
-                    self.other("meta");
-                }
-            }
-            "payload" => match reg(NFTA_PAYLOAD_DREG)? {
-                Some(dreg) => {
-                    let base = reg(NFTA_PAYLOAD_BASE)?.unwrap_or_default();
-                    let offset = reg(NFTA_PAYLOAD_OFFSET)?.unwrap_or_default();
-                    let len = reg(NFTA_PAYLOAD_LEN)?.unwrap_or_default();
-                    let loaded = self.payload_load(base, offset, len);
-                    self.load_reg(dreg, loaded);
-                }
-                None => self.other("payload"),
-            },
-            "bitwise" => {
-                let (Some(sreg), Some(dreg)) = (reg(NFTA_BITWISE_SREG)?, reg(NFTA_BITWISE_DREG)?) else {
-                    return Ok(());
-                };
-                let mask = match attrs.get(&NFTA_BITWISE_MASK) {
-                    Some(m) => data_value(m)?.to_vec(),
-                    None => Vec::new(),
-                };
-                if let Some(mut loaded) = slot(sreg).and_then(|s| self.registers.get(&s)).cloned() {
-                    loaded.prefix = prefix_len(&mask);
-                    if loaded.prefix.is_none() {
-                        loaded.expr = object(
-                            "&",
-                            Expr::List(vec![loaded.expr, typed_value(TYPE_INTEGER, &mask)]),
-                        );
-                    }
-                    self.load_reg(dreg, loaded);
-                }
-            }
-            "cmp" => {
-                let sreg = reg(NFTA_CMP_SREG)?.unwrap_or_default();
-                let op = match reg(NFTA_CMP_OP)?.unwrap_or_default() {
-                    0 => "==",
-                    1 => "!=",
-                    2 => "<",
-                    3 => "<=",
-                    4 => ">",
-                    _ => ">=",
-                };
-                let right = match attrs.get(&NFTA_CMP_DATA) {
-                    Some(d) => data_value(d)?,
-                    None => &[],
-                };
-                self.compare(sreg, op, right);
-            }
+            "immediate" => self.immediate(&attrs)?,
+            "meta" => self.meta(&attrs)?,
+            "payload" => self.payload(&attrs)?,
+            "bitwise" => self.bitwise(&attrs)?,
+            "cmp" => self.cmp(&attrs)?,
             "lookup" => self.lookup(&attrs)?,
             "nat" => self.nat(&attrs)?,
-            "counter" => {
-                let number = |kind| attrs.get(&kind).map(|v| be64(v)).transpose();
-                self.statements.push(object(
-                    "counter",
-                    fields(vec![
-                        (
-                            "packets",
-                            Expr::Uint(number(NFTA_COUNTER_PACKETS)?.unwrap_or_default()),
-                        ),
-                        (
-                            "bytes",
-                            Expr::Uint(number(NFTA_COUNTER_BYTES)?.unwrap_or_default()),
-                        ),
-                    ]),
-                ));
-            }
-            "numgen" => {
-                if let Some(dreg) = reg(NFTA_NUMGEN_DREG)? {
-                    let mode = if reg(NFTA_NUMGEN_TYPE)? == Some(1) {
-                        "random"
-                    } else {
-                        "inc"
-                    };
-                    let expr = object(
-                        "numgen",
-                        fields(vec![
-                            ("mode", Expr::Str(Cow::Borrowed(mode))),
-                            (
-                                "mod",
-                                Expr::Uint(u64::from(reg(NFTA_NUMGEN_MODULUS)?.unwrap_or_default())),
-                            ),
-                            (
-                                "offset",
-                                Expr::Uint(u64::from(reg(NFTA_NUMGEN_OFFSET)?.unwrap_or_default())),
-                            ),
-                        ]),
-                    );
-                    self.load_reg(dreg, Loaded::typed(expr, TYPE_INTEGER, 4));
-                }
-            }
+            "counter" => self.counter(&attrs)?,
+            "numgen" => self.numgen(&attrs)?,
             "masq" => self.statements.push(object("masquerade", Expr::Null)),
             other => {
                 // An expression that loads a register (fib, ct, ...) leaves it
@@ -229,6 +142,128 @@ impl<'c> Delinearizer<'c> {
                 self.other(other);
             }
         }
+        Ok(())
+    }
+
+    /// A verdict (into the verdict register) or a literal loaded for a later
+    /// expression.
+    fn immediate(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
+        let dreg = number(attrs, NFTA_IMMEDIATE_DREG)?.unwrap_or_default();
+        let Some(nested) = attrs.get(&NFTA_IMMEDIATE_DATA) else {
+            return Ok(());
+        };
+        match slot(dreg) {
+            None => {
+                for attr in Attrs::new(nested) {
+                    if let (NFTA_DATA_VERDICT, v) = attr? {
+                        let (code, chain) = read_verdict(v)?;
+                        self.statements.push(verdict_statement(code, chain.as_deref()));
+                    }
+                }
+            }
+            Some(s) => {
+                let value = data_value(nested)?.to_vec();
+                self.load(s, Loaded::literal(value));
+            }
+        }
+        Ok(())
+    }
+
+    fn meta(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
+        match (number(attrs, NFTA_META_DREG)?, number(attrs, NFTA_META_KEY)?) {
+            (Some(dreg), Some(key)) => self.load_reg(dreg, meta_load(key)),
+            // A meta statement (one that sets the key) is only named.
+            _ => self.other("meta"),
+        }
+        Ok(())
+    }
+
+    fn payload(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
+        let Some(dreg) = number(attrs, NFTA_PAYLOAD_DREG)? else {
+            // A payload statement (one that writes the packet) is only named.
+            self.other("payload");
+            return Ok(());
+        };
+        let base = number(attrs, NFTA_PAYLOAD_BASE)?.unwrap_or_default();
+        let offset = number(attrs, NFTA_PAYLOAD_OFFSET)?.unwrap_or_default();
+        let len = number(attrs, NFTA_PAYLOAD_LEN)?.unwrap_or_default();
+        let loaded = self.payload_load(base, offset, len);
+        self.load_reg(dreg, loaded);
+        Ok(())
+    }
+
+    /// A mask over a loaded register: a prefix when its ones are leading, else an `&`.
+    fn bitwise(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
+        let (Some(sreg), Some(dreg)) = (
+            number(attrs, NFTA_BITWISE_SREG)?,
+            number(attrs, NFTA_BITWISE_DREG)?,
+        ) else {
+            return Ok(());
+        };
+        let mask = match attrs.get(&NFTA_BITWISE_MASK) {
+            Some(m) => data_value(m)?.to_vec(),
+            None => Vec::new(),
+        };
+        if let Some(mut loaded) = slot(sreg).and_then(|s| self.registers.get(&s)).cloned() {
+            loaded.prefix = prefix_len(&mask);
+            if loaded.prefix.is_none() {
+                loaded.expr = object(
+                    "&",
+                    Expr::List(vec![loaded.expr, typed_value(TYPE_INTEGER, &mask)]),
+                );
+            }
+            self.load_reg(dreg, loaded);
+        }
+        Ok(())
+    }
+
+    fn cmp(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
+        let sreg = number(attrs, NFTA_CMP_SREG)?.unwrap_or_default();
+        let op = cmp_operator(number(attrs, NFTA_CMP_OP)?.unwrap_or_default());
+        let right = match attrs.get(&NFTA_CMP_DATA) {
+            Some(d) => data_value(d)?,
+            None => &[],
+        };
+        self.compare(sreg, op, right);
+        Ok(())
+    }
+
+    fn counter(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
+        let count = |kind| -> Result<Expr<'static>, DecodeError> {
+            let value = attrs.get(&kind).map(|v| be64(v)).transpose()?;
+            Ok(Expr::Uint(value.unwrap_or_default()))
+        };
+        self.statements.push(object(
+            "counter",
+            fields(vec![
+                ("packets", count(NFTA_COUNTER_PACKETS)?),
+                ("bytes", count(NFTA_COUNTER_BYTES)?),
+            ]),
+        ));
+        Ok(())
+    }
+
+    fn numgen(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
+        let Some(dreg) = number(attrs, NFTA_NUMGEN_DREG)? else {
+            return Ok(());
+        };
+        let mode = if number(attrs, NFTA_NUMGEN_TYPE)? == Some(NFT_NG_RANDOM) {
+            "random"
+        } else {
+            "inc"
+        };
+        let uint = |kind| -> Result<Expr<'static>, DecodeError> {
+            Ok(Expr::Uint(u64::from(number(attrs, kind)?.unwrap_or_default())))
+        };
+        let expr = object(
+            "numgen",
+            fields(vec![
+                ("mode", Expr::Str(Cow::Borrowed(mode))),
+                ("mod", uint(NFTA_NUMGEN_MODULUS)?),
+                ("offset", uint(NFTA_NUMGEN_OFFSET)?),
+            ]),
+        );
+        self.load_reg(dreg, Loaded::typed(expr, TYPE_INTEGER, 4));
         Ok(())
     }
 
@@ -280,7 +315,7 @@ impl<'c> Delinearizer<'c> {
             }
             None => {
                 let base_name = match base {
-                    0 => "ll",
+                    NFT_PAYLOAD_LL_HEADER => "ll",
                     NFT_PAYLOAD_NETWORK_HEADER => "nh",
                     _ => "th",
                 };
@@ -357,7 +392,7 @@ impl<'c> Delinearizer<'c> {
         }
     }
 
-    fn lookup(&mut self, attrs: &HashMap<u16, &[u8]>) -> Result<(), DecodeError> {
+    fn lookup(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
         let set_name = match attrs.get(&NFTA_LOOKUP_SET) {
             Some(v) => name(v)?.to_string(),
             None => {
@@ -365,15 +400,14 @@ impl<'c> Delinearizer<'c> {
                 return Ok(());
             }
         };
-        let get = |kind| attrs.get(&kind).map(|v| be32(v)).transpose();
-        let sreg = get(NFTA_LOOKUP_SREG)?.unwrap_or_default();
+        let sreg = number(attrs, NFTA_LOOKUP_SREG)?.unwrap_or_default();
         let key_len = self
             .context
             .sets
             .get(set_name.as_str())
             .map_or(4, |s| s.key_len as usize);
         let key = self.lookup_key(sreg, key_len);
-        match get(NFTA_LOOKUP_DREG)? {
+        match number(attrs, NFTA_LOOKUP_DREG)? {
             // A verdict map: `key vmap { ... }` inline, `key vmap @name` named.
             Some(0) => {
                 let entries = self
@@ -408,7 +442,7 @@ impl<'c> Delinearizer<'c> {
                 self.load_reg(dreg, Loaded::typed(expr, 0, 4));
             }
             None => {
-                let inverted = get(NFTA_LOOKUP_FLAGS)?.unwrap_or_default() & NFT_LOOKUP_F_INV != 0;
+                let inverted = number(attrs, NFTA_LOOKUP_FLAGS)?.unwrap_or_default() & NFT_LOOKUP_F_INV != 0;
                 self.statements.push(object(
                     "match",
                     fields(vec![
@@ -422,15 +456,16 @@ impl<'c> Delinearizer<'c> {
         Ok(())
     }
 
-    fn nat(&mut self, attrs: &HashMap<u16, &[u8]>) -> Result<(), DecodeError> {
-        let get = |kind| attrs.get(&kind).map(|v| be32(v)).transpose();
-        let kind = if get(NFTA_NAT_TYPE)? == Some(NFT_NAT_DNAT) {
+    fn nat(&mut self, attrs: &Fields<'_>) -> Result<(), DecodeError> {
+        let kind = if number(attrs, NFTA_NAT_TYPE)? == Some(NFT_NAT_DNAT) {
             "dnat"
         } else {
             "snat"
         };
         let register = |kind| -> Result<Option<&Loaded>, DecodeError> {
-            Ok(get(kind)?.and_then(slot).and_then(|s| self.registers.get(&s)))
+            Ok(number(attrs, kind)?
+                .and_then(slot)
+                .and_then(|s| self.registers.get(&s)))
         };
         let mut body = Vec::new();
         if let Some(addr) = register(NFTA_NAT_REG_ADDR_MIN)? {
@@ -480,27 +515,47 @@ impl Loaded {
     }
 }
 
-/// `meta KEY` as a register load, typed as nft types it.
+/// `meta KEY` as a register load, typed as nft types it; a key nft would name but this
+/// does not is shown by number.
 fn meta_load(key: u32) -> Loaded {
-    let (name, kind, len) = match key {
-        3 => ("mark", TYPE_MARK, 4),
-        4 => ("iif", TYPE_INTEGER, 4),
-        5 => ("oif", TYPE_INTEGER, 4),
-        6 => ("iifname", 0, 16),
-        7 => ("oifname", 0, 16),
-        15 => ("nfproto", 0, 1),
-        16 => ("l4proto", TYPE_INET_PROTOCOL, 1),
-        _ => ("unknown", 0, 4),
+    let Some((name, kind, len)) = meta_key(key) else {
+        let expr = object("meta", fields(vec![("key", Expr::Uint(u64::from(key)))]));
+        return Loaded::typed(expr, 0, 4);
     };
-    let mut loaded = Loaded::typed(
-        object("meta", fields(vec![("key", Expr::Str(Cow::Borrowed(name)))])),
-        kind,
-        len,
-    );
-    if name == "unknown" {
-        loaded.expr = object("meta", fields(vec![("key", Expr::Uint(u64::from(key)))]));
+    let expr = object("meta", fields(vec![("key", Expr::Str(Cow::Borrowed(name)))]));
+    Loaded::typed(expr, kind, len)
+}
+
+/// A meta key's name, its nft type and its width in bytes.
+fn meta_key(key: u32) -> Option<(&'static str, u32, usize)> {
+    Some(match key {
+        NFT_META_MARK => ("mark", TYPE_MARK, 4),
+        NFT_META_IIF => ("iif", TYPE_INTEGER, 4),
+        NFT_META_OIF => ("oif", TYPE_INTEGER, 4),
+        NFT_META_IIFNAME => ("iifname", 0, 16),
+        NFT_META_OIFNAME => ("oifname", 0, 16),
+        NFT_META_NFPROTO => ("nfproto", 0, 1),
+        NFT_META_L4PROTO => ("l4proto", TYPE_INET_PROTOCOL, 1),
+        _ => return None,
+    })
+}
+
+/// nft's name of a `cmp` operator; `NFT_CMP_GTE` is the last the kernel defines, and
+/// a value past it reads as it.
+fn cmp_operator(op: u32) -> &'static str {
+    match op {
+        NFT_CMP_EQ => "==",
+        NFT_CMP_NEQ => "!=",
+        NFT_CMP_LT => "<",
+        NFT_CMP_LTE => "<=",
+        NFT_CMP_GT => ">",
+        _ => ">=",
     }
-    loaded
+}
+
+/// An expression attribute that is a 32-bit number, when present.
+fn number(attrs: &Fields<'_>, kind: u16) -> Result<Option<u32>, DecodeError> {
+    attrs.get(&kind).map(|v| be32(v)).transpose()
 }
 
 /// `meta l4proto P` (an `==` match) → P.

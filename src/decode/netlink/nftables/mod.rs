@@ -57,33 +57,52 @@ pub(crate) struct DecodedRule {
     pub problem: Option<Unparsed>,
 }
 
+/// Why a rule of the table could not be decoded; its message is the reason the rule's
+/// `unparsed` entry gives.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RuleError {
+    #[error(transparent)]
+    Message(#[from] DecodeError),
+    #[error("a rule without a chain")]
+    WithoutChain,
+    #[error("rule {handle} in {chain}: {source}")]
+    Expressions {
+        handle: u64,
+        chain: String,
+        source: DecodeError,
+    },
+}
+
 /// A rule of the table, decoded; None for another table's.
 pub(crate) fn decode_rule(
     context: &RuleContext<'_>,
     position: usize,
     attrs: &[u8],
-) -> Result<Option<DecodedRule>, String> {
+) -> Result<Option<DecodedRule>, RuleError> {
     let mut chain = None;
     let mut handle = None;
     let mut expressions: &[u8] = &[];
     let mut comment = None;
     for attr in Attrs::new(attrs) {
-        let (kind, value) = attr.map_err(|e| e.to_string())?;
+        let (kind, value) = attr?;
         match kind {
-            NFTA_RULE_TABLE if name(value).map_err(|e| e.to_string())? != KUBE_PROXY_TABLE => {
-                return Ok(None);
-            }
-            NFTA_RULE_CHAIN => chain = Some(name(value).map_err(|e| e.to_string())?.to_string()),
-            NFTA_RULE_HANDLE => handle = Some(be64(value).map_err(|e| e.to_string())?),
+            NFTA_RULE_TABLE if name(value)? != KUBE_PROXY_TABLE => return Ok(None),
+            NFTA_RULE_CHAIN => chain = Some(name(value)?.to_string()),
+            NFTA_RULE_HANDLE => handle = Some(be64(value)?),
             NFTA_RULE_EXPRESSIONS => expressions = value,
             NFTA_RULE_USERDATA => comment = udata_comment(value),
             _ => {}
         }
     }
-    let chain = chain.ok_or("a rule without a chain")?;
-    let statements = Delinearizer::new(context)
-        .run(expressions)
-        .map_err(|e| format!("rule {} in {chain}: {e}", handle.unwrap_or_default()))?;
+    let chain = chain.ok_or(RuleError::WithoutChain)?;
+    let statements =
+        Delinearizer::new(context)
+            .run(expressions)
+            .map_err(|source| RuleError::Expressions {
+                handle: handle.unwrap_or_default(),
+                chain,
+                source,
+            })?;
     let (rule, problem) = reduce_rule(handle, comment.as_deref(), &statements);
     Ok(Some(DecodedRule {
         chain: position,
@@ -273,7 +292,7 @@ fn decode_table(
                     }
                 }
                 Ok(None) => {}
-                Err(reason) => table.unparsed.push(unparsed(0, "(a rule)", reason)),
+                Err(reason) => table.unparsed.push(unparsed(0, "(a rule)", reason.to_string())),
             }
         }
     }
