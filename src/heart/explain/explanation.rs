@@ -8,10 +8,8 @@ use std::net::SocketAddr;
 use serde::Serialize;
 
 use crate::heart::desired::DesiredState;
-use crate::heart::explain::eval::{
-    Branch, End, Remarks, StepKind, TieOrder, follow, follow_in_order, place_of,
-};
-use crate::heart::explain::model::{Destination, Probe, RulePlace, Rulesets};
+use crate::heart::explain::eval::{Branch, End, Remarks, TieOrder, follow, follow_in_order, place_of};
+use crate::heart::explain::model::{Destination, Probe, Rulesets};
 use crate::heart::finding::Finding;
 use crate::heart::model::{Backend, Family, Listener, ProcessInfo, Protocol};
 
@@ -216,26 +214,56 @@ pub struct ExplainInput<'a> {
 pub fn explain(input: &ExplainInput<'_>) -> Explanation {
     let probe = input.probe;
     let (branches, remarks) = follow(input.rules, &probe);
+    let endpoints = effective_endpoints(&branches);
+    let not_checked = not_checked(input, &branches, &remarks, &endpoints);
+    let paths: Vec<Path> = branches.iter().map(|b| path_of(input, b)).collect();
+    let by_outcome = outcome_shares(&paths);
+    let local = local_delivery(input, &branches);
+    let outcome = refused_if_unheard(largest(&by_outcome), &local);
+    let notes = notes_of(input, &branches, &remarks, outcome);
+    let expected = expected(input);
+    let differences = differences(input, &endpoints, outcome, expected.as_ref(), &branches);
+    Explanation {
+        port: format!("{}/{}", probe.protocol, probe.port),
+        protocol: probe.protocol,
+        node_port: probe.port,
+        family: probe.family(),
+        destination: probe.destination.to_string(),
+        source: probe.source.to_string(),
+        outcome,
+        endpoints,
+        outcomes: every_outcome(&by_outcome),
+        affinity_seconds: branches.iter().find_map(|b| b.affinity),
+        local,
+        paths: paths.into_iter().map(|p| refused_path(p, outcome)).collect(),
+        passed_over: remarks.quietly_skipped,
+        shadowed: shadowed(input, &branches),
+        expected,
+        differences,
+        notes,
+        complete: not_checked.is_empty(),
+        not_checked,
+    }
+}
+
+/// What the explanation rests on but could not check: the scan's gaps, the dumps',
+/// a family with no rules, rules no branch could follow, and an unknown order of
+/// backends that would change the answer.
+fn not_checked(
+    input: &ExplainInput<'_>,
+    branches: &[Branch],
+    remarks: &Remarks,
+    endpoints: &[EndpointShare],
+) -> Vec<String> {
     let mut not_checked = input.not_checked.clone();
     not_checked.extend(input.rules.gaps.iter().cloned());
-    let family = probe.family();
+    let family = input.probe.family();
     if !input.rules.tables.iter().any(|t| t.family == family) {
         not_checked.push(format!(
             "no {family} rules were read: the path of a connection over {family} is unknown"
         ));
     }
-
-    let paths: Vec<Path> = branches.iter().map(|b| path_of(input, b)).collect();
-    let mut by_outcome: BTreeMap<Outcome, f64> = BTreeMap::new();
-    for p in &paths {
-        *by_outcome.entry(p.outcome).or_default() += p.fraction;
-    }
-    let outcome = by_outcome
-        .iter()
-        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
-        .map_or(Outcome::None, |(o, _)| *o);
-    let endpoints = effective_endpoints(&branches);
-    for b in &branches {
+    for b in branches {
         if let End::Undecided { at, why } = &b.end {
             let place = at.map(|at| place_of(input.rules, at)).unwrap_or_default();
             not_checked.push(format!(
@@ -245,32 +273,55 @@ pub fn explain(input: &ExplainInput<'_>) -> Explanation {
         }
     }
     if !remarks.nat_order_unknown.is_empty() {
-        // The order between backends is not in the dumps: if the other order sends
-        // connections elsewhere, the answer rests on what could not be checked.
-        let (other, _) = follow_in_order(input.rules, &probe, TieOrder::OldestFirst);
-        let other_endpoints = effective_endpoints(&other);
-        if other_endpoints != endpoints {
-            let list = if other_endpoints.is_empty() {
-                "no endpoint".to_string()
-            } else {
-                other_endpoints
-                    .iter()
-                    .map(|e| format!("{} ({})", e.target, percent(e.fraction)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            not_checked.push(format!(
-                "which backend's nat chain the kernel runs first is not in any dump (it runs the one registered last first); this explanation takes the newer backend's, and had the older one's tables been created last, new connections would go to {list}"
-            ));
-        }
+        not_checked.extend(other_order(input, endpoints));
     }
     not_checked.dedup();
+    not_checked
+}
 
-    let local = local_delivery(input, &branches);
-    let mut notes = notes_of(input, &branches, &remarks);
-    let outcome = match (outcome, &local) {
-        // Delivered to the node with nothing listening: the kernel answers with a reset
-        // (TCP) or port unreachable (UDP), as if no rule existed.
+/// The order between backends is not in the dumps: if the other order sends
+/// connections elsewhere, the answer rests on what could not be checked.
+fn other_order(input: &ExplainInput<'_>, endpoints: &[EndpointShare]) -> Option<String> {
+    let (other, _) = follow_in_order(input.rules, &input.probe, TieOrder::OldestFirst);
+    let other_endpoints = effective_endpoints(&other);
+    if other_endpoints == endpoints {
+        return None;
+    }
+    let list = if other_endpoints.is_empty() {
+        "no endpoint".to_string()
+    } else {
+        other_endpoints
+            .iter()
+            .map(|e| format!("{} ({})", e.target, percent(e.fraction)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Some(format!(
+        "which backend's nat chain the kernel runs first is not in any dump (it runs the one registered last first); this explanation takes the newer backend's, and had the older one's tables been created last, new connections would go to {list}"
+    ))
+}
+
+/// The share of new connections each outcome gets.
+fn outcome_shares(paths: &[Path]) -> BTreeMap<Outcome, f64> {
+    let mut by_outcome: BTreeMap<Outcome, f64> = BTreeMap::new();
+    for p in paths {
+        *by_outcome.entry(p.outcome).or_default() += p.fraction;
+    }
+    by_outcome
+}
+
+/// The outcome with the largest share (the first of equals); none without paths.
+fn largest(by_outcome: &BTreeMap<Outcome, f64>) -> Outcome {
+    by_outcome
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
+        .map_or(Outcome::None, |(o, _)| *o)
+}
+
+/// Delivered to the node with nothing listening: the kernel answers with a reset
+/// (TCP) or port unreachable (UDP), as if no rule existed.
+fn refused_if_unheard(outcome: Outcome, local: &Option<LocalDelivery>) -> Outcome {
+    match (outcome, local) {
         (
             Outcome::Local,
             Some(LocalDelivery {
@@ -279,62 +330,29 @@ pub fn explain(input: &ExplainInput<'_>) -> Explanation {
             }),
         ) => Outcome::None,
         (o, _) => o,
-    };
-    if outcome == Outcome::None {
-        notes.push(format!(
-            "no rule takes {} and nothing listens on it: the kernel refuses the connection ({})",
-            probe_port(&probe),
-            match probe.protocol {
-                Protocol::Udp => "ICMP port unreachable",
-                _ => "TCP reset",
-            }
-        ));
     }
-    let paths = paths
-        .into_iter()
-        .map(|mut p| {
-            if p.outcome == Outcome::Local && outcome == Outcome::None {
-                p.outcome = Outcome::None;
-            }
-            p
+}
+
+/// A path delivered to this node ends in nothing when the port is refused.
+fn refused_path(mut path: Path, outcome: Outcome) -> Path {
+    if path.outcome == Outcome::Local && outcome == Outcome::None {
+        path.outcome = Outcome::None;
+    }
+    path
+}
+
+/// Every outcome with its share, when there is more than one.
+fn every_outcome(by_outcome: &BTreeMap<Outcome, f64>) -> Vec<OutcomeShare> {
+    if by_outcome.len() < 2 {
+        return Vec::new();
+    }
+    by_outcome
+        .iter()
+        .map(|(o, f)| OutcomeShare {
+            outcome: *o,
+            fraction: round(*f),
         })
-        .collect::<Vec<_>>();
-    let outcomes = if by_outcome.len() > 1 {
-        by_outcome
-            .iter()
-            .map(|(o, f)| OutcomeShare {
-                outcome: *o,
-                fraction: round(*f),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let shadowed = shadowed(input, &branches);
-    let expected = expected(input);
-    let differences = differences(input, &endpoints, outcome, expected.as_ref(), &branches);
-    let complete = not_checked.is_empty();
-    Explanation {
-        port: format!("{}/{}", probe.protocol, probe.port),
-        protocol: probe.protocol,
-        node_port: probe.port,
-        family,
-        destination: probe.destination.to_string(),
-        source: probe.source.to_string(),
-        outcome,
-        endpoints,
-        outcomes,
-        affinity_seconds: branches.iter().find_map(|b| b.affinity),
-        local,
-        paths,
-        passed_over: remarks.quietly_skipped,
-        shadowed,
-        expected,
-        differences,
-        notes,
-        complete,
-        not_checked,
-    }
+        .collect()
 }
 
 impl Explanation {
@@ -393,70 +411,6 @@ fn shares(items: impl Iterator<Item = (SocketAddr, f64)>) -> Vec<EndpointShare> 
         .collect()
 }
 
-fn path_of(input: &ExplainInput<'_>, b: &Branch) -> Path {
-    let rules = input.rules;
-    let steps = b
-        .steps
-        .iter()
-        .map(|s| {
-            let table = &rules.tables[s.at.table];
-            let chain = &table.chains[s.at.chain];
-            let rule = s.at.rule.map(|ri| &chain.rules[ri]);
-            let (result, does, share) = match &s.kind {
-                StepKind::Matched { does, share } => (
-                    StepResult::Matched,
-                    does.clone(),
-                    (*share < 1.0 - SAME_SHARE).then_some(round(*share)),
-                ),
-                StepKind::Skipped { why } => (StepResult::Skipped, format!("skipped: {why}"), None),
-                StepKind::Policy { accepts } => (
-                    StepResult::Policy,
-                    format!("policy {}", if *accepts { "accept" } else { "drop" }),
-                    None,
-                ),
-                StepKind::NotRun { why } => (StepResult::NotRun, why.clone(), None),
-            };
-            PathStep {
-                hook: s.hook.as_str().to_string(),
-                backend: table.backend,
-                table: table.name.clone(),
-                chain: chain.name.clone(),
-                at: place_of(rules, s.at),
-                line: rule.and_then(|r| match r.place {
-                    RulePlace::Line(n) => Some(n),
-                    _ => None,
-                }),
-                handle: rule.and_then(|r| match r.place {
-                    RulePlace::Handle(h) => Some(h),
-                    _ => None,
-                }),
-                rule: rule.map(|r| r.text.clone()),
-                result,
-                does,
-                share,
-            }
-        })
-        .collect();
-    let (outcome, target, undecided) = match &b.end {
-        End::Forwarded(to) => (Outcome::Dnat, Some(to.to_string()), None),
-        End::Delivered { port } => match b.packet.translated {
-            Some(t) if !t.redirect => (Outcome::Dnat, Some(t.to.to_string()), None),
-            _ => (Outcome::Local, Some(format!("this node, port {port}")), None),
-        },
-        End::Dropped(_) => (Outcome::Drop, None, None),
-        End::Rejected(_) => (Outcome::Reject, None, None),
-        End::Undecided { why, .. } => (Outcome::Undetermined, None, Some(why.clone())),
-        End::Accepted => (Outcome::Local, None, None),
-    };
-    Path {
-        fraction: round(b.share),
-        outcome,
-        target,
-        steps,
-        undecided,
-    }
-}
-
 /// Who listens where connections are delivered to this node.
 fn local_delivery(input: &ExplainInput<'_>, branches: &[Branch]) -> Option<LocalDelivery> {
     let port = branches.iter().find_map(|b| match b.end {
@@ -489,84 +443,14 @@ fn local_delivery(input: &ExplainInput<'_>, branches: &[Branch]) -> Option<Local
     })
 }
 
-fn notes_of(input: &ExplainInput<'_>, branches: &[Branch], remarks: &Remarks) -> Vec<String> {
-    let rules = input.rules;
-    let mut notes = Vec::new();
-    let mut ties = std::collections::BTreeSet::new();
-    for (hook, a, b) in &remarks.nat_order_unknown {
-        let (a, b) = (&rules.tables[*a], &rules.tables[*b]);
-        // Once per hook and pair of backends, however many branches met the tie.
-        if !ties.insert((*hook, a.backend, b.backend)) {
-            continue;
-        }
-        notes.push(format!(
-            "{} and {} both have nat chains at {} with the same priority: the kernel runs the one registered last in the network namespace first, which no dump shows; this explanation takes {}'s first (the newer backend's tables usually came last, when kube-proxy switched to it)",
-            a.backend,
-            b.backend,
-            hook.as_str(),
-            a.backend
-        ));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for (at, why) in &remarks.address_specific {
-        if seen.insert(why.clone()) && seen.len() <= 5 {
-            notes.push(format!(
-                "{} also names this port but {why}: explain {}/ADDRESS:{} to follow those",
-                place_of(rules, *at),
-                input.probe.protocol,
-                input.probe.port
-            ));
-        }
-    }
-    // A filter rule that undoes a nat translation.
-    for b in branches {
-        if let (End::Dropped(at) | End::Rejected(at), Some(t)) = (&b.end, b.packet.translated) {
-            let note = format!(
-                "the DNAT at {} to {} is undone by {} ({})",
-                place_of(rules, t.by),
-                t.to,
-                place_of(rules, *at),
-                if matches!(b.end, End::Dropped(_)) {
-                    "drop"
-                } else {
-                    "reject"
-                }
-            );
-            if !notes.contains(&note) {
-                notes.push(note);
-            }
-        }
-    }
-    // A process on a port the rules translate: it gets only what they let through.
-    let translated = branches
-        .iter()
-        .any(|b| b.packet.translated.is_some_and(|t| !t.redirect));
-    if translated
-        && let Some(socket) = input.listeners.into_iter().flatten().find(|l| {
-            l.protocol == input.probe.protocol && l.port == input.probe.port && !l.addr.is_loopback()
-        })
-    {
-        let who = input.owners.get(&socket.inode).map_or_else(
-            || "a process".to_string(),
-            |p| format!("{} (pid {})", p.name, p.pid),
-        );
-        notes.push(format!(
-            "{who} listens on {} on this node, but the DNAT above takes new connections from outside before they reach it",
-            probe_port(&input.probe)
-        ));
-    }
-    if let Some(seconds) = branches.iter().find_map(|b| b.affinity) {
-        notes.push(format!(
-            "session affinity: a client keeps the endpoint of its first connection for {seconds} s; the shares are for new clients"
-        ));
-    }
-    notes
-}
-
 mod compare;
+mod notes;
+mod paths;
 mod shadow;
 
 use compare::{differences, expected};
+use notes::notes_of;
+use paths::path_of;
 use shadow::shadowed;
 
 /// A share as people read it: `25%`, `33.3%`.

@@ -22,15 +22,34 @@ pub fn render_text(e: &Explanation, node: Option<&str>) -> String {
         e.source,
         e.family
     );
-    if !e.not_checked.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nNot checked (the path below is promised only as far as it goes):"
-        );
-        for n in &e.not_checked {
-            let _ = writeln!(out, "  - {}", visible(n));
-        }
+    write_not_checked(&mut out, e);
+    write_path(&mut out, e);
+    write_outcome(&mut out, e);
+    write_expected(&mut out, e);
+    write_differences(&mut out, e);
+    write_shadowed(&mut out, e);
+    write_notes(&mut out, e);
+    let _ = writeln!(out, "\n{}", summary(e));
+    out
+}
+
+/// What could not be checked comes before any conclusion drawn without it.
+fn write_not_checked(out: &mut String, e: &Explanation) {
+    if e.not_checked.is_empty() {
+        return;
     }
+    let _ = writeln!(
+        out,
+        "\nNot checked (the path below is promised only as far as it goes):"
+    );
+    for n in &e.not_checked {
+        let _ = writeln!(out, "  - {}", visible(n));
+    }
+}
+
+/// The steps every path shares, numbered, then each path's own steps: numbered on
+/// when there is one path, under its share when there are several.
+fn write_path(out: &mut String, e: &Explanation) {
     let common = common_prefix(&e.paths);
     let _ = writeln!(out, "\nPath:");
     if e.passed_over > 0 {
@@ -45,30 +64,34 @@ pub fn render_text(e: &Explanation, node: Option<&str>) -> String {
     if let Some(first) = e.paths.first() {
         for step in first.steps[..common].iter().filter(|s| shown(s)) {
             n += 1;
-            write_step(&mut out, &format!("{n:>3}."), step);
+            write_step(out, &format!("{n:>3}."), step);
         }
     }
     if e.paths.len() > 1 {
         let _ = writeln!(out, "      then, for new connections:");
     }
     for path in &e.paths {
-        let tail: Vec<&PathStep> = path.steps[common.min(path.steps.len())..]
+        let tail = path.steps[common.min(path.steps.len())..]
             .iter()
-            .filter(|s| shown(s))
-            .collect();
+            .filter(|s| shown(s));
         if e.paths.len() > 1 {
             let _ = writeln!(out, "      {:>6}  {}", percent(path.fraction), end_of(path));
             for step in tail {
-                write_step(&mut out, "          ", step);
+                write_step(out, "          ", step);
             }
         } else {
             for step in tail {
                 n += 1;
-                write_step(&mut out, &format!("{n:>3}."), step);
+                write_step(out, &format!("{n:>3}."), step);
             }
             let _ = writeln!(out, "      = {}", end_of(path));
         }
     }
+}
+
+/// The outcome, the endpoints with their shares, and who listens where connections
+/// are delivered to this node.
+fn write_outcome(out: &mut String, e: &Explanation) {
     let _ = writeln!(out, "\nOutcome: {}", e.outcome.as_str());
     for share in &e.endpoints {
         let _ = writeln!(out, "  {:<28} {}", share.target, percent(share.fraction));
@@ -82,58 +105,71 @@ pub fn render_text(e: &Explanation, node: Option<&str>) -> String {
         };
         let _ = writeln!(out, "  delivered to this node's port {}: {who}", local.port);
     }
-    if let Some(expected) = &e.expected {
-        let _ = writeln!(out, "\nThe API:");
-        match &expected.service {
-            Some(service) => {
-                let _ = writeln!(
-                    out,
-                    "  {} (externalTrafficPolicy {}): {}",
-                    visible(service),
-                    expected.traffic_policy.as_deref().unwrap_or("Cluster"),
-                    expected.outcome.as_str()
-                );
-            }
-            None => {
-                let _ = writeln!(out, "  no Service owns {}: none", e.port);
-            }
-        }
-        for share in &expected.endpoints {
-            let _ = writeln!(out, "  {:<28} {}", share.target, percent(share.fraction));
-        }
-        if expected.uncertain {
+}
+
+/// What the API says the port should do, when a cluster state was read.
+fn write_expected(out: &mut String, e: &Explanation) {
+    let Some(expected) = &e.expected else { return };
+    let _ = writeln!(out, "\nThe API:");
+    match &expected.service {
+        Some(service) => {
             let _ = writeln!(
                 out,
-                "  (the API's endpoints for this port are not exactly known; see the scan's coverage)"
+                "  {} (externalTrafficPolicy {}): {}",
+                visible(service),
+                expected.traffic_policy.as_deref().unwrap_or("Cluster"),
+                expected.outcome.as_str()
             );
         }
-    }
-    if !e.differences.is_empty() {
-        let _ = writeln!(out, "\nDifferences:");
-        for d in &e.differences {
-            let ids = if d.findings.is_empty() {
-                String::new()
-            } else {
-                format!(" [finding {}]", d.findings.join(", "))
-            };
-            let _ = writeln!(out, "  - {}{ids}", visible(&d.explanation));
+        None => {
+            let _ = writeln!(out, "  no Service owns {}: none", e.port);
         }
     }
-    if !e.shadowed.is_empty() {
-        let _ = writeln!(out, "\nShadowed (never sees these connections):");
-        for s in &e.shadowed {
-            let _ = writeln!(out, "  - {}  {}", visible(&s.at), visible(&s.rule));
-            let _ = writeln!(out, "      {}", visible(&s.why));
-        }
+    for share in &expected.endpoints {
+        let _ = writeln!(out, "  {:<28} {}", share.target, percent(share.fraction));
     }
-    if !e.notes.is_empty() {
-        let _ = writeln!(out, "\nNotes:");
-        for n in &e.notes {
-            let _ = writeln!(out, "  - {}", visible(n));
-        }
+    if expected.uncertain {
+        let _ = writeln!(
+            out,
+            "  (the API's endpoints for this port are not exactly known; see the scan's coverage)"
+        );
     }
-    let _ = writeln!(out, "\n{}", summary(e));
-    out
+}
+
+fn write_differences(out: &mut String, e: &Explanation) {
+    if e.differences.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nDifferences:");
+    for d in &e.differences {
+        let ids = if d.findings.is_empty() {
+            String::new()
+        } else {
+            format!(" [finding {}]", d.findings.join(", "))
+        };
+        let _ = writeln!(out, "  - {}{ids}", visible(&d.explanation));
+    }
+}
+
+fn write_shadowed(out: &mut String, e: &Explanation) {
+    if e.shadowed.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nShadowed (never sees these connections):");
+    for s in &e.shadowed {
+        let _ = writeln!(out, "  - {}  {}", visible(&s.at), visible(&s.rule));
+        let _ = writeln!(out, "      {}", visible(&s.why));
+    }
+}
+
+fn write_notes(out: &mut String, e: &Explanation) {
+    if e.notes.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nNotes:");
+    for n in &e.notes {
+        let _ = writeln!(out, "  - {}", visible(n));
+    }
 }
 
 /// Steps worth a line: policies that accept and chains not run are in the JSON only.

@@ -1,4 +1,6 @@
 use super::*;
+use crate::heart::explain::model::{Cond, DnatTo, Net, Rule, RulePlace, Side};
+use crate::heart::model::Protocol;
 
 fn parse(text: &str) -> Rulesets {
     parse_save(

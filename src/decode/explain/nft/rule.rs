@@ -297,73 +297,33 @@ impl Builder<'_> {
         }
     }
 
+    /// `left op right`: a condition on what the left side reads.
     fn lower_match(&mut self, body: &Expr<'_>, text: &str) {
         let unknown = || Cond::Unknown(text.to_string());
         let (Some(left), Some(right)) = (body.get("left"), body.get("right")) else {
             return self.push(unknown());
         };
         let op = body.get("op").and_then(Expr::as_str).unwrap_or("==");
+        // Read before the operator: the left side may imply a family or a protocol.
         let left = self.left(left);
         let negated = match op {
             "==" | "in" => false,
             "!=" => true,
             // `tcp dport < 1024`: a port range.
             "<" | ">" | "<=" | ">=" => {
-                let cond = match (&left, right_port(right)) {
-                    (Left::Fields(f), Some(p)) => match f.as_slice() {
-                        [Field::Port(side)] => compare_ports(op, p).map(|range| Cond::Port {
-                            side: *side,
-                            ranges: vec![range],
-                            negated: false,
-                        }),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                return self.push(cond.unwrap_or_else(unknown));
+                return self.push(port_comparison(op, &left, right).unwrap_or_else(unknown));
             }
             _ => return self.push(unknown()),
         };
-        let items = match right.single() {
-            Some(("set", Expr::List(items))) => items.as_slice(),
-            Some(("set", item)) => std::slice::from_ref(item),
-            _ => std::slice::from_ref(right),
-        };
+        let items = match_items(right);
         let strings: Option<Vec<&str>> = items.iter().map(Expr::as_str).collect();
         let cond = match left {
             Left::Unknown => None,
-            Left::Nfproto => {
-                let families: Option<Vec<Family>> = strings
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|s| match s {
-                        "ipv4" => Some(Family::Ipv4),
-                        "ipv6" => Some(Family::Ipv6),
-                        _ => None,
-                    })
-                    .collect();
-                match families {
-                    Some(f) if !f.is_empty() => {
-                        // Decided by the table copy's family: true drops out, false
-                        // rules the rule out for this family.
-                        if f.contains(&self.cx.family) == negated {
-                            self.other_family = true;
-                        }
-                        return;
-                    }
-                    _ => None,
-                }
-            }
-            Left::CtState => {
-                match strings.or_else(|| right.as_list().and_then(|l| l.iter().map(Expr::as_str).collect())) {
-                    Some(names) => names
-                        .iter()
-                        .map(|s| CtState::parse(s))
-                        .collect::<Option<Vec<_>>>()
-                        .map(|states| Cond::CtState { states, negated }),
-                    None => None,
-                }
-            }
+            Left::Nfproto => match families(strings) {
+                Some(families) => return self.keep_family(&families, negated),
+                None => None,
+            },
+            Left::CtState => ct_state_cond(strings, right, negated),
             Left::MaskedMark(mask) => number(right)
                 .and_then(|v| u32::try_from(v).ok())
                 .map(|value| Cond::Mark { value, mask, negated }),
@@ -372,18 +332,18 @@ impl Builder<'_> {
                 name: wildcard(name),
                 negated,
             }),
-            Left::Numgen { modulus, offset } => match (number(right), op) {
-                (Some(k), "==" | "!=") if k >= offset && k - offset < modulus => {
-                    let share = 1.0 / modulus as f64;
-                    Some(Cond::Random {
-                        probability: if negated { 1.0 - share } else { share },
-                    })
-                }
-                _ => None,
-            },
+            Left::Numgen { modulus, offset } => numgen_cond(modulus, offset, op, right, negated),
             Left::Fields(fields) => self.fields_cond(fields, right, items, negated),
         };
         self.push(cond.unwrap_or_else(unknown));
+    }
+
+    /// `meta nfproto ipv4`: decided by the table copy's family, so no condition; a
+    /// rule for the other family drops out.
+    fn keep_family(&mut self, families: &[Family], negated: bool) {
+        if families.contains(&self.cx.family) == negated {
+            self.other_family = true;
+        }
     }
 
     /// A match on connection fields: a named set, an inline set, or a value.
@@ -395,77 +355,149 @@ impl Builder<'_> {
         negated: bool,
     ) -> Option<Cond> {
         if let Some(name) = right.as_str().and_then(|s| s.strip_prefix('@')) {
-            // kube-proxy's session affinity: `ip saddr @affinity-…`, a set of recent
-            // clients with a timeout.
-            if fields == [Field::Addr(Side::Source)] && name.starts_with("affinity-") && !negated {
-                return Some(Cond::Affinity {
-                    name: name.to_string(),
-                    seconds: self.cx.timeouts.get(name).copied(),
-                });
-            }
-            return Some(Cond::Lookup {
-                key: fields,
-                set: SetRef::Named(name.to_string()),
-                negated,
-            });
+            return Some(self.named_set_cond(fields, name, negated));
         }
-        let single =
-            match fields.as_slice() {
-                [Field::Addr(side)] => {
-                    let lists: Option<Vec<_>> = items.iter().map(nets).collect();
-                    lists.map(|l| Cond::Addr {
-                        side: *side,
-                        nets: l.into_iter().flatten().collect(),
-                        negated,
-                    })
-                }
-                [Field::Port(side)] => {
-                    let ranges: Option<Vec<_>> = items.iter().map(port_range).collect();
-                    ranges.map(|ranges| Cond::Port {
-                        side: *side,
-                        ranges,
-                        negated,
-                    })
-                }
-                [Field::L4Proto] if items.len() == 1 => {
-                    protocol(&items[0]).map(|protocol| Cond::Protocol { protocol, negated })
-                }
-                [Field::AddrType(side)] => addr_local(*side, items, negated),
-                [Field::InInterface] if items.len() == 1 => items[0].as_str().map(|name| Cond::Interface {
-                    inbound: true,
-                    name: wildcard(name),
-                    negated,
-                }),
-                [Field::Mark] if items.len() == 1 => number(&items[0])
-                    .and_then(|v| u32::try_from(v).ok())
-                    .map(|value| Cond::Mark {
-                        value,
-                        mask: u32::MAX,
-                        negated,
-                    }),
-                _ => None,
-            };
+        // Several values of one field, or a concatenation: an inline set.
         let inline = match fields.as_slice() {
             [Field::L4Proto | Field::InInterface | Field::Mark] => items.len() > 1,
             [_] => false,
             _ => true,
         };
-        single.or_else(|| {
-            // Several values of one field, or a concatenation: an inline set.
-            if !inline {
-                return None;
-            }
-            let types: Vec<KeyType> = fields.iter().copied().map(KeyType::of_field).collect();
-            let elements = items
-                .iter()
-                .flat_map(|item| parse_element(item, &types, Data::None, 0))
-                .collect();
-            Some(Cond::Lookup {
-                key: fields,
-                set: SetRef::Inline(elements),
+        value_cond(&fields, items, negated)
+            .or_else(|| inline.then(|| inline_set_cond(fields, items, negated)))
+    }
+
+    /// `… @name`: a lookup in the table's set, or kube-proxy's session affinity.
+    fn named_set_cond(&self, fields: Vec<Field>, name: &str, negated: bool) -> Cond {
+        // kube-proxy's session affinity: `ip saddr @affinity-…`, a set of recent
+        // clients with a timeout.
+        if fields == [Field::Addr(Side::Source)] && name.starts_with("affinity-") && !negated {
+            return Cond::Affinity {
+                name: name.to_string(),
+                seconds: self.cx.timeouts.get(name).copied(),
+            };
+        }
+        Cond::Lookup {
+            key: fields,
+            set: SetRef::Named(name.to_string()),
+            negated,
+        }
+    }
+}
+
+/// A match of one field against values the model has a condition for.
+fn value_cond(fields: &[Field], items: &[Expr<'_>], negated: bool) -> Option<Cond> {
+    match fields {
+        [Field::Addr(side)] => {
+            let lists: Option<Vec<_>> = items.iter().map(nets).collect();
+            lists.map(|l| Cond::Addr {
+                side: *side,
+                nets: l.into_iter().flatten().collect(),
                 negated,
             })
+        }
+        [Field::Port(side)] => {
+            let ranges: Option<Vec<_>> = items.iter().map(port_range).collect();
+            ranges.map(|ranges| Cond::Port {
+                side: *side,
+                ranges,
+                negated,
+            })
+        }
+        [Field::L4Proto] if items.len() == 1 => {
+            protocol(&items[0]).map(|protocol| Cond::Protocol { protocol, negated })
+        }
+        [Field::AddrType(side)] => addr_local(*side, items, negated),
+        [Field::InInterface] if items.len() == 1 => items[0].as_str().map(|name| Cond::Interface {
+            inbound: true,
+            name: wildcard(name),
+            negated,
+        }),
+        [Field::Mark] if items.len() == 1 => {
+            number(&items[0])
+                .and_then(|v| u32::try_from(v).ok())
+                .map(|value| Cond::Mark {
+                    value,
+                    mask: u32::MAX,
+                    negated,
+                })
+        }
+        _ => None,
+    }
+}
+
+/// `{ a, b }` or a concatenation's values, as a lookup in a set written in the rule.
+fn inline_set_cond(fields: Vec<Field>, items: &[Expr<'_>], negated: bool) -> Cond {
+    let types: Vec<KeyType> = fields.iter().copied().map(KeyType::of_field).collect();
+    let elements = items
+        .iter()
+        .flat_map(|item| parse_element(item, &types, Data::None, 0))
+        .collect();
+    Cond::Lookup {
+        key: fields,
+        set: SetRef::Inline(elements),
+        negated,
+    }
+}
+
+/// The values a match compares with: a set's items, or the one value.
+fn match_items<'r, 'e>(right: &'r Expr<'e>) -> &'r [Expr<'e>] {
+    match right.single() {
+        Some(("set", Expr::List(items))) => items.as_slice(),
+        Some(("set", item)) => std::slice::from_ref(item),
+        _ => std::slice::from_ref(right),
+    }
+}
+
+/// `tcp dport < 1024` and the like, as the one port range they are.
+fn port_comparison(op: &str, left: &Left, right: &Expr<'_>) -> Option<Cond> {
+    let (Left::Fields(fields), Some(p)) = (left, right_port(right)) else {
+        return None;
+    };
+    let [Field::Port(side)] = fields.as_slice() else {
+        return None;
+    };
+    compare_ports(op, p).map(|range| Cond::Port {
+        side: *side,
+        ranges: vec![range],
+        negated: false,
+    })
+}
+
+/// `ipv4`, `ipv6` or both; None when empty or another name is among them.
+fn families(names: Option<Vec<&str>>) -> Option<Vec<Family>> {
+    let families: Vec<Family> = names
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| match s {
+            "ipv4" => Some(Family::Ipv4),
+            "ipv6" => Some(Family::Ipv6),
+            _ => None,
         })
+        .collect::<Option<_>>()?;
+    (!families.is_empty()).then_some(families)
+}
+
+/// `ct state new,established`, written as a set or as a list.
+fn ct_state_cond(names: Option<Vec<&str>>, right: &Expr<'_>, negated: bool) -> Option<Cond> {
+    let names = names.or_else(|| right.as_list().and_then(|l| l.iter().map(Expr::as_str).collect()))?;
+    names
+        .iter()
+        .map(|s| CtState::parse(s))
+        .collect::<Option<Vec<_>>>()
+        .map(|states| Cond::CtState { states, negated })
+}
+
+/// `numgen random mod N == K`: one number in N (or all but one, negated).
+fn numgen_cond(modulus: u64, offset: u64, op: &str, right: &Expr<'_>, negated: bool) -> Option<Cond> {
+    match (number(right), op) {
+        (Some(k), "==" | "!=") if k >= offset && k - offset < modulus => {
+            let share = 1.0 / modulus as f64;
+            Some(Cond::Random {
+                probability: if negated { 1.0 - share } else { share },
+            })
+        }
+        _ => None,
     }
 }
 

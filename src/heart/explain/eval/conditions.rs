@@ -2,9 +2,10 @@
 //! rule's together (a definite "no" wins over one that cannot be decided), and
 //! lookups of a connection's fields in nftables sets and maps.
 
-use crate::heart::explain::model::{Cond, CtState, Element, Field, KeyPart, Rule, Side, Table};
-
-use crate::heart::explain::model::{Probe, Rulesets};
+use crate::heart::explain::model::{
+    Cond, CtState, Element, Field, KeyPart, Net, Probe, Rule, Rulesets, SetRef, Side, Table,
+};
+use crate::heart::model::Protocol;
 
 use super::{Packet, RuleRef, set_name};
 
@@ -69,146 +70,177 @@ fn no(why: impl Into<String>, quiet: bool) -> Test {
 /// One condition for this connection. `quiet` skips are the ones about other Services
 /// (another port, protocol or address), not listed on the path.
 fn test(table: &Table, cond: &Cond, p: &Packet) -> Test {
-    let flip = |yes: bool, negated: bool| yes != negated;
     match cond {
-        Cond::Protocol { protocol, negated } => {
-            if flip(*protocol == Some(p.protocol), *negated) {
-                Test::Yes
-            } else {
-                no("another protocol", true)
-            }
-        }
-        Cond::Addr { side, nets, negated } => {
-            let shown = nets.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",");
-            match side {
-                Side::Source => {
-                    let inside = nets.iter().any(|n| n.contains(p.source));
-                    if flip(inside, *negated) {
-                        Test::Yes
-                    } else if *negated {
-                        no(format!("the source {} is in {shown}", p.source), false)
-                    } else {
-                        no(format!("the source {} is not in {shown}", p.source), false)
-                    }
-                }
-                Side::Destination => {
-                    let ip = p.destination_ip();
-                    let any = ip.is_none();
-                    let inside = match ip {
-                        Some(ip) => nets.iter().any(|n| n.contains(ip)),
-                        // "Any node address" is in no named prefix but loopback's, and is
-                        // not loopback: connections come from outside.
-                        None => false,
-                    };
-                    if flip(inside, *negated) {
-                        Test::Yes
-                    } else if any && !*negated && !nets.iter().any(|n| n.addr.is_loopback()) {
-                        Test::No {
-                            why: format!("it applies only to connections to {shown}"),
-                            quiet: true,
-                            address: true,
-                        }
-                    } else {
-                        no(format!("the destination is not in {shown}"), true)
-                    }
-                }
-            }
-        }
+        Cond::Protocol { protocol, negated } => protocol_test(*protocol, *negated, p),
+        Cond::Addr {
+            side: Side::Source,
+            nets,
+            negated,
+        } => source_test(nets, *negated, p),
+        Cond::Addr {
+            side: Side::Destination,
+            nets,
+            negated,
+        } => destination_test(nets, *negated, p),
         Cond::Port {
-            side,
+            side: Side::Destination,
             ranges,
             negated,
-        } => match side {
-            Side::Destination => {
-                let port = p.destination_port();
-                let inside = ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&port));
-                if flip(inside, *negated) {
-                    Test::Yes
-                } else {
-                    no("another port", true)
-                }
-            }
-            Side::Source => Test::Undecided("a source-port match".to_string()),
-        },
-        Cond::AddrLocal { side, local, negated } => {
-            let is_local = match side {
-                Side::Destination => p.destination_local(),
-                Side::Source => p.source.is_loopback(),
-            };
-            let yes = if *local { is_local } else { false };
-            if flip(yes, *negated) {
-                Test::Yes
-            } else {
-                let what = match side {
-                    Side::Destination => "destination",
-                    Side::Source => "source",
-                };
-                let is = if is_local { "is" } else { "is not" };
-                no(format!("the {what} {is} an address of this node"), false)
-            }
-        }
+        } => port_test(ranges, *negated, p),
+        Cond::Port {
+            side: Side::Source, ..
+        } => Test::Undecided("a source-port match".to_string()),
+        Cond::AddrLocal { side, local, negated } => addr_local_test(*side, *local, *negated, p),
         Cond::Interface {
             inbound,
             name,
             negated,
-        } => {
-            let lo = name == "lo";
-            if *inbound && lo {
-                // Connections from outside never arrive on loopback.
-                if *negated {
-                    Test::Yes
-                } else {
-                    no("the connection does not arrive on lo", false)
-                }
-            } else {
-                Test::Undecided(format!(
-                    "the {} interface match {}{name}",
-                    if *inbound { "input" } else { "output" },
-                    if *negated { "! " } else { "" }
-                ))
-            }
-        }
-        Cond::Mark { value, mask, negated } => {
-            if flip(p.mark & mask == *value, *negated) {
-                Test::Yes
-            } else {
-                no(
-                    format!("the mark is {:#x}, not {value:#x}/{mask:#x}", p.mark & mask),
-                    false,
-                )
-            }
-        }
-        Cond::CtState { states, negated } => {
-            let yes = states.iter().any(|s| match s {
-                CtState::New => true,
-                CtState::Dnat => p.translated.is_some(),
-                _ => false,
-            });
-            if flip(yes, *negated) {
-                Test::Yes
-            } else {
-                no("the connection is new", false)
-            }
-        }
+        } => interface_test(*inbound, name, *negated),
+        Cond::Mark { value, mask, negated } => mark_test(*value, *mask, *negated, p),
+        Cond::CtState { states, negated } => ct_state_test(states, *negated, p),
         Cond::Random { probability } => Test::Share(*probability),
         Cond::Nth { every } => Test::Share(1.0 / f64::from(*every)),
         Cond::Affinity { .. } => no("a new client has no affinity entry yet", false),
-        Cond::Lookup { key, set, negated } => {
-            let Some(elements) = table.elements(set) else {
-                return Test::Undecided(format!("the set {} is not in the dump", set_name(set)));
-            };
-            match find_element(elements, key, p) {
-                Lookup::Found(_) if !negated => Test::Yes,
-                Lookup::Missing if *negated => Test::Yes,
-                Lookup::Found(e) => no(format!("{} holds {}", set_name(set), e.text), true),
-                Lookup::Missing => no(
-                    format!("{} has no element for this connection", set_name(set)),
-                    true,
-                ),
-                Lookup::Undecided(why) => Test::Undecided(why),
-            }
-        }
+        Cond::Lookup { key, set, negated } => lookup_test(table, key, set, *negated, p),
         Cond::Unknown(what) => Test::Undecided(format!("`{what}`")),
+    }
+}
+
+/// `yes`, turned over for a negated test.
+fn flip(yes: bool, negated: bool) -> bool {
+    yes != negated
+}
+
+fn protocol_test(protocol: Option<Protocol>, negated: bool, p: &Packet) -> Test {
+    if flip(protocol == Some(p.protocol), negated) {
+        Test::Yes
+    } else {
+        no("another protocol", true)
+    }
+}
+
+fn shown(nets: &[Net]) -> String {
+    nets.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn source_test(nets: &[Net], negated: bool, p: &Packet) -> Test {
+    let inside = nets.iter().any(|n| n.contains(p.source));
+    if flip(inside, negated) {
+        Test::Yes
+    } else if negated {
+        no(format!("the source {} is in {}", p.source, shown(nets)), false)
+    } else {
+        no(
+            format!("the source {} is not in {}", p.source, shown(nets)),
+            false,
+        )
+    }
+}
+
+/// A rule about other addresses of the node, when the connection is to any of them,
+/// is skipped and remembered: the port may be handled otherwise at those addresses.
+fn destination_test(nets: &[Net], negated: bool, p: &Packet) -> Test {
+    let ip = p.destination_ip();
+    let inside = match ip {
+        Some(ip) => nets.iter().any(|n| n.contains(ip)),
+        // "Any node address" is in no named prefix but loopback's, and is
+        // not loopback: connections come from outside.
+        None => false,
+    };
+    if flip(inside, negated) {
+        Test::Yes
+    } else if ip.is_none() && !negated && !nets.iter().any(|n| n.addr.is_loopback()) {
+        Test::No {
+            why: format!("it applies only to connections to {}", shown(nets)),
+            quiet: true,
+            address: true,
+        }
+    } else {
+        no(format!("the destination is not in {}", shown(nets)), true)
+    }
+}
+
+fn port_test(ranges: &[(u16, u16)], negated: bool, p: &Packet) -> Test {
+    let port = p.destination_port();
+    let inside = ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&port));
+    if flip(inside, negated) {
+        Test::Yes
+    } else {
+        no("another port", true)
+    }
+}
+
+fn addr_local_test(side: Side, local: bool, negated: bool, p: &Packet) -> Test {
+    let is_local = match side {
+        Side::Destination => p.destination_local(),
+        Side::Source => p.source.is_loopback(),
+    };
+    if flip(local && is_local, negated) {
+        return Test::Yes;
+    }
+    let what = match side {
+        Side::Destination => "destination",
+        Side::Source => "source",
+    };
+    let is = if is_local { "is" } else { "is not" };
+    no(format!("the {what} {is} an address of this node"), false)
+}
+
+/// Only loopback is decided: connections from outside never arrive on it, and which
+/// other interface they arrive on the dump cannot say.
+fn interface_test(inbound: bool, name: &str, negated: bool) -> Test {
+    if !(inbound && name == "lo") {
+        return Test::Undecided(format!(
+            "the {} interface match {}{name}",
+            if inbound { "input" } else { "output" },
+            if negated { "! " } else { "" }
+        ));
+    }
+    if negated {
+        Test::Yes
+    } else {
+        no("the connection does not arrive on lo", false)
+    }
+}
+
+fn mark_test(value: u32, mask: u32, negated: bool, p: &Packet) -> Test {
+    if flip(p.mark & mask == value, negated) {
+        Test::Yes
+    } else {
+        no(
+            format!("the mark is {:#x}, not {value:#x}/{mask:#x}", p.mark & mask),
+            false,
+        )
+    }
+}
+
+/// A new connection is `new`, and `dnat` once a rule translated it.
+fn ct_state_test(states: &[CtState], negated: bool, p: &Packet) -> Test {
+    let yes = states.iter().any(|s| match s {
+        CtState::New => true,
+        CtState::Dnat => p.translated.is_some(),
+        _ => false,
+    });
+    if flip(yes, negated) {
+        Test::Yes
+    } else {
+        no("the connection is new", false)
+    }
+}
+
+fn lookup_test(table: &Table, key: &[Field], set: &SetRef, negated: bool, p: &Packet) -> Test {
+    let Some(elements) = table.elements(set) else {
+        return Test::Undecided(format!("the set {} is not in the dump", set_name(set)));
+    };
+    match find_element(elements, key, p) {
+        Lookup::Found(_) if !negated => Test::Yes,
+        Lookup::Missing if negated => Test::Yes,
+        Lookup::Found(e) => no(format!("{} holds {}", set_name(set), e.text), true),
+        Lookup::Missing => no(
+            format!("{} has no element for this connection", set_name(set)),
+            true,
+        ),
+        Lookup::Undecided(why) => Test::Undecided(why),
     }
 }
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::heart::explain::model::{
-    BaseChain, Chain, DnatTo, Element, Field, Net, Rule, RulePlace, Set, SetRef, Side,
+    Action, BaseChain, Chain, Destination, DnatTo, Element, Field, KeyPart, Net, RulePlace, Set, SetRef, Side,
 };
 use crate::heart::model::{Backend, Family, Protocol};
 

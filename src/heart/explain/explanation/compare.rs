@@ -1,7 +1,7 @@
 //! The API's view of the port beside the effective one: what kube-proxy would make of
 //! it on this node, and each difference with the findings that explain it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use crate::heart::explain::eval::{Branch, End, place_of};
@@ -61,6 +61,8 @@ pub(super) fn expected(input: &ExplainInput<'_>) -> Option<Expected> {
     })
 }
 
+/// Each way the effective result differs from the API's: the outcome, then each
+/// endpoint's share, then each endpoint the API lists that no connection reaches.
 pub(super) fn differences(
     input: &ExplainInput<'_>,
     effective: &[EndpointShare],
@@ -76,68 +78,82 @@ pub(super) fn differences(
     if branches.iter().any(|b| matches!(b.end, End::Undecided { .. })) {
         return Vec::new();
     }
+    let mut out: Vec<Difference> = outcome_difference(input, outcome, expected).into_iter().collect();
+    out.extend(share_differences(input, effective, expected, branches));
+    out.extend(unreached(input, effective, expected));
+    out
+}
+
+/// The findings about this endpoint, else those about the port as a whole (a
+/// duplicate rule explains why the API's endpoints are not reached).
+fn findings_for(input: &ExplainInput<'_>, target: Option<&str>) -> Vec<String> {
     let probe = input.probe;
-    // The findings about this endpoint, else those about the port as a whole (a
-    // duplicate rule explains why the API's endpoints are not reached).
-    let findings_for = |target: Option<&str>| -> Vec<String> {
-        let of_port = || {
-            input
-                .findings
-                .iter()
-                .filter(|f| f.protocol.is_none_or(|p| p == probe.protocol) && f.port == Some(probe.port))
-        };
-        let exact: Vec<String> = of_port()
-            .filter(|f| target.is_some() && f.target.as_deref() == target)
-            .map(|f| f.id())
-            .collect();
-        if !exact.is_empty() {
-            return exact;
-        }
-        of_port().filter(|f| f.target.is_none()).map(|f| f.id()).collect()
+    let of_port = || {
+        input
+            .findings
+            .iter()
+            .filter(|f| f.protocol.is_none_or(|p| p == probe.protocol) && f.port == Some(probe.port))
     };
-    let mut out = Vec::new();
-    if outcome != expected.outcome && outcome != Outcome::Undetermined {
-        out.push(Difference {
-            target: None,
-            effective: None,
-            expected: None,
-            explanation: format!(
-                "the API says {} should {}, but new connections {}",
-                probe_port(&probe),
-                describe(expected.outcome),
-                describe_effective(outcome)
-            ),
-            findings: findings_for(None),
-        });
+    let exact: Vec<String> = of_port()
+        .filter(|f| target.is_some() && f.target.as_deref() == target)
+        .map(|f| f.id())
+        .collect();
+    if !exact.is_empty() {
+        return exact;
     }
+    of_port().filter(|f| f.target.is_none()).map(|f| f.id()).collect()
+}
+
+fn outcome_difference(input: &ExplainInput<'_>, outcome: Outcome, expected: &Expected) -> Option<Difference> {
+    if outcome == expected.outcome || outcome == Outcome::Undetermined {
+        return None;
+    }
+    Some(Difference {
+        target: None,
+        effective: None,
+        expected: None,
+        explanation: format!(
+            "the API says {} should {}, but new connections {}",
+            probe_port(&input.probe),
+            describe(expected.outcome),
+            describe_effective(outcome)
+        ),
+        findings: findings_for(input, None),
+    })
+}
+
+/// Endpoints that take a share the API would not give them.
+fn share_differences(
+    input: &ExplainInput<'_>,
+    effective: &[EndpointShare],
+    expected: &Expected,
+    branches: &[Branch],
+) -> Vec<Difference> {
     let expected_by: HashMap<&str, f64> = expected
         .endpoints
         .iter()
         .map(|e| (e.target.as_str(), e.fraction))
         .collect();
-    let effective_by: HashMap<&str, f64> = effective
-        .iter()
-        .map(|e| (e.target.as_str(), e.fraction))
-        .collect();
+    let mut out = Vec::new();
     for e in effective {
         let want = expected_by.get(e.target.as_str()).copied();
         if want.is_some_and(|w| (w - e.fraction).abs() < 1e-3) {
             continue;
         }
-        let by = translated_by(input, branches, &e.target);
+        let by = translated_by(input, branches, &e.target)
+            .map(|b| format!(" ({b})"))
+            .unwrap_or_default();
         let explanation = match want {
             None => format!(
-                "{} takes {} of new connections but is not an endpoint the API lists for this port{}",
+                "{} takes {} of new connections but is not an endpoint the API lists for this port{by}",
                 e.target,
                 percent(e.fraction),
-                by.map(|b| format!(" ({b})")).unwrap_or_default()
             ),
             Some(w) => format!(
-                "{} takes {} of new connections where the API's endpoints would give it {}{}",
+                "{} takes {} of new connections where the API's endpoints would give it {}{by}",
                 e.target,
                 percent(e.fraction),
                 percent(w),
-                by.map(|b| format!(" ({b})")).unwrap_or_default()
             ),
         };
         out.push(Difference {
@@ -145,14 +161,20 @@ pub(super) fn differences(
             effective: Some(e.fraction),
             expected: want,
             explanation,
-            findings: findings_for(Some(&e.target)),
+            findings: findings_for(input, Some(&e.target)),
         });
     }
-    for e in &expected.endpoints {
-        if effective_by.contains_key(e.target.as_str()) {
-            continue;
-        }
-        out.push(Difference {
+    out
+}
+
+/// Endpoints the API lists that no new connection reaches.
+fn unreached(input: &ExplainInput<'_>, effective: &[EndpointShare], expected: &Expected) -> Vec<Difference> {
+    let reached: HashSet<&str> = effective.iter().map(|e| e.target.as_str()).collect();
+    expected
+        .endpoints
+        .iter()
+        .filter(|e| !reached.contains(e.target.as_str()))
+        .map(|e| Difference {
             target: Some(e.target.clone()),
             effective: Some(0.0),
             expected: Some(e.fraction),
@@ -161,10 +183,9 @@ pub(super) fn differences(
                 e.target,
                 percent(e.fraction)
             ),
-            findings: findings_for(Some(&e.target)),
-        });
-    }
-    out
+            findings: findings_for(input, Some(&e.target)),
+        })
+        .collect()
 }
 
 /// "DNAT at iptables-nft-save.txt:50, not written by kube-proxy": who sends
