@@ -13,6 +13,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY .cargo ./.cargo
 COPY benches ./benches
 COPY src ./src
+# The pure core (heart and decode), a crate of the workspace.
+COPY crates ./crates
 # The commit, for --version and portdrift_build_info (build.rs; there is no .git here):
 # --build-arg REVISION="$(git rev-parse --short=12 HEAD)".
 ARG REVISION=unknown

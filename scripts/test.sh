@@ -69,6 +69,19 @@ if cargo tree --locked -e features,normal -i portdrift | grep -q 'feature "test-
   echo "the release build enables test-support" >&2
   exit 1
 fi
+# The core crate (heart, decode) is pure because nothing in its dependency tree can do
+# I/O: a dependency that could (a runtime, a client, a socket or syscall crate, logging)
+# must never reach it, even through another crate; nor test support its normal build.
+core_tree=$(cargo tree --locked -e normal,features -p portdrift-core --prefix none --target x86_64-unknown-linux-gnu)
+if grep -E '^(tokio|kube|kube-[a-z]+|hyper|hyper-util|mio|rustix|libc|nix|socket2|netlink-[a-z]+|tracing|reqwest) ' <<<"$core_tree"; then
+  echo "a dependency that can do I/O reached the core crate (portdrift-core)" >&2
+  exit 1
+fi
+if grep -q 'feature "test-support"' <<<"$core_tree"; then
+  echo "the core crate's normal build enables test-support" >&2
+  exit 1
+fi
+echo "core crate: $(sort -u <<<"$core_tree" | wc -l) packages and features in its tree, none that does I/O"
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== dependency policy (deps-policy.toml)"

@@ -2,7 +2,9 @@
 //! the cluster says.
 //!
 //! Six layers, imports pointing down only (see `ARCHITECTURE.md`): [`cli`] → [`agent`]
-//! → [`scan`] → [`sources`] → [`decode`] → [`heart`]. The heart and decode are pure.
+//! → [`scan`] → [`sources`] → [`decode`] → [`heart`]. The heart and decode are pure:
+//! they are the `portdrift-core` crate, re-exported here under their names, so
+//! `crate::heart::…` reads the same in either crate.
 #![forbid(unsafe_code)]
 
 /// The git revision this was built from (build.rs; "unknown" outside a checkout).
@@ -21,8 +23,7 @@ pub const BUILD_VERSION: &str = concat!(
 
 pub mod agent;
 pub mod cli;
-pub mod decode;
-pub mod heart;
+pub use portdrift_core::{decode, heart};
 pub mod scan;
 pub mod sources;
 #[cfg(any(test, feature = "test-support"))]

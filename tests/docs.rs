@@ -333,8 +333,8 @@ fn every_relative_link_and_anchor_resolves() {
 /// The repository's top-level directories: a word of a document that starts with one
 /// of them names a path of the repository.
 const TOP_DIRS: &[&str] = &[
-    "src", "tests", "docs", "deploy", "scripts", "testdata", "benches", "examples", "fuzz", ".ci", ".github",
-    ".cargo",
+    "src", "crates", "tests", "docs", "deploy", "scripts", "testdata", "benches", "examples", "fuzz", ".ci",
+    ".github", ".cargo",
 ];
 
 /// The repository's top-level files, when a document names one alone.
@@ -354,9 +354,11 @@ const TOP_FILES: &[&str] = &[
     ".gitignore",
 ];
 
-/// The layers' directories under `src/`, which the documents (ARCHITECTURE.md above all)
-/// name paths from: `heart/detect/` is `src/heart/detect/`.
-const LAYERS: &[&str] = &["cli", "agent", "scan", "sources", "decode", "heart", "testing"];
+/// The layers' directories, which the documents (ARCHITECTURE.md above all) name paths
+/// from: `agent/http.rs` is `src/agent/http.rs`; the core crate's layers are under its
+/// own `src/` (`heart/detect/` is `crates/portdrift-core/src/heart/detect/`).
+const LAYERS: &[&str] = &["cli", "agent", "scan", "sources", "testing"];
+const CORE_LAYERS: &[&str] = &["decode", "heart"];
 
 /// The contents of a line's code spans (a run of backticks closed by a run as long).
 fn code_spans(line: &str) -> Vec<String> {
@@ -431,6 +433,8 @@ fn repo_path(word: &str) -> Option<String> {
         word.to_string()
     } else if word.contains('/') && LAYERS.contains(&first) {
         format!("src/{word}")
+    } else if word.contains('/') && CORE_LAYERS.contains(&first) {
+        format!("crates/portdrift-core/src/{word}")
     } else {
         return None;
     };
@@ -1184,10 +1188,13 @@ fn the_readers_of_the_documents_read_them_right() {
     assert!(!is_walk(&walk("sh")) && !is_walk(&walk("try-walk")));
     assert_eq!(code_spans("a `b` c ``d ` e`` f `g"), ["b", "d ` e"]);
     assert_eq!(
-        repo_path("src/heart/detect/mod.rs:12,").as_deref(),
-        Some("src/heart/detect/mod.rs")
+        repo_path("src/agent/http.rs:12,").as_deref(),
+        Some("src/agent/http.rs")
     );
-    assert_eq!(repo_path("heart/detect/").as_deref(), Some("src/heart/detect"));
+    assert_eq!(
+        repo_path("heart/detect/").as_deref(),
+        Some("crates/portdrift-core/src/heart/detect")
+    );
     assert_eq!(repo_path("../deploy/base").as_deref(), Some("deploy/base"));
     assert_eq!(
         repo_path("testdata/<name>/INCIDENT.md").as_deref(),

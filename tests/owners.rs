@@ -1,4 +1,4 @@
-//! `observed::owners` on the real `/proc`: real processes listening on real sockets.
+//! `sources::owners` on the real `/proc`: real processes listening on real sockets.
 //!
 //! The squatter is python3 run through a symlink named `squatterd`, so the kernel's
 //! `comm` for it is `squatterd`. These tests need no privilege, except the one that

@@ -1,4 +1,4 @@
-//! The API side of the desired state (`desired::watch`) against a fake API server that
+//! The API side of the desired state (`agent::watch`) against a fake API server that
 //! speaks the real list/watch protocol over HTTP. Every scenario runs under a timeout.
 
 mod support;

@@ -1,6 +1,6 @@
 //! Where a scan's inputs come from: a [`Source`] answers bundle file names. A bundle
 //! directory ([`BundleDir`]) answers them from its files; the live node
-//! (`observed::live::LiveNode`) from the tools, `/proc` and kube-proxy. The reading
+//! (`sources::live::LiveNode`) from the tools, `/proc` and kube-proxy. The reading
 //! logic in the parent module serves both, so a live scan and an offline scan of a
 //! snapshot of the same node read the same bytes the same way.
 

@@ -3,8 +3,7 @@
 
 pub mod files;
 pub mod fuzzing;
-pub mod nf_messages;
-pub mod synth;
+pub use portdrift_core::testing::{nf_messages, synth};
 
 #[cfg(test)]
 #[path = "../../tests/support/promtool.rs"]

@@ -11,7 +11,7 @@
 //! and the directory is removed when the [`Lab`] is dropped. The namespace also has a
 //! network namespace of its own, so a live scan there sees no host rules or listeners.
 //!
-//! Byte order as `src/decode/cilium.rs` documents it (and Cilium writes): addresses,
+//! Byte order as `decode/cilium.rs` documents it (and Cilium writes): addresses,
 //! ports and the rev-NAT index in network order; slot, backend ID, `count` and `qcount`
 //! in the host order of an amd64 or arm64 node, little-endian.
 

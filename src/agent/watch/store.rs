@@ -1,9 +1,9 @@
 //! The reflector stores behind the view, and the desired state computed from them.
 //!
-//! Not kube-runtime's `reflector::store()`: that deep-copies every object of a relist,
-//! holding the cluster twice at every `410 Gone`. This store has the same semantics
-//! (a relist lands atomically at `InitDone`) but keeps the record it holds when the
-//! relist brings the same resourceVersion, so a relist costs only what changed.
+//! Not kube-runtime's `kube::runtime::reflector::store()`: that deep-copies every object
+//! of a relist, holding the cluster twice at every `410 Gone`. This store has the same
+//! semantics (a relist lands atomically at `InitDone`) but keeps the record it holds when
+//! the relist brings the same resourceVersion, so a relist costs only what changed.
 //!
 //! Services and EndpointSlices are kept as the desired-state builder's records of them
 //! ([`ServiceRecord`], [`SliceRecord`]), not as API objects: what the builder reads,

@@ -1,0 +1,201 @@
+//! A table's sets and their elements, as their messages give them: what reading a
+//! map's elements needs to know of it, and each element's key, data and comment.
+
+use std::sync::Arc;
+
+use crate::decode::netlink::{
+    Attrs, DecodeError, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_DATA_VALUE, NFTA_DATA_VERDICT,
+    NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, be32, be64, data_value, name, read_verdict,
+};
+use crate::decode::nftables::{KUBE_PROXY_TABLE, unparsed};
+
+pub const NFT_SET_ANONYMOUS: u32 = 1;
+pub const NFT_SET_CONSTANT: u32 = 2;
+pub const NFT_SET_INTERVAL: u32 = 4;
+pub const NFT_SET_MAP: u32 = 8;
+pub const NFT_SET_TIMEOUT: u32 = 0x10;
+pub const NFT_SET_EVAL: u32 = 0x20;
+pub const NFT_SET_CONCAT: u32 = 0x80;
+pub(crate) const NFT_SET_ELEM_INTERVAL_END: u32 = 1;
+/// libnftnl's user-data tag for a rule's or an element's comment.
+pub(crate) const UDATA_COMMENT: u8 = 0;
+const NFTA_SET_NAME: u16 = 2;
+const NFTA_SET_FLAGS: u16 = 3;
+const NFTA_SET_KEY_TYPE: u16 = 4;
+const NFTA_SET_KEY_LEN: u16 = 5;
+const NFTA_SET_DESC: u16 = 9;
+const NFTA_SET_HANDLE: u16 = 16;
+const NFTA_SET_DESC_SIZE: u16 = 1;
+const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFTA_SET_ELEM_FLAGS: u16 = 3;
+const NFTA_SET_ELEM_USERDATA: u16 = 6;
+
+/// The comment in libnftnl's user data (type-length-value, one byte each).
+pub(crate) fn udata_comment(mut data: &[u8]) -> Option<String> {
+    while let [kind, len, rest @ ..] = data {
+        let value = rest.get(..usize::from(*len))?;
+        if *kind == UDATA_COMMENT {
+            return name(value).ok().map(str::to_string);
+        }
+        data = &rest[usize::from(*len)..];
+    }
+    None
+}
+
+/// The chain's name when it is the table's.
+pub fn chain_of_table(attrs: &[u8]) -> Result<Option<String>, String> {
+    let mut in_table = false;
+    let mut chain = None;
+    for attr in Attrs::new(attrs) {
+        match attr.map_err(|e| e.to_string())? {
+            (NFTA_CHAIN_TABLE, v) => in_table = name(v).is_ok_and(|t| t == KUBE_PROXY_TABLE),
+            (NFTA_CHAIN_NAME, v) => chain = name(v).ok().map(str::to_string),
+            _ => {}
+        }
+    }
+    Ok(chain.filter(|_| in_table))
+}
+
+/// A set or map of the table, as far as reading its elements needs.
+#[derive(Debug)]
+pub struct SetInfo {
+    pub name: String,
+    /// The kernel's handle: unique within its table for the table's life.
+    pub handle: Option<u64>,
+    pub flags: u32,
+    pub key_type: u32,
+    pub key_len: u32,
+    /// The most elements it may hold, when declared.
+    pub size: Option<u32>,
+}
+
+pub fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
+    let mut set = SetInfo {
+        name: String::new(),
+        handle: None,
+        flags: 0,
+        key_type: 0,
+        key_len: 0,
+        size: None,
+    };
+    for attr in Attrs::new(attrs) {
+        let (kind, value) = attr.map_err(|e| e.to_string())?;
+        let number = || be32(value).map_err(|e| e.to_string());
+        match kind {
+            NFTA_SET_NAME => set.name = name(value).map_err(|e| e.to_string())?.to_string(),
+            NFTA_SET_FLAGS => set.flags = number()?,
+            NFTA_SET_KEY_TYPE => set.key_type = number()?,
+            NFTA_SET_KEY_LEN => set.key_len = number()?,
+            NFTA_SET_HANDLE => set.handle = Some(be64(value).map_err(|e| e.to_string())?),
+            NFTA_SET_DESC => {
+                for desc in Attrs::new(value) {
+                    if let (NFTA_SET_DESC_SIZE, size) = desc.map_err(|e| e.to_string())? {
+                        set.size = Some(be32(size).map_err(|e| e.to_string())?);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if set.name.is_empty() {
+        return Err("a set without a name".into());
+    }
+    Ok(set)
+}
+
+/// One element as the kernel holds it.
+pub struct RawElement {
+    pub key: Vec<u8>,
+    pub data: ElementData,
+    pub comment: Option<String>,
+}
+
+/// Sorts a dump of `set`'s elements by key; false when a key came twice, which a set
+/// never holds: the dump was disturbed. (The kernel's walk of a hash set counts the
+/// elements a transaction is still preparing, invisible to the dump yet shifting where
+/// each continuation resumes, without the generation moving.) An interval set's range
+/// ends may meet the next range's start, so only other sets are judged.
+pub fn sort_unique(set: &SetInfo, elements: &mut [RawElement]) -> bool {
+    elements.sort_by(|a, b| super::compare_keys(&a.key, &b.key));
+    set.flags & NFT_SET_INTERVAL != 0
+        || elements
+            .windows(2)
+            .all(|w| super::compare_keys(&w[0].key, &w[1].key).is_ne())
+}
+
+#[derive(Debug, Clone)]
+pub enum ElementData {
+    /// The chain an `Arc`: an agent keeps kube-proxy's anonymous maps between reads,
+    /// their chains' names shared with its kept tables'.
+    Verdict {
+        code: i32,
+        chain: Option<Arc<str>>,
+    },
+    Value(Vec<u8>),
+    None,
+}
+
+/// The elements of one answer message.
+pub fn collect_elements(
+    set: &SetInfo,
+    attrs: &[u8],
+    elements: &mut Vec<RawElement>,
+    problems: &mut Vec<crate::heart::model::Unparsed>,
+) -> Result<(), DecodeError> {
+    for attr in Attrs::new(attrs) {
+        let (kind, list) = attr?;
+        if kind != NFTA_SET_ELEM_LIST_ELEMENTS {
+            continue;
+        }
+        for item in Attrs::new(list) {
+            let (_, element) = item?;
+            match read_element(element) {
+                Ok(Some(e)) => elements.push(e),
+                Ok(None) => {}
+                Err(e) => problems.push(unparsed(
+                    0,
+                    "(an element)",
+                    format!("element of map {}: {e}", set.name),
+                )),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An element, or None for the closing half of an interval.
+pub(crate) fn read_element(attrs: &[u8]) -> Result<Option<RawElement>, DecodeError> {
+    let mut element = RawElement {
+        key: Vec::new(),
+        data: ElementData::None,
+        comment: None,
+    };
+    for attr in Attrs::new(attrs) {
+        let (kind, value) = attr?;
+        match kind {
+            NFTA_SET_ELEM_KEY => element.key = data_value(value)?.to_vec(),
+            NFTA_SET_ELEM_DATA => element.data = element_data(value)?,
+            NFTA_SET_ELEM_FLAGS if be32(value)? & NFT_SET_ELEM_INTERVAL_END != 0 => return Ok(None),
+            NFTA_SET_ELEM_USERDATA => element.comment = udata_comment(value),
+            _ => {}
+        }
+    }
+    Ok(Some(element))
+}
+
+fn element_data(nested: &[u8]) -> Result<ElementData, DecodeError> {
+    for attr in Attrs::new(nested) {
+        match attr? {
+            (NFTA_DATA_VALUE, value) => return Ok(ElementData::Value(value.to_vec())),
+            (NFTA_DATA_VERDICT, verdict) => {
+                let (code, chain) = read_verdict(verdict)?;
+                return Ok(ElementData::Verdict {
+                    code,
+                    chain: chain.map(Arc::from),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(ElementData::None)
+}
