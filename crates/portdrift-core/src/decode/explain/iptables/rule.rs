@@ -164,7 +164,9 @@ impl<'w> SpecReader<'w> {
     fn read_target(&mut self, word: &str) {
         let target = self.value();
         let goto = word == "-g" || word == "--goto";
-        self.action = target_action(target, goto, &self.words[self.at + 1..]);
+        // A line that ends at `-j` (hand-made, never iptables-save's) has no options.
+        let options = self.words.get(self.at + 1..).unwrap_or_default();
+        self.action = target_action(target, goto, options);
     }
 
     /// An option of a module this reader does not decide, with its value if it has one.

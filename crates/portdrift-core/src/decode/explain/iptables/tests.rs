@@ -157,6 +157,16 @@ fn a_damaged_dump_says_where() {
 }
 
 #[test]
+fn a_rule_cut_off_after_its_target_flag_is_unknown_not_a_panic() {
+    let r =
+        parse("*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -j\n-A PREROUTING -p tcp -g\nCOMMIT\n");
+    for i in 0..2 {
+        let action = &rule(&r, "nat", "PREROUTING", i).action;
+        assert!(matches!(action, Action::Unknown(_)), "{action:?}");
+    }
+}
+
+#[test]
 fn filter_policies_and_priorities_are_the_kernels() {
     let r = parse(
         "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\nCOMMIT\n*raw\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n",
