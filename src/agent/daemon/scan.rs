@@ -1,7 +1,7 @@
 //! One scan on a blocking thread, and recording its result in the metrics and the
 //! report the HTTP server serves.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::AgentConfig;
 use crate::agent::desired_view::DesiredView;
@@ -13,10 +13,16 @@ use crate::heart::acceptance::{AcceptanceInput, Acceptances};
 use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, Grace};
 use crate::heart::outcome::{ScanReport, SourceState, SourceStatus, run_scan_keeping_inputs};
+use crate::scan::bundle_error::SnapshotError;
 use crate::scan::input::{RuleCache, read_input_cached};
 use crate::sources::bundle::NF_TABLES_DUMPS;
 use crate::sources::live::LiveNode;
 use crate::sources::rule_changes::ChangeJournal;
+
+/// Even without any announced change the nf_tables dumps are read again this often, and
+/// whole: the notifications are trusted, not blindly. Not more often: a large node's full read is
+/// costly enough to be most of the idle agent's cost.
+const FULL_READ_EVERY: Duration = Duration::from_secs(1800);
 
 /// What the scan thread reads the node with, moved in and handed back each scan.
 pub(super) struct NodeReader {
@@ -48,6 +54,33 @@ impl NodeReader {
             last_whole_read: None,
         }
     }
+
+    /// Sets up the next read: the nf_tables dumps kept from the last read are used again
+    /// when `unchanged` (the kernel announced no change since that read began), unless
+    /// the periodic whole read is due.
+    pub(super) fn plan_read(&mut self, unchanged: bool) -> ReadPlan {
+        let whole = self
+            .last_whole_read
+            .is_none_or(|t| t.elapsed() >= FULL_READ_EVERY);
+        let reuse_nf_tables = unchanged && !whole;
+        self.cache
+            .allow_reuse(if reuse_nf_tables { &NF_TABLES_DUMPS } else { &[] });
+        if whole {
+            self.live.read_whole_next();
+            self.last_whole_read = Some(Instant::now());
+        }
+        ReadPlan {
+            reuse_nf_tables,
+            whole,
+        }
+    }
+}
+
+/// How the next read goes (for the debug log).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReadPlan {
+    pub(super) reuse_nf_tables: bool,
+    pub(super) whole: bool,
 }
 
 /// What a scan measured besides its report: how long its phases took, and the API
@@ -61,7 +94,28 @@ pub(super) struct ScanStats {
     pub(super) repair: Option<CycleOutcome>,
 }
 
-pub(super) type ScanOutcome = Result<(ScanReport, ScanStats), (&'static str, String)>;
+/// Why a scan gave no report.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ScanError {
+    /// The desired state could not be built, from the API view or the file.
+    #[error("{0}")]
+    Desired(String),
+    /// The node could not be read.
+    #[error(transparent)]
+    ReadNode(#[from] SnapshotError),
+}
+
+impl ScanError {
+    /// The source it is counted under in `portdrift_scan_errors_total` and logged as.
+    pub(super) fn metric_label(&self) -> &'static str {
+        match self {
+            ScanError::Desired(_) => "cluster",
+            ScanError::ReadNode(_) => "node",
+        }
+    }
+}
+
+pub(super) type ScanOutcome = Result<(ScanReport, ScanStats), ScanError>;
 
 /// The acceptances file's entries that apply, and the file as a source (None: no
 /// `--accept`; the Services' own acceptances apply either way).
@@ -88,12 +142,11 @@ pub(super) async fn scan_once(
             let changes = *view.changes().borrow();
             let desired = match node.desired.take() {
                 Some((built_at, desired)) if built_at == changes => desired,
-                _ => view.desired_state().map_err(|e| ("cluster", e))?,
+                _ => view.desired_state().map_err(ScanError::Desired)?,
             };
             let desired_built = Instant::now();
             let NodeReader { live, cache, .. } = &mut node;
-            let mut input =
-                read_input_cached(live, Some(&name), cache).map_err(|e| ("node", e.to_string()))?;
+            let mut input = read_input_cached(live, Some(&name), cache)?;
             let node_read = Instant::now();
             let (source, path) = view.source();
             let mut status = SourceStatus::new(source, SourceState::Ok);
