@@ -26,16 +26,16 @@ const FULL_READ_EVERY: Duration = Duration::from_secs(1800);
 
 /// What the scan thread reads the node with, moved in and handed back each scan.
 pub(super) struct NodeReader {
-    pub(super) live: LiveNode,
-    pub(super) cache: RuleCache,
+    live: LiveNode,
+    cache: RuleCache,
     /// The last desired state and the API view's change count it was built at: while
     /// nothing that can move this node's NodePorts has changed, it is still the truth,
     /// and building it again would cost a large node time and memory.
-    pub(super) desired: Option<(u64, DesiredState)>,
+    desired: Option<(u64, DesiredState)>,
     /// With `--repair`: its history of findings lives as long as the agent.
-    pub(super) repairer: Option<Repairer>,
+    repairer: Option<Repairer>,
     /// When the nf_tables dumps were last read whole.
-    pub(super) last_whole_read: Option<Instant>,
+    last_whole_read: Option<Instant>,
 }
 
 impl NodeReader {
