@@ -5,16 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::heart::coverage::Coverage;
-use crate::heart::finding::{Finding, Severity};
+use crate::heart::finding::{Finding, FindingId, Severity};
 use crate::heart::outcome::{ScanReport, SourceState};
 use crate::heart::visible::visible;
-
-/// A finding's identity across scans (its message and evidence may change wording).
-pub(super) type Key = crate::heart::finding::Identity;
-
-fn key(f: &Finding) -> Key {
-    f.identity()
-}
 
 /// Logs what the scans could and could not check, once each time it changes: a node
 /// whose check is incomplete is not a quiet, healthy one.
@@ -41,10 +34,10 @@ pub(super) fn log_coverage(last: &mut Option<Coverage>, coverage: &Coverage) {
 /// changed, as a pending one does when its grace window ends), and one per finding
 /// that cleared. A finding that persists is not logged again: the periodic summary
 /// counts it.
-pub(super) fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanReport) {
-    let mut now: BTreeMap<Key, Finding> = BTreeMap::new();
+pub(super) fn log_changes(known: &mut BTreeMap<FindingId, Finding>, report: &ScanReport) {
+    let mut now: BTreeMap<FindingId, Finding> = BTreeMap::new();
     for f in &report.findings {
-        now.entry(key(f)).or_insert_with(|| f.clone());
+        now.entry(f.identity()).or_insert_with(|| f.clone());
     }
     for (k, f) in &now {
         match known.get(k) {

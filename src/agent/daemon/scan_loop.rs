@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch as signal_watch;
 
-use super::log::{Key, SUMMARY_EVERY, log_changes, log_coverage, log_summary};
+use super::log::{SUMMARY_EVERY, log_changes, log_coverage, log_summary};
 use super::scan::{NodeReader, record, scan_once};
 use super::{AgentConfig, stopped};
 use crate::agent::acceptances::{AcceptanceFile, AcceptanceMemory, RELOAD_EVERY};
@@ -15,7 +15,7 @@ use crate::agent::desired_view::DesiredView;
 use crate::agent::http::Shared;
 use crate::agent::kube_report::KubeReporter;
 use crate::heart::coverage::Coverage;
-use crate::heart::finding::Finding;
+use crate::heart::finding::{Finding, FindingId};
 use crate::sources::bundle::NF_TABLES_DUMPS;
 use crate::sources::rule_changes::RuleChanges;
 use crate::sources::self_usage::cpu_time;
@@ -114,7 +114,7 @@ pub(super) async fn scan_loop(
     mut reporter: Option<KubeReporter>,
     stop: signal_watch::Receiver<bool>,
 ) {
-    let mut known: BTreeMap<Key, Finding> = BTreeMap::new();
+    let mut known: BTreeMap<FindingId, Finding> = BTreeMap::new();
     let mut last_coverage: Option<Coverage> = None;
     let mut api_changes = view.changes();
     let rule_changes = match RuleChanges::subscribe() {
