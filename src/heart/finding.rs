@@ -260,8 +260,9 @@ impl PartialOrd for FindingId {
 /// One difference between what the cluster says and what the node does.
 ///
 /// In JSON every field is present (null, `[]` or `false` where it does not apply),
-/// after an `id`. Read back (the fleet reads its agents' findings), a field an older
-/// agent did not write yet is null, empty or false, and the `id` is ignored.
+/// after an `id`.
+// Read back (the fleet reads its agents' findings), a field an older agent did not
+// write yet is null, empty or false, and the `id` is ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(remote = "Self")]
 #[schemars(transform = id_in_schema)]
