@@ -5,22 +5,15 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::heart::coverage::Coverage;
-use crate::heart::finding::{Finding, Severity};
+use crate::heart::finding::{Finding, FindingId, Severity};
 use crate::heart::outcome::{ScanReport, SourceState};
 use crate::heart::visible::visible;
-
-/// A finding's identity across scans (its message and evidence may change wording).
-type Key = crate::heart::finding::Identity;
-
-fn key(f: &Finding) -> Key {
-    f.identity()
-}
 
 /// What the log has said so far: the findings and coverage it last logged, and when
 /// it last logged the summary.
 #[derive(Debug, Default)]
 pub(super) struct ScanLog {
-    known: BTreeMap<Key, Finding>,
+    known: BTreeMap<FindingId, Finding>,
     coverage: Option<Coverage>,
     scans: u64,
     last_summary: Option<Instant>,
@@ -65,10 +58,10 @@ fn log_coverage(last: &mut Option<Coverage>, coverage: &Coverage) {
 /// changed, as a pending one does when its grace window ends), and one per finding
 /// that cleared. A finding that persists is not logged again: the periodic summary
 /// counts it.
-fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanReport) {
-    let mut now: BTreeMap<Key, Finding> = BTreeMap::new();
+fn log_changes(known: &mut BTreeMap<FindingId, Finding>, report: &ScanReport) {
+    let mut now: BTreeMap<FindingId, Finding> = BTreeMap::new();
     for f in &report.findings {
-        now.entry(key(f)).or_insert_with(|| f.clone());
+        now.entry(f.identity()).or_insert_with(|| f.clone());
     }
     for (k, f) in &now {
         match known.get(k) {
