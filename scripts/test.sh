@@ -63,6 +63,8 @@ cargo fmt --all -- --check
 echo "== layering (ARCHITECTURE.md)"
 python3 scripts/check-layers.py --self-test
 python3 scripts/check-layers.py
+# No shipped function passes 100 lines (ARCHITECTURE.md).
+python3 scripts/fn-lengths.py --max 100 --top 0
 # Test support reaches the tests, examples and benches through the dev-dependency on
 # this crate; the shipped build (normal edges only) must never turn it on.
 if cargo tree --locked -e features,normal -i portdrift | grep -q 'feature "test-support"'; then

@@ -74,7 +74,7 @@ fn bundle_node(bundle: &str) -> String {
         .to_string()
 }
 
-fn findings(report: &Value) -> std::collections::BTreeMap<String, usize> {
+fn findings(report: &Value) -> std::collections::BTreeMap<support::FindingKey, usize> {
     support::finding_multiset(report["findings"].as_array().map(Vec::as_slice).unwrap_or(&[]))
 }
 

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::net::TcpListener;
 use tokio::sync::watch as signal_watch;
+use tokio::task::JoinHandle;
 
 use crate::agent::desired_view::{ClusterFile, DesiredView};
 use crate::agent::http::{Endpoints, ServerConfig, Shared};
@@ -72,6 +74,33 @@ pub fn run(config: AgentConfig) -> anyhow::Result<()> {
 }
 
 async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
+    let stop = stop_on_signal()?;
+    let listeners = Listeners::bind(&config).await?;
+    let shared = Arc::new(Shared::with_metrics(
+        config.interval,
+        Metrics::with_max_series(config.metrics_max_series),
+    ));
+    let (view, reporter, api) = desired_view(&config, &shared).await?;
+    serve_view(&shared, &config, &view);
+    tracing::info!(
+        node = %config.node,
+        listen = %listeners.main.local_addr().unwrap_or(config.listen),
+        findings_listen = %listeners.findings_at(),
+        api = %api,
+        interval = ?config.interval,
+        "portdrift agent started"
+    );
+    let servers = listeners.serve(&shared, &stop);
+    scan_loop(&config, &view, &shared, reporter, stop).await;
+    for server in servers {
+        let _ = server.await;
+    }
+    tracing::info!("portdrift agent stopped");
+    Ok(())
+}
+
+/// A channel that turns true on SIGTERM or SIGINT.
+fn stop_on_signal() -> anyhow::Result<signal_watch::Receiver<bool>> {
     let (stop_tx, stop_rx) = signal_watch::channel(false);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot handle SIGTERM")?;
@@ -82,38 +111,94 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
         }
         let _ = stop_tx.send(true);
     });
+    Ok(stop_rx)
+}
 
-    // One address for both (a fixed port): one listener serves everything there.
-    let shared_address = config.findings_listen == Some(config.listen) && config.listen.port() != 0;
-    let listener = crate::agent::http::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let findings_listener = match config.findings_listen.filter(|_| !shared_address) {
-        Some(addr) => Some(
-            crate::agent::http::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} (--findings-listen)"))?,
-        ),
-        None => None,
-    };
-    let shared = Arc::new(Shared::with_metrics(
-        config.interval,
-        Metrics::with_max_series(config.metrics_max_series),
-    ));
-    let (view, reporter, api) = match &config.cluster_state {
+/// The agent's listeners: `--listen`'s, and `--findings-listen`'s when it is another.
+struct Listeners {
+    main: TcpListener,
+    findings: Option<TcpListener>,
+    /// `--findings-listen` is `--listen`: the main listener serves everything.
+    shared_address: bool,
+}
+
+impl Listeners {
+    async fn bind(config: &AgentConfig) -> anyhow::Result<Listeners> {
+        // One address for both (a fixed port): one listener serves everything there.
+        let shared_address = config.findings_listen == Some(config.listen) && config.listen.port() != 0;
+        let main = crate::agent::http::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let findings = match config.findings_listen.filter(|_| !shared_address) {
+            Some(addr) => Some(
+                crate::agent::http::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr} (--findings-listen)"))?,
+            ),
+            None => None,
+        };
+        Ok(Listeners {
+            main,
+            findings,
+            shared_address,
+        })
+    }
+
+    /// Where `/findings` is served, for the start-up log.
+    fn findings_at(&self) -> String {
+        match (&self.findings, self.shared_address) {
+            (Some(l), _) => l.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+            (None, true) => "the same listener".to_string(),
+            (None, false) => "off".to_string(),
+        }
+    }
+
+    /// A server on each listener until `stop`, the main one first.
+    fn serve(self, shared: &Arc<Shared>, stop: &signal_watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+        let main_endpoints = if self.shared_address {
+            Endpoints::All
+        } else {
+            Endpoints::Public
+        };
+        std::iter::once((self.main, main_endpoints))
+            .chain(self.findings.map(|listener| (listener, Endpoints::All)))
+            .map(|(listener, endpoints)| {
+                tokio::spawn(crate::agent::http::serve(
+                    listener,
+                    endpoints,
+                    shared.clone(),
+                    ServerConfig::default(),
+                    stopped(stop.clone()),
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Where the desired state comes from: the file of `--cluster-state`, or the API
+/// watches (and with them the reporter); and what the start-up log calls it.
+async fn desired_view(
+    config: &AgentConfig,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<(DesiredView, Option<KubeReporter>, String)> {
+    match &config.cluster_state {
         Some(path) => {
             let file = ClusterFile::start(path, Some(&config.node))?;
-            (
+            Ok((
                 DesiredView::File(file),
                 None,
                 format!("none (the cluster state from {})", path.display()),
-            )
+            ))
         }
         None => {
-            let (view, reporter, api) = watch_api(&config, &shared).await?;
-            (DesiredView::Api(view), reporter, api)
+            let (view, reporter, api) = watch_api(config, shared).await?;
+            Ok((DesiredView::Api(view), reporter, api))
         }
-    };
+    }
+}
+
+/// What the HTTP server answers from the view: the API's state, and `/explain`.
+fn serve_view(shared: &Shared, config: &AgentConfig, view: &DesiredView) {
     let probed = view.clone();
     shared.probe_api(move || (probed.synced(), probed.fresh()));
     // `/explain` judges findings as a scan does, without the grace window: the path is
@@ -129,48 +214,6 @@ async fn run_async(config: AgentConfig) -> anyhow::Result<()> {
             nodeport_range: config.nodeport_range.clone(),
         },
     ));
-    let findings_at = match (&findings_listener, shared_address) {
-        (Some(l), _) => l.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
-        (None, true) => "the same listener".to_string(),
-        (None, false) => "off".to_string(),
-    };
-    tracing::info!(
-        node = %config.node,
-        listen = %listener.local_addr().unwrap_or(config.listen),
-        findings_listen = %findings_at,
-        api = %api,
-        interval = ?config.interval,
-        "portdrift agent started"
-    );
-
-    let server = tokio::spawn(crate::agent::http::serve(
-        listener,
-        if shared_address {
-            Endpoints::All
-        } else {
-            Endpoints::Public
-        },
-        shared.clone(),
-        ServerConfig::default(),
-        stopped(stop_rx.clone()),
-    ));
-    let findings_server = findings_listener.map(|listener| {
-        tokio::spawn(crate::agent::http::serve(
-            listener,
-            Endpoints::All,
-            shared.clone(),
-            ServerConfig::default(),
-            stopped(stop_rx.clone()),
-        ))
-    });
-
-    scan_loop(&config, &view, &shared, reporter, stop_rx).await;
-    let _ = server.await;
-    if let Some(findings_server) = findings_server {
-        let _ = findings_server.await;
-    }
-    tracing::info!("portdrift agent stopped");
-    Ok(())
 }
 
 /// Starts the API watches (after the start-up jitter) and, with --events or

@@ -17,7 +17,7 @@ use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::decode::proc_process::{ArgvEvidence, format_cmdline, parse_cgroup, status_uid};
+use crate::decode::proc_process::{ArgvEvidence, format_cmdline, parse_cgroup, stat_exited, status_uid};
 use crate::heart::model::ProcessInfo;
 
 /// Bytes read from `cmdline`: enough for [`MAX_CMDLINE_CHARS`](crate::decode::proc_process::MAX_CMDLINE_CHARS) of any encoding.
@@ -75,7 +75,10 @@ pub fn find_owners(proc_root: &Path, inodes: &HashSet<u64>, argv: ArgvEvidence) 
             Err(e) => {
                 match e.kind() {
                     // Exited since /proc was listed.
-                    io::ErrorKind::NotFound => {}
+                    _ if gone(&e) => {}
+                    // A process that is exiting refuses even root; only a live one
+                    // says a privilege is missing.
+                    io::ErrorKind::PermissionDenied if exited(&pid_dir) => {}
                     io::ErrorKind::PermissionDenied => owners.denied += 1,
                     _ => {
                         owners.failed += 1;
@@ -118,7 +121,7 @@ pub fn find_owners(proc_root: &Path, inodes: &HashSet<u64>, argv: ArgvEvidence) 
                 break 'pids;
             }
         }
-        if denied {
+        if denied && !exited(&pid_dir) {
             owners.denied += 1;
         }
     }
@@ -138,6 +141,17 @@ pub fn find_owners(proc_root: &Path, inodes: &HashSet<u64>, argv: ArgvEvidence) 
         }
     }
     owners
+}
+
+/// Whether reading a process's files failed because it is gone: not there any more,
+/// or ESRCH, which the kernel answers for a process that exited during the read.
+fn gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Whether the process of `pid_dir` has exited (or is a zombie) by now.
+fn exited(pid_dir: &Path) -> bool {
+    fs::read_to_string(pid_dir.join("stat")).map_or(true, |stat| stat_exited(&stat))
 }
 
 fn processes(n: usize) -> String {

@@ -12,7 +12,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -190,12 +190,8 @@ where
     F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
 {
     let start = Instant::now();
-    let command = std::iter::once(program)
-        .chain(args.iter().copied())
-        .collect::<Vec<_>>()
-        .join(" ");
     let mut run = ToolRun {
-        command,
+        command: command_line(program, args),
         path: find_on_path(program),
         outcome: ToolOutcome::Absent,
         value: None,
@@ -206,153 +202,287 @@ where
     let Some(path) = run.path.clone() else {
         return run;
     };
-    let spawned = Command::new(&path)
+    let (mut child, readers) = match start_tool(program, &path, args, input, limits.max_output, consume) {
+        Ok(started) => started,
+        Err(outcome) => {
+            run.outcome = outcome;
+            run.elapsed = start.elapsed();
+            return run;
+        }
+    };
+    let watched = watch(&mut child, &readers, start + limits.timeout);
+    (run.outcome, run.value) = conclude(&mut child, &readers, watched);
+    run.stderr = readers.stderr_excerpt();
+    run.stdout_bytes = readers.printed();
+    run.elapsed = start.elapsed();
+    run
+}
+
+/// The command as run, for messages.
+fn command_line(program: &str, args: &[&str]) -> String {
+    std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Starts the tool with its input writer and output readers. A tool whose threads
+/// cannot all start is killed: nothing could watch or drain it.
+fn start_tool<T, F>(
+    program: &str,
+    path: &Path,
+    args: &[&str],
+    input: Option<Vec<u8>>,
+    max_output: u64,
+    consume: F,
+) -> Result<(Child, Readers<T>), ToolOutcome>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+{
+    let mut child = spawn_tool(path, args, input.is_some())?;
+    let started = feed_stdin(program, &mut child, input)
+        .map_err(|e| format!("could not start a writer thread: {e}"))
+        .and_then(|()| {
+            Readers::start(program, &mut child, max_output, consume)
+                .map_err(|e| format!("could not start a reader thread: {e}"))
+        });
+    match started {
+        Ok(readers) => Ok((child, readers)),
+        Err(why) => {
+            kill_group(&mut child);
+            let _ = child.wait();
+            Err(ToolOutcome::Failed(why))
+        }
+    }
+}
+
+/// Spawns the tool as the leader of its own process group. A binary that vanished
+/// since it was found on `PATH` is absent.
+fn spawn_tool(path: &Path, args: &[&str], with_input: bool) -> Result<Child, ToolOutcome> {
+    Command::new(path)
         .args(args)
         .env("LC_ALL", "C")
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(if with_input { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            run.elapsed = start.elapsed();
-            return run;
-        }
-        Err(e) => {
-            run.outcome = ToolOutcome::Failed(format!("could not start {}: {e}", path.display()));
-            run.elapsed = start.elapsed();
-            return run;
-        }
-    };
+        .spawn()
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => ToolOutcome::Absent,
+            _ => ToolOutcome::Failed(format!("could not start {}: {e}", path.display())),
+        })
+}
 
-    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
-        // A failed write shows as the tool's own complaint (or exit status).
-        let writer = thread::Builder::new()
-            .name(format!("{program} stdin"))
-            .spawn(move || {
-                let _ = stdin.write_all(&bytes);
-            });
-        if let Err(e) = writer {
-            kill_group(&mut child);
-            let _ = child.wait();
-            run.outcome = ToolOutcome::Failed(format!("could not start a writer thread: {e}"));
-            run.elapsed = start.elapsed();
-            return run;
-        }
-    }
-    let count = Arc::new(AtomicU64::new(0));
-    let over = Arc::new(AtomicBool::new(false));
-    let (out_tx, out_rx) = mpsc::channel();
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let reader = CappedReader {
-        inner: stdout,
-        limit: limits.max_output,
-        count: Arc::clone(&count),
-        over: Arc::clone(&over),
+/// Writes `input` to the tool's stdin on a thread of its own.
+fn feed_stdin(program: &str, child: &mut Child, input: Option<Vec<u8>>) -> io::Result<()> {
+    let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) else {
+        return Ok(());
     };
-    let out_thread = thread::Builder::new()
+    // A failed write shows as the tool's own complaint (or exit status).
+    thread::Builder::new()
+        .name(format!("{program} stdin"))
+        .spawn(move || {
+            let _ = stdin.write_all(&bytes);
+        })
+        .map(drop)
+}
+
+/// The threads reading a running tool's stdout and stderr, and what the watchdog
+/// learns from them.
+struct Readers<T> {
+    /// What the consumer returned.
+    value: mpsc::Receiver<io::Result<T>>,
+    /// The start of stderr, sent once the tool closed it.
+    stderr: mpsc::Receiver<Vec<u8>>,
+    /// Bytes of stdout handed to the consumer.
+    count: Arc<AtomicU64>,
+    /// Set when stdout went past the output limit.
+    over: Arc<AtomicBool>,
+}
+
+impl<T: Send + 'static> Readers<T> {
+    /// Starts both readers, stdout's cut off past `max_output` bytes.
+    fn start<F>(program: &str, child: &mut Child, max_output: u64, consume: F) -> io::Result<Self>
+    where
+        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+    {
+        let count = Arc::new(AtomicU64::new(0));
+        let over = Arc::new(AtomicBool::new(false));
+        let stdout = CappedReader {
+            inner: child.stdout.take().expect("stdout is piped"),
+            limit: max_output,
+            count: Arc::clone(&count),
+            over: Arc::clone(&over),
+        };
+        let value = read_stdout(program, stdout, consume);
+        let stderr = read_stderr(program, child.stderr.take().expect("stderr is piped"));
+        Ok(Readers {
+            value: value?,
+            stderr: stderr?,
+            count,
+            over,
+        })
+    }
+}
+
+impl<T> Readers<T> {
+    fn printed(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn over_limit(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
+    }
+
+    /// What the tool said on stderr, as kept; nothing if the reader did not finish in
+    /// time.
+    fn stderr_excerpt(&self) -> String {
+        let stderr = self.stderr.recv_timeout(READER_GRACE).unwrap_or_default();
+        String::from_utf8_lossy(&stderr).trim().to_string()
+    }
+}
+
+/// Streams stdout into `consume` on a thread of its own, which sends what it returned.
+fn read_stdout<T, F>(
+    program: &str,
+    stdout: CappedReader<ChildStdout>,
+    consume: F,
+) -> io::Result<mpsc::Receiver<io::Result<T>>>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
         .name(format!("{program} stdout"))
         .spawn(move || {
-            let mut r = BufReader::with_capacity(64 << 10, reader);
-            let _ = out_tx.send(consume(&mut r));
-        });
-    let (err_tx, err_rx) = mpsc::channel();
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let err_thread = thread::Builder::new()
+            let mut r = BufReader::with_capacity(64 << 10, stdout);
+            let _ = tx.send(consume(&mut r));
+        })?;
+    Ok(rx)
+}
+
+/// Keeps the start of stderr on a thread of its own, which sends it once stderr closes.
+fn read_stderr(program: &str, mut stderr: ChildStderr) -> io::Result<mpsc::Receiver<Vec<u8>>> {
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
         .name(format!("{program} stderr"))
         .spawn(move || {
             let mut kept = Vec::new();
-            let mut stderr = stderr;
             let _ = (&mut stderr).take(STDERR_EXCERPT as u64).read_to_end(&mut kept);
             // Drain the rest so the tool never blocks on a full stderr pipe.
             let _ = io::copy(&mut stderr, &mut io::sink());
-            let _ = err_tx.send(kept);
-        });
-    if let Err(e) = out_thread.and(err_thread) {
-        kill_group(&mut child);
-        let _ = child.wait();
-        run.outcome = ToolOutcome::Failed(format!("could not start a reader thread: {e}"));
-        run.elapsed = start.elapsed();
-        return run;
-    }
+            let _ = tx.send(kept);
+        })?;
+    Ok(rx)
+}
 
-    let deadline = start + limits.timeout;
-    let mut status: Option<ExitStatus> = None;
+/// How the watchdog stopped watching a tool.
+enum Watched<T> {
+    /// The consumer returned and the tool exited.
+    Finished {
+        value: io::Result<T>,
+        status: ExitStatus,
+    },
+    /// The tool must be stopped, for `why`; what was seen of it by then.
+    Stopped {
+        why: ToolOutcome,
+        value: Option<io::Result<T>>,
+        status: Option<ExitStatus>,
+    },
+}
+
+/// Waits for the consumer to return and the tool to exit, until the output limit is
+/// passed or the deadline. The polling step grows to 10 ms: a quick tool is seen at
+/// once, a slow one costs little.
+fn watch<T>(child: &mut Child, readers: &Readers<T>, deadline: Instant) -> Watched<T> {
+    let mut value = None;
+    let mut status = None;
     let mut step = Duration::from_millis(1);
-    let mut killed_for: Option<ToolOutcome> = None;
     loop {
-        if run.value.is_none() {
-            let wait = step.min(deadline.saturating_duration_since(Instant::now()));
-            match out_rx.recv_timeout(wait) {
-                Ok(v) => run.value = Some(v),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    run.value = Some(Err(io::Error::other("the output reader stopped")));
-                }
-            }
+        let wait = step.min(deadline.saturating_duration_since(Instant::now()));
+        if value.is_none() {
+            value = poll_value(&readers.value, wait);
         } else if status.is_none() {
-            thread::sleep(step.min(deadline.saturating_duration_since(Instant::now())));
+            thread::sleep(wait);
         }
         if status.is_none() {
             match child.try_wait() {
                 Ok(s) => status = s,
                 Err(e) => {
-                    run.outcome = ToolOutcome::Failed(format!("could not wait for it: {e}"));
-                    killed_for = Some(run.outcome.clone());
-                    break;
+                    let why = ToolOutcome::Failed(format!("could not wait for it: {e}"));
+                    return Watched::Stopped { why, value, status };
                 }
             }
         }
-        if run.value.is_some() && status.is_some() {
-            break;
+        if let Some(status) = status
+            && let Some(value) = value.take()
+        {
+            return Watched::Finished { value, status };
         }
-        if over.load(Ordering::Relaxed) {
-            killed_for = Some(ToolOutcome::TooLarge);
-            break;
-        }
-        if Instant::now() >= deadline {
-            killed_for = Some(ToolOutcome::TimedOut);
-            break;
+        if let Some(why) = reason_to_stop(readers, deadline) {
+            return Watched::Stopped { why, value, status };
         }
         step = (step * 2).min(Duration::from_millis(10));
     }
+}
 
-    if let Some(why) = killed_for {
-        if status.is_none() {
-            kill_group(&mut child);
-            let _ = child.wait();
-        }
-        run.outcome = why;
-        if run.value.is_none() {
+/// What the consumer returned, if it did within `wait`.
+fn poll_value<T>(rx: &mpsc::Receiver<io::Result<T>>, wait: Duration) -> Option<io::Result<T>> {
+    match rx.recv_timeout(wait) {
+        Ok(v) => Some(v),
+        Err(mpsc::RecvTimeoutError::Timeout) => None,
+        Err(mpsc::RecvTimeoutError::Disconnected) => Some(Err(io::Error::other("the output reader stopped"))),
+    }
+}
+
+/// Why a tool still running must be killed now, if it must.
+fn reason_to_stop<T>(readers: &Readers<T>, deadline: Instant) -> Option<ToolOutcome> {
+    if readers.over_limit() {
+        Some(ToolOutcome::TooLarge)
+    } else if Instant::now() >= deadline {
+        Some(ToolOutcome::TimedOut)
+    } else {
+        None
+    }
+}
+
+/// The run's outcome and the consumer's value, killing the tool if it was stopped.
+/// Output past the limit makes it too large however it ended.
+fn conclude<T>(
+    child: &mut Child,
+    readers: &Readers<T>,
+    watched: Watched<T>,
+) -> (ToolOutcome, Option<io::Result<T>>) {
+    let (outcome, value) = match watched {
+        Watched::Finished { value, status } => (exit_outcome(status, readers.printed()), Some(value)),
+        Watched::Stopped { why, value, status } => {
+            if status.is_none() {
+                kill_group(child);
+                let _ = child.wait();
+            }
             // The pipe closes with the process group: the consumer sees the end of a
             // truncated dump and returns what it read.
-            run.value = out_rx.recv_timeout(READER_GRACE).ok();
+            let value = value.or_else(|| readers.value.recv_timeout(READER_GRACE).ok());
+            (why, value)
         }
+    };
+    if readers.over_limit() {
+        return (ToolOutcome::TooLarge, value);
+    }
+    (outcome, value)
+}
+
+/// How a tool that exited on its own ended, from its status and what it printed.
+fn exit_outcome(status: ExitStatus, printed: u64) -> ToolOutcome {
+    if !status.success() {
+        ToolOutcome::Failed(describe_exit(status))
+    } else if printed == 0 {
+        ToolOutcome::Empty
     } else {
-        let status = status.expect("the loop ends with a status");
-        let printed = count.load(Ordering::Relaxed);
-        run.outcome = if !status.success() {
-            ToolOutcome::Failed(describe_exit(status))
-        } else if printed == 0 {
-            ToolOutcome::Empty
-        } else {
-            ToolOutcome::Ok
-        };
+        ToolOutcome::Ok
     }
-    if over.load(Ordering::Relaxed) {
-        run.outcome = ToolOutcome::TooLarge;
-    }
-    let stderr = err_rx.recv_timeout(READER_GRACE).unwrap_or_default();
-    run.stderr = String::from_utf8_lossy(&stderr).trim().to_string();
-    run.stdout_bytes = count.load(Ordering::Relaxed);
-    run.elapsed = start.elapsed();
-    run
 }
 
 fn describe_exit(status: ExitStatus) -> String {

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use portdrift::heart::finding::{Finding, FindingId, Severity};
+
 /// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -46,10 +48,8 @@ pub fn built_from_sources(bundle: &Path) -> bool {
         && !bundle.join("proc/net/ip_vs").is_file()
 }
 
-/// The fields that decide whether a finding is the right one.
-pub const KEY_FIELDS: [&str; 8] = [
-    "kind", "severity", "protocol", "port", "family", "backend", "service", "target",
-];
+/// What decides whether a finding is the right one: its identity and its severity.
+pub type FindingKey = (FindingId, Severity);
 
 /// The status of source `name` in a report's `sources` (a scan's JSON, `/findings`).
 pub fn source<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
@@ -59,16 +59,13 @@ pub fn source<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::
         .unwrap_or_else(|| panic!("no source {name} in {:#}", report["sources"]))
 }
 
-/// Findings as a multiset of their key fields.
-pub fn finding_multiset(findings: &[serde_json::Value]) -> std::collections::BTreeMap<String, usize> {
+/// Findings as a multiset of their keys.
+pub fn finding_multiset(findings: &[serde_json::Value]) -> std::collections::BTreeMap<FindingKey, usize> {
     let mut out = std::collections::BTreeMap::new();
     for f in findings {
-        let key = KEY_FIELDS
-            .iter()
-            .map(|k| format!("{k}={}", f.get(*k).unwrap_or(&serde_json::Value::Null)))
-            .collect::<Vec<_>>()
-            .join(" ");
-        *out.entry(key).or_default() += 1;
+        let finding: Finding = serde_json::from_value(f.clone())
+            .unwrap_or_else(|e| panic!("a finding that does not read back ({e}): {f}"));
+        *out.entry((finding.identity(), finding.severity)).or_default() += 1;
     }
     out
 }

@@ -2,23 +2,40 @@
 //! when it changes, and a periodic summary.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::heart::coverage::Coverage;
-use crate::heart::finding::{Finding, Severity};
+use crate::heart::finding::{Finding, FindingId, Severity};
 use crate::heart::outcome::{ScanReport, SourceState};
 use crate::heart::visible::visible;
 
-/// A finding's identity across scans (its message and evidence may change wording).
-pub(super) type Key = crate::heart::finding::Identity;
+/// What the log has said so far: the findings and coverage it last logged, and when
+/// it last logged the summary.
+#[derive(Debug, Default)]
+pub(super) struct ScanLog {
+    known: BTreeMap<FindingId, Finding>,
+    coverage: Option<Coverage>,
+    scans: u64,
+    last_summary: Option<Instant>,
+}
 
-fn key(f: &Finding) -> Key {
-    f.identity()
+impl ScanLog {
+    /// Logs what changed with this scan, and the summary when it is due; `api_fresh`
+    /// is asked only then.
+    pub(super) fn after_scan(&mut self, report: &ScanReport, api_fresh: impl FnOnce() -> bool) {
+        log_coverage(&mut self.coverage, &report.coverage);
+        log_changes(&mut self.known, report);
+        self.scans += 1;
+        if self.last_summary.is_none_or(|t| t.elapsed() >= SUMMARY_EVERY) {
+            log_summary(report, api_fresh(), self.scans);
+            self.last_summary = Some(Instant::now());
+        }
+    }
 }
 
 /// Logs what the scans could and could not check, once each time it changes: a node
 /// whose check is incomplete is not a quiet, healthy one.
-pub(super) fn log_coverage(last: &mut Option<Coverage>, coverage: &Coverage) {
+fn log_coverage(last: &mut Option<Coverage>, coverage: &Coverage) {
     if last.as_ref() == Some(coverage) {
         return;
     }
@@ -41,10 +58,10 @@ pub(super) fn log_coverage(last: &mut Option<Coverage>, coverage: &Coverage) {
 /// changed, as a pending one does when its grace window ends), and one per finding
 /// that cleared. A finding that persists is not logged again: the periodic summary
 /// counts it.
-pub(super) fn log_changes(known: &mut BTreeMap<Key, Finding>, report: &ScanReport) {
-    let mut now: BTreeMap<Key, Finding> = BTreeMap::new();
+fn log_changes(known: &mut BTreeMap<FindingId, Finding>, report: &ScanReport) {
+    let mut now: BTreeMap<FindingId, Finding> = BTreeMap::new();
     for f in &report.findings {
-        now.entry(key(f)).or_insert_with(|| f.clone());
+        now.entry(f.identity()).or_insert_with(|| f.clone());
     }
     for (k, f) in &now {
         match known.get(k) {
@@ -121,11 +138,11 @@ fn log_finding(f: &Finding, what: &str) {
 }
 
 /// How often the one-line summary is logged while the agent runs.
-pub(super) const SUMMARY_EVERY: Duration = Duration::from_secs(600);
+const SUMMARY_EVERY: Duration = Duration::from_secs(600);
 
 /// The periodic one-line state of the node: findings by severity and kind, sources
 /// not read whole, and the API view's state.
-pub(super) fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
+fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
     let summary = report.summary;
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for f in &report.findings {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 
 use crate::agent::kube_report::events::{EventDraft, qualifies};
-use crate::heart::finding::{Finding, Identity, Severity};
+use crate::heart::finding::{Finding, FindingId, Severity};
 
 /// A token bucket: `capacity` writes at once, then one every `refill_every`.
 #[derive(Debug, Clone)]
@@ -134,8 +134,8 @@ pub struct EventGate {
     bucket: TokenBucket,
     series_every: Duration,
     window: Duration,
-    records: BTreeMap<Identity, Record>,
-    pending: BTreeMap<Identity, Pending>,
+    records: BTreeMap<FindingId, Record>,
+    pending: BTreeMap<FindingId, Pending>,
     next_id: u64,
     next_seq: u64,
     /// Findings deferred since the current run began.
@@ -161,9 +161,9 @@ impl EventGate {
     /// The writes one scan's findings call for, at most `room` of them (what the
     /// writer's queue can take now: the rest waits, as for the bucket).
     pub fn admit(&mut self, findings: &[Finding], room: usize, now: Instant, wall: Timestamp) -> Admitted {
-        let mut current: BTreeMap<Identity, &Finding> = BTreeMap::new();
+        let mut current: BTreeMap<FindingId, &Finding> = BTreeMap::new();
         for f in findings.iter().filter(|f| qualifies(f)) {
-            // Two backends' copies of one finding share an identity: the first counts.
+            // Findings differing only in what the identity leaves out are one: the first counts.
             current.entry(f.identity()).or_insert(f);
         }
         let waiting_before = !self.pending.is_empty();
@@ -190,7 +190,7 @@ impl EventGate {
         self.pending.retain(|identity, _| current.contains_key(identity));
 
         let mut room = room;
-        let mut order: Vec<(&(bool, u64), &Identity)> =
+        let mut order: Vec<(&(bool, u64), &FindingId)> =
             self.pending.iter().map(|(id, p)| (&p.rank, id)).collect();
         order.sort();
         let mut created = Vec::new();

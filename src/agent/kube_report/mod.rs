@@ -139,35 +139,30 @@ impl ReportMetrics {
             "events",
             "Kubernetes Events for new findings, by result",
             None,
-            &["result"],
             metrics.events.clone(),
         );
         registry.add(
             "event_series_updates",
             "Updates of a persisting finding's Event series (count, last observed), by result",
             None,
-            &["result"],
             metrics.series_updates.clone(),
         );
         registry.add(
             "events_over_budget",
             "Findings whose Event the Event budget (or a writer behind the API server) deferred, each once; written later if the finding persists",
             None,
-            &[],
             metrics.over_budget.clone(),
         );
         registry.add(
             "events_pending",
             "Findings waiting for their Event, deferred by the Event budget",
             None,
-            &[],
             metrics.pending.clone(),
         );
         registry.add(
             "node_condition_patches",
             "Patches of the NodePortDrift Node condition, by result",
             None,
-            &["result"],
             metrics.condition_patches.clone(),
         );
         metrics

@@ -4,6 +4,8 @@
 
 use prometheus_client::registry::{Metric, Registry, Unit};
 
+use super::labels::LabelNames;
+
 /// One metric as the reference lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricDoc {
@@ -32,23 +34,16 @@ impl<'r> Described<'r> {
         }
     }
 
-    /// Registers `metric` as `name` (under the prefix), with `labels` as its label
-    /// names and `unit`, if any, appended to the name as the exposition does.
-    pub fn add(
-        &mut self,
-        name: &str,
-        help: &str,
-        unit: Option<Unit>,
-        labels: &'static [&'static str],
-        metric: impl Metric,
-    ) {
+    /// Registers `metric` as `name` (under the prefix), with `unit`, if any, appended
+    /// to the name as the exposition does.
+    pub fn add<M: Metric + LabelNames>(&mut self, name: &str, help: &str, unit: Option<Unit>, metric: M) {
         self.docs.push(metric_doc(
             self.prefix,
             name,
             help,
             unit.as_ref(),
             metric.metric_type().as_str(),
-            labels,
+            M::LABELS,
         ));
         match unit {
             Some(unit) => self.registry.register_with_unit(name, help, unit, metric),

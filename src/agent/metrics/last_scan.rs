@@ -10,6 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Unit;
 
 use super::described::Described;
+use super::labels::LabelNames;
+
 /// A gauge family whose series describe the last scan only: each update sets the new
 /// series and then removes those the update did not set (in that order, so a scrape in
 /// between sees one scan's series or both, never a gap).
@@ -21,26 +23,18 @@ pub(super) struct LastScan<L: Clone + Hash + Eq, N = i64, A = std::sync::atomic:
 
 impl<L, N, A> LastScan<L, N, A>
 where
-    L: Clone + Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
+    L: Clone + Hash + Eq + EncodeLabelSet + LabelNames + std::fmt::Debug + Send + Sync + 'static,
     Gauge<N, A>: Default + EncodeMetric + std::fmt::Debug + Send + Sync + 'static,
     A: prometheus_client::metrics::gauge::Atomic<N>,
 {
-    pub(super) fn new() -> Self {
+    /// A family without series, registered as `name`.
+    pub(super) fn register(registry: &mut Described<'_>, name: &str, help: &str, unit: Option<Unit>) -> Self {
+        let family = Family::default();
+        registry.add(name, help, unit, family.clone());
         LastScan {
-            family: Family::default(),
+            family,
             shown: Mutex::new(HashSet::new()),
         }
-    }
-
-    pub(super) fn register(
-        &self,
-        registry: &mut Described<'_>,
-        name: &str,
-        help: &str,
-        unit: Option<Unit>,
-        labels: &'static [&'static str],
-    ) {
-        registry.add(name, help, unit, labels, self.family.clone());
     }
 
     pub(super) fn replace(&self, values: impl IntoIterator<Item = (L, N)>) {

@@ -1,11 +1,31 @@
-//! The per-finding series of `portdrift_finding`, capped, and label tallies.
+//! The per-finding series of `portdrift_finding`, capped, label tallies, and families
+//! whose every series exists from the start.
 
 use std::collections::BTreeMap;
 use std::hash::Hash;
 
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+
 use super::{FindingLabel, NO_BACKEND};
 use crate::heart::finding::{Finding, Severity};
 use crate::heart::model::{Backend, Protocol};
+
+/// `family` with a series for each of `labels`, at zero: dashboards and alerts see
+/// every bounded value before the first scan sets it.
+pub(super) fn at_zero<L, M, C>(
+    family: Family<L, M, C>,
+    labels: impl IntoIterator<Item = L>,
+) -> Family<L, M, C>
+where
+    L: Clone + Hash + Eq,
+    M: Clone,
+    C: MetricConstructor<M>,
+{
+    for label in labels {
+        family.get_or_create_owned(&label);
+    }
+    family
+}
 
 /// How often each label set occurs.
 pub(super) fn tally<L: Hash + Eq>(labels: impl Iterator<Item = L>) -> Vec<(L, i64)> {

@@ -1,7 +1,12 @@
+use std::time::Duration;
+
 use super::*;
-use crate::heart::finding::Severity;
-use crate::heart::model::Protocol;
-use crate::heart::outcome::SourceState;
+use crate::agent::watch::WatchStatus;
+use crate::heart::coverage::Coverage;
+use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::model::{Backend, Family as IpFamily, Protocol};
+use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth};
+use crate::heart::outcome::{SourceState, SourceStatus};
 
 fn finding(kind: Kind, severity: Severity, port: Option<u16>) -> Finding {
     let mut f = Finding::new(kind, severity, "test");

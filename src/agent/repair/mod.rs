@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::heart::desired::DesiredState;
-use crate::heart::finding::{Finding, Kind};
+use crate::heart::finding::{Finding, FindingId, Kind};
 use crate::heart::model::{Backend, Family};
 use crate::heart::observed::KubeProxyHealth;
 use crate::heart::outcome::{ScanReport, SourceState};
@@ -143,20 +143,22 @@ impl CycleOutcome {
     }
 }
 
-/// A finding's identity across scans: its rule text rather than its line, which
-/// moves when other rules come and go.
-pub fn finding_key(f: &Finding) -> String {
-    format!(
-        "{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{}",
-        f.kind,
-        f.backend,
-        f.family,
-        f.protocol,
-        f.port,
-        f.service.as_deref().unwrap_or(""),
-        f.target.as_deref().unwrap_or(""),
-        f.rule.as_deref().unwrap_or("")
-    )
+/// What repair remembers a finding by across scans: its identity and its rule's text
+/// (rather than its line, which moves when other rules come and go). An empty rule is
+/// the same as none.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RepairKey {
+    finding: FindingId,
+    rule: Option<String>,
+}
+
+impl RepairKey {
+    fn of(f: &Finding) -> RepairKey {
+        RepairKey {
+            finding: f.identity(),
+            rule: f.rule.clone().filter(|rule| !rule.is_empty()),
+        }
+    }
 }
 
 /// One backend in one family: what a ruleset read and a nudge are about.
@@ -173,7 +175,7 @@ struct Seen {
 #[derive(Debug)]
 pub struct Repairer {
     config: RepairConfig,
-    history: HashMap<String, Seen>,
+    history: HashMap<RepairKey, Seen>,
     nudged: BTreeMap<(Backend, Family), Instant>,
     /// What the last cycle logged about not acting: the agent cycles every scan, and
     /// the same reason is not worth a log line every time.
@@ -202,7 +204,7 @@ impl Repairer {
             .iter()
             .filter(|f| crate::heart::repair::plan::REPAIRABLE.contains(&f.kind))
         {
-            let key = finding_key(f);
+            let key = RepairKey::of(f);
             let seen = match self.history.get(&key) {
                 Some(s) => Seen {
                     first: s.first,
@@ -307,7 +309,7 @@ impl Repairer {
             .iter()
             .filter(|f| crate::heart::repair::plan::REPAIRABLE.contains(&f.kind))
         {
-            let seen = self.history.get(&finding_key(f));
+            let seen = self.history.get(&RepairKey::of(f));
             let age = seen
                 .map(|s| now.saturating_duration_since(s.first))
                 .unwrap_or_default();

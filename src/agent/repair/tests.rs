@@ -124,6 +124,32 @@ fn a_finding_must_persist_across_two_scans_and_the_minimum_age() {
 }
 
 #[test]
+fn a_finding_is_remembered_by_its_rule_text_not_its_line() {
+    let mut repairer = Repairer::new(config());
+    let t0 = Instant::now();
+    let scans = |r: &Repairer, f: &Finding| r.history.get(&RepairKey::of(f)).map(|s| s.scans);
+    let first = stale_rule();
+    repairer.observe(&report(vec![first.clone()], SourceState::Ok), t0);
+    let mut moved = first.clone();
+    (moved.rule_source, moved.message) = (Some("iptables-nft-save.txt:40".into()), "said again".into());
+    repairer.observe(
+        &report(vec![moved.clone()], SourceState::Ok),
+        t0 + Duration::from_secs(1),
+    );
+    assert_eq!(scans(&repairer, &moved), Some(2));
+    let mut rewritten = moved;
+    rewritten.rule = Some("-A KUBE-NODEPORTS -p tcp -m tcp --dport 30090 -j KUBE-EXT-X".into());
+    repairer.observe(
+        &report(vec![rewritten.clone()], SourceState::Ok),
+        t0 + Duration::from_secs(2),
+    );
+    assert_eq!(scans(&repairer, &rewritten), Some(1));
+    let (mut none, mut empty) = (first.clone(), first);
+    (none.rule, empty.rule) = (None, Some(String::new()));
+    assert!(RepairKey::of(&none) == RepairKey::of(&empty));
+}
+
+#[test]
 fn pending_findings_and_partial_reads_are_left_alone() {
     let desired = DesiredState::default();
     let mut pending = stale_rule();

@@ -81,94 +81,129 @@ where
 {
     match state {
         State::Empty => (Some(Ok(Event::Init)), State::List { continue_token: None }),
-        State::List { continue_token } => {
-            match stream_list(api, &list_params(config, continue_token)).await {
-                Ok(reader) => (None, State::Listing { reader }),
-                Err(error) => (Some(Err(watcher::Error::InitialListFailed(error))), State::Empty),
-            }
-        }
-        State::Listing { mut reader } => match reader.next().await {
-            Ok(Some(object)) => (Some(Ok(Event::InitApply(object))), State::Listing { reader }),
-            Ok(None) => {
-                let metadata = reader.metadata();
-                let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-                match (
-                    nonempty(&metadata.continue_),
-                    nonempty(&metadata.resource_version),
-                ) {
-                    (Some(token), _) => (
-                        None,
-                        State::List {
-                            continue_token: Some(token),
-                        },
-                    ),
-                    (None, Some(resource_version)) => {
-                        (Some(Ok(Event::InitDone)), State::Listed { resource_version })
-                    }
-                    (None, None) => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
-                }
-            }
-            Err(error) => (Some(Err(watcher::Error::InitialListFailed(error))), State::Empty),
-        },
-        State::Listed { resource_version } => match api.watch(&watch_params(config), &resource_version).await
-        {
-            Ok(stream) => (
-                None,
-                State::Watching {
-                    resource_version,
-                    stream: stream.boxed(),
-                },
-            ),
-            Err(error) => {
-                // kube-runtime retries a refused watch from the same version for ever;
-                // a version the server no longer has never stops being refused.
-                let next = if is_gone(&error) {
-                    State::Empty
-                } else {
-                    State::Listed { resource_version }
-                };
-                (Some(Err(watcher::Error::WatchStartFailed(error))), next)
-            }
-        },
+        State::List { continue_token } => request_list(api, config, continue_token).await,
+        State::Listing { reader } => read_list(reader).await,
+        State::Listed { resource_version } => open_watch(api, config, resource_version).await,
         State::Watching {
             resource_version,
-            mut stream,
-        } => {
-            let Some(event) = next_or_idle(&mut stream, config.timeout).await else {
-                return (None, State::Listed { resource_version });
-            };
-            match event {
-                Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => {
-                    watched(object, Event::Apply, stream)
-                }
-                Ok(WatchEvent::Deleted(object)) => watched(object, Event::Delete, stream),
-                Ok(WatchEvent::Bookmark(bookmark)) => (
+            stream,
+        } => read_watch(config, resource_version, stream).await,
+    }
+}
+
+async fn request_list<K>(
+    api: &Api<K>,
+    config: &watcher::Config,
+    continue_token: Option<String>,
+) -> (Option<Item<K>>, State<K>)
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
+{
+    match stream_list(api, &list_params(config, continue_token)).await {
+        Ok(reader) => (None, State::Listing { reader }),
+        Err(error) => (Some(Err(watcher::Error::InitialListFailed(error))), State::Empty),
+    }
+}
+
+/// The list's next object; at its end, the next page or the watch.
+async fn read_list<K>(mut reader: ListReader<K>) -> (Option<Item<K>>, State<K>)
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
+{
+    match reader.next().await {
+        Ok(Some(object)) => (Some(Ok(Event::InitApply(object))), State::Listing { reader }),
+        Ok(None) => {
+            let metadata = reader.metadata();
+            let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+            match (
+                nonempty(&metadata.continue_),
+                nonempty(&metadata.resource_version),
+            ) {
+                (Some(token), _) => (
                     None,
-                    State::Watching {
-                        resource_version: bookmark.metadata.resource_version,
-                        stream,
+                    State::List {
+                        continue_token: Some(token),
                     },
                 ),
-                Ok(WatchEvent::Error(status)) => {
-                    let next = if status.code == 410 {
-                        State::Empty
-                    } else {
-                        State::Watching {
-                            resource_version,
-                            stream,
-                        }
-                    };
-                    (Some(Err(watcher::Error::WatchError(status))), next)
+                (None, Some(resource_version)) => {
+                    (Some(Ok(Event::InitDone)), State::Listed { resource_version })
                 }
-                Err(error) => (
-                    Some(Err(watcher::Error::WatchFailed(error))),
-                    State::Watching {
-                        resource_version,
-                        stream,
-                    },
-                ),
+                (None, None) => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
             }
         }
+        Err(error) => (Some(Err(watcher::Error::InitialListFailed(error))), State::Empty),
+    }
+}
+
+async fn open_watch<K>(
+    api: &Api<K>,
+    config: &watcher::Config,
+    resource_version: String,
+) -> (Option<Item<K>>, State<K>)
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
+{
+    match api.watch(&watch_params(config), &resource_version).await {
+        Ok(stream) => (
+            None,
+            State::Watching {
+                resource_version,
+                stream: stream.boxed(),
+            },
+        ),
+        Err(error) => {
+            // kube-runtime retries a refused watch from the same version for ever;
+            // a version the server no longer has never stops being refused.
+            let next = if is_gone(&error) {
+                State::Empty
+            } else {
+                State::Listed { resource_version }
+            };
+            (Some(Err(watcher::Error::WatchStartFailed(error))), next)
+        }
+    }
+}
+
+/// The watch's next event; a watch that ended or went silent is opened again.
+async fn read_watch<K>(
+    config: &watcher::Config,
+    resource_version: String,
+    mut stream: BoxStream<'static, kube::Result<WatchEvent<K>>>,
+) -> (Option<Item<K>>, State<K>)
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
+{
+    let Some(event) = next_or_idle(&mut stream, config.timeout).await else {
+        return (None, State::Listed { resource_version });
+    };
+    match event {
+        Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => watched(object, Event::Apply, stream),
+        Ok(WatchEvent::Deleted(object)) => watched(object, Event::Delete, stream),
+        Ok(WatchEvent::Bookmark(bookmark)) => (
+            None,
+            State::Watching {
+                resource_version: bookmark.metadata.resource_version,
+                stream,
+            },
+        ),
+        Ok(WatchEvent::Error(status)) => {
+            let next = if status.code == 410 {
+                State::Empty
+            } else {
+                State::Watching {
+                    resource_version,
+                    stream,
+                }
+            };
+            (Some(Err(watcher::Error::WatchError(status))), next)
+        }
+        Err(error) => (
+            Some(Err(watcher::Error::WatchFailed(error))),
+            State::Watching {
+                resource_version,
+                stream,
+            },
+        ),
     }
 }
 

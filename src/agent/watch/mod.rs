@@ -26,7 +26,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
@@ -143,61 +143,47 @@ impl ClusterView {
         let selected = watcher::Config::default()
             .labels(KUBE_PROXY_LABEL_SELECTOR)
             .timeout(timeout);
-        let mut tasks = Vec::new();
         let changes = Arc::new(ChangeSignal::new());
-        let start = Start {
-            delay: options.start_delay,
-            streaming: options.streaming_lists,
-            // The API server ends every watch at its timeoutSeconds, streaming lists
-            // too: one still without its closing bookmark past that never will have it.
-            streaming_limit: options.watch_timeout + Duration::from_secs(30),
+        let mut reflectors = Reflectors {
+            start: Start::of(&options),
+            health: health.clone(),
+            changes: changes.clone(),
+            tasks: Vec::new(),
         };
         let zones = Arc::new(Mutex::new(ZoneTable::default()));
-        let services = spawn_reflector(
+        let services = reflectors.spawn(
             Api::<Service>::all(client.clone()),
             selected.clone(),
-            start,
             Reflect {
                 trim: trim_service,
                 resource: WatchedResource::Services,
                 reduce: store::service_reduce(),
                 relevant: store::service_relevance(),
             },
-            health.clone(),
-            changes.clone(),
-            &mut tasks,
         );
-        let slices = spawn_reflector(
+        let slices = reflectors.spawn(
             Api::<EndpointSlice>::all(client.clone()),
             selected,
-            start,
             Reflect {
                 trim: trim_endpoint_slice,
                 resource: WatchedResource::EndpointSlices,
                 reduce: store::slice_reduce(node.clone(), zones.clone()),
                 relevant: store::slice_relevance(services.clone()),
             },
-            health.clone(),
-            changes.clone(),
-            &mut tasks,
         );
         let nodes = node.as_deref().map(|name| {
             let this_node = watcher::Config::default()
                 .fields(&format!("metadata.name={name}"))
                 .timeout(timeout);
-            spawn_reflector(
+            reflectors.spawn(
                 Api::<Node>::all(client.clone()),
                 this_node,
-                start,
                 Reflect {
                     trim: trim_node,
                     resource: WatchedResource::Node,
                     reduce: store::node_reduce(),
                     relevant: store::node_relevance(),
                 },
-                health.clone(),
-                changes.clone(),
-                &mut tasks,
             )
         });
         Ok(ClusterView {
@@ -210,7 +196,7 @@ impl ClusterView {
                 nodes,
                 health,
                 changes,
-                tasks,
+                tasks: reflectors.tasks,
             }),
         })
     }
@@ -307,100 +293,179 @@ struct Start {
     streaming_limit: Duration,
 }
 
-/// Runs one reflector until the view is dropped: a kube-runtime watcher with the
-/// default backoff, trimmed, into an [`ObjectStore`]; every item is recorded in `health`.
-/// It starts after `start.delay`, with streaming lists when `start.streaming`, and
-/// falls back to cached lists for good (a new stream, its store kept) when the API
-/// server does not end them ([`initial_list`]). Cached lists are read by
-/// [`cached_list`]'s stream, which gives the same events as kube-runtime's watcher but
-/// decodes the list object by object as it arrives.
-fn spawn_reflector<K, R>(
-    api: Api<K>,
-    config: watcher::Config,
+impl Start {
+    fn of(options: &WatchOptions) -> Start {
+        Start {
+            delay: options.start_delay,
+            streaming: options.streaming_lists,
+            // The API server ends every watch at its timeoutSeconds, streaming lists
+            // too: one still without its closing bookmark past that never will have it.
+            streaming_limit: options.watch_timeout + Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a view's reflectors share, and the tasks they run in.
+struct Reflectors {
     start: Start,
-    reflect: Reflect<K, R>,
     health: Arc<ViewHealth>,
     changes: Arc<ChangeSignal>,
-    tasks: &mut Vec<JoinHandle<()>>,
-) -> Arc<ObjectStore<R>>
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Reflectors {
+    /// Runs one reflector until the view is dropped: a kube-runtime watcher with the
+    /// default backoff, trimmed, into an [`ObjectStore`]; every item is recorded in
+    /// its health. It starts after the start delay, with streaming lists when asked
+    /// for, and falls back to cached lists for good (a new stream, its store kept)
+    /// when the API server does not end them ([`initial_list`]). Cached lists are read
+    /// by [`cached_list`]'s stream, which gives the same events as kube-runtime's
+    /// watcher but decodes the list object by object as it arrives.
+    fn spawn<K, R>(
+        &mut self,
+        api: Api<K>,
+        config: watcher::Config,
+        reflect: Reflect<K, R>,
+    ) -> Arc<ObjectStore<R>>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        R: store::Record + Send + Sync + 'static,
+    {
+        let Reflect {
+            trim,
+            resource,
+            reduce,
+            relevant,
+        } = reflect;
+        let store = Arc::new(ObjectStore::default());
+        let reflector = Reflector {
+            api,
+            config,
+            trim,
+            resource,
+            writer: StoreWriter::new(store.clone(), reduce, relevant),
+            changes: self.changes.clone(),
+        };
+        let (health, start) = (self.health.clone(), self.start);
+        self.tasks.push(tokio::spawn(async move {
+            let Some(health) = health.get(resource) else {
+                return;
+            };
+            tokio::time::sleep(start.delay).await;
+            reflector
+                .run(health, InitialList::new(start.streaming, start.streaming_limit))
+                .await;
+            // kube-runtime's watcher is an endless stream; should that ever change, say so.
+            tracing::error!(%resource, "watch stream ended; this view will go stale");
+            health.lock().ended = true;
+        }));
+        store
+    }
+}
+
+/// One reflector's watch and store, moved into its task.
+struct Reflector<K, R> {
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    resource: WatchedResource,
+    writer: StoreWriter<K, R>,
+    changes: Arc<ChangeSignal>,
+}
+
+/// Why a reflector left a watcher stream.
+enum StreamLeft {
+    /// It ended (kube-runtime's never does).
+    Ended,
+    /// The initial list fell back to cached lists: a new stream reads them.
+    FellBack,
+}
+
+type WatchItem<K> = Result<watcher::Event<K>, watcher::Error>;
+
+impl<K, R> Reflector<K, R>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
     R: store::Record + Send + Sync + 'static,
 {
-    let Reflect {
-        trim,
-        resource,
-        reduce,
-        relevant,
-    } = reflect;
-    let store = Arc::new(ObjectStore::default());
-    let mut writer = StoreWriter::new(store.clone(), reduce, relevant);
-    tasks.push(tokio::spawn(async move {
-        let Some(health) = health.get(resource) else {
-            return;
-        };
-        tokio::time::sleep(start.delay).await;
-        let mut initial = InitialList::new(start.streaming, start.streaming_limit);
-        'watchers: loop {
-            // kube-runtime's default backoff is client-go's reflector backoff: 0.8 s
-            // doubling to 30 s, each delay plus a random 0-100 % of itself (backon's
-            // jitter), reset after any success or 120 s without an error.
-            let mode_config = initial.mode().config(&config);
-            let stream = match initial.mode() {
-                ListMode::Streaming => watcher(api.clone(), mode_config).boxed(),
-                // Read object by object as the list arrives, not whole (cached_list.rs).
-                ListMode::Cached => cached_list::list_then_watch(api.clone(), mode_config).boxed(),
+    /// Reads watcher streams into the store until one ends.
+    async fn run(mut self, health: &Health, mut initial: InitialList) {
+        while let StreamLeft::FellBack = self.read_stream(health, &mut initial).await {}
+    }
+
+    async fn read_stream(&mut self, health: &Health, initial: &mut InitialList) -> StreamLeft {
+        let stream = watcher_stream(self.api.clone(), &self.config, initial.mode(), self.trim);
+        let mut stream = std::pin::pin!(stream);
+        // Never `?` or `try_for_each`: an error ends nothing, the watcher recovers on
+        // the next poll (after the backoff's delay).
+        loop {
+            let next = match initial.deadline() {
+                Some(deadline) => tokio::time::timeout_at(deadline, stream.next()).await,
+                None => Ok(stream.next().await),
             };
-            let stream = stream.default_backoff().modify(trim);
-            let mut stream = std::pin::pin!(stream);
-            // Never `?` or `try_for_each`: an error ends nothing, the watcher recovers on
-            // the next poll (after the backoff's delay).
-            loop {
-                let next = match initial.deadline() {
-                    Some(deadline) => tokio::time::timeout_at(deadline, stream.next()).await,
-                    None => Ok(stream.next().await),
-                };
-                let item = match next {
-                    Ok(Some(item)) => item,
-                    Ok(None) => break 'watchers,
-                    Err(_) => {
-                        log_fallback(resource, &initial.timed_out());
-                        continue 'watchers;
-                    }
-                };
-                if let Some(why) = initial.observe(&item, Instant::now()) {
-                    log_fallback(resource, &why);
-                    continue 'watchers;
+            let item = match next {
+                Ok(Some(item)) => item,
+                Ok(None) => return StreamLeft::Ended,
+                Err(_) => {
+                    log_fallback(self.resource, &initial.timed_out());
+                    return StreamLeft::FellBack;
                 }
-                match item {
-                    Ok(event) => {
-                        let seen = Seen::of(&event);
-                        // The store first: once health says synced, the objects are there.
-                        let changed = writer.apply(event);
-                        health.on_event(seen);
-                        // Before the first complete list there is nothing to compare with:
-                        // the first scan waits for the sync, not for changes.
-                        if changed && health.lock().synced {
-                            changes.notify();
-                        }
-                    }
-                    Err(error) => {
-                        let label = watcher_error_label(&error);
-                        if label == "gone" {
-                            tracing::info!(%resource, %error, "resource version expired; relisting");
-                        } else {
-                            tracing::warn!(%resource, %error, "watch failed; retrying with backoff");
-                        }
-                        health.lock().on_error(label, &error);
-                    }
+            };
+            if let Some(why) = initial.observe(&item, Instant::now()) {
+                log_fallback(self.resource, &why);
+                return StreamLeft::FellBack;
+            }
+            self.apply(health, item);
+        }
+    }
+
+    fn apply(&mut self, health: &Health, item: WatchItem<K>) {
+        let resource = self.resource;
+        match item {
+            Ok(event) => {
+                let seen = Seen::of(&event);
+                // The store first: once health says synced, the objects are there.
+                let changed = self.writer.apply(event);
+                health.on_event(seen);
+                // Before the first complete list there is nothing to compare with:
+                // the first scan waits for the sync, not for changes.
+                if changed && health.lock().synced {
+                    self.changes.notify();
                 }
             }
+            Err(error) => {
+                let label = watcher_error_label(&error);
+                if label == "gone" {
+                    tracing::info!(%resource, %error, "resource version expired; relisting");
+                } else {
+                    tracing::warn!(%resource, %error, "watch failed; retrying with backoff");
+                }
+                health.lock().on_error(label, &error);
+            }
         }
-        // kube-runtime's watcher is an endless stream; should that ever change, say so.
-        tracing::error!(%resource, "watch stream ended; this view will go stale");
-        health.lock().ended = true;
-    }));
-    store
+    }
+}
+
+/// The watcher's stream in `mode`, trimmed. kube-runtime's default backoff is
+/// client-go's reflector backoff: 0.8 s doubling to 30 s, each delay plus a random
+/// 0-100 % of itself (backon's jitter), reset after any success or 120 s without an
+/// error.
+fn watcher_stream<K>(
+    api: Api<K>,
+    config: &watcher::Config,
+    mode: ListMode,
+    trim: fn(&mut K),
+) -> impl Stream<Item = WatchItem<K>> + Send + use<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+{
+    let mode_config = mode.config(config);
+    let stream = match mode {
+        ListMode::Streaming => watcher(api, mode_config).boxed(),
+        // Read object by object as the list arrives, not whole (cached_list.rs).
+        ListMode::Cached => cached_list::list_then_watch(api, mode_config).boxed(),
+    };
+    stream.default_backoff().modify(trim)
 }
 
 /// Says once per reflector (it falls back only once) that it lists from the cache now.

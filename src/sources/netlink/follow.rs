@@ -88,91 +88,161 @@ pub(crate) fn follow<K: Kept>(
     read_whole: &mut dyn FnMut(&mut Conn) -> Result<K, NetlinkError>,
 ) -> Result<Followed<K>, NetlinkError> {
     // Taken out: a read that fails keeps nothing, and the next reads whole.
-    let mut previous = kept.take();
-    let mut lost_seen = previous
-        .as_mut()
-        .map_or_else(|| journal.lost(), |s| s.stamp().lost_seen);
-    // The periodic whole read is a check, not a need: when churn keeps it from
-    // completing, the kept tables are brought up to date instead and it waits.
-    let (mut state, mut fallback) = if *whole {
-        (None, previous)
-    } else {
-        (previous, None)
-    };
-    let mut why = match (&state, &fallback) {
-        (Some(_), _) => None,
-        (None, Some(_)) => Some("the periodic whole read".to_string()),
-        (None, None) => Some("no earlier read kept".to_string()),
-    };
-    // What the notifications named, over every attempt: an attempt cut short by a
-    // commit re-reads all of it, so nothing read before that commit is left unread.
-    let mut named: Named = Vec::new();
-    let mut keepable = true;
-    let mut chains_read = 0;
+    let mut progress = Progress::start(kept.take(), journal, *whole);
     for attempt in 0..ATTEMPTS {
         let before = conn.generation()?;
-        for &(nfproto, tables) in scopes {
-            match journal.take(before, nfproto, tables, &mut lost_seen) {
-                Ok(taken) => merge_named(&mut named, nfproto, taken),
-                Err(unnamed) => {
-                    // Whatever was read is read again whole; a listener that is behind
-                    // or gone cannot vouch for the next read either.
-                    state = None;
-                    why = Some(unnamed.as_str().to_string());
-                    keepable &= unnamed == Unnamed::Lost;
-                    // Only a whole read knows what changed now.
-                    fallback = None;
-                }
-            }
+        progress.take_named(journal, before, scopes);
+        if let Attempt::Retry = progress.update(conn, update)? {
+            continue;
         }
-        if let Some(kept_state) = state.as_mut() {
-            match update(conn, kept_state, &named) {
-                Ok(read) => chains_read += read,
-                Err(Stale::Whole(reason)) => {
-                    state = None;
-                    why = Some(reason);
-                }
-                // A dump cut short by a commit. What was named is kept over attempts
-                // and read again in the next, so a partial update is completed there,
-                // that commit's changes with it.
-                Err(Stale::Failed(NetlinkError::Unstable(_))) => continue,
-                Err(Stale::Failed(e)) => return Err(e),
-            }
-        }
-        if state.is_none() {
-            match read_whole(conn) {
-                Err(NetlinkError::Unstable(_)) => {
-                    if attempt + 2 == ATTEMPTS
-                        && let Some(previous) = fallback.take()
-                    {
-                        state = Some(previous);
-                        why = None;
-                    }
-                    continue;
-                }
-                Err(e) => return Err(e),
-                Ok(read) => {
-                    *whole = false;
-                    state = Some(read);
-                }
-            }
+        if let Attempt::Retry = progress.read_whole(conn, read_whole, attempt, whole)? {
+            continue;
         }
         if conn.generation()? != before {
             continue;
         }
-        let Some(mut done) = state.take() else { continue };
-        *done.stamp() = Stamp {
-            generation: before,
-            lost_seen,
+        let Some(done) = progress.state.take() else {
+            continue;
         };
-        return Ok(Followed {
-            state: done,
-            why,
-            chains_read,
-            keepable,
-        });
+        return Ok(progress.followed(done, before));
     }
     Err(NetlinkError::Unstable(ATTEMPTS))
+}
+
+/// Whether an attempt goes on to its next step or starts again.
+enum Attempt {
+    GoOn,
+    Retry,
+}
+
+/// What a following read has over its attempts.
+struct Progress<K> {
+    /// The tables being brought up to date, or read whole; None: to read whole.
+    state: Option<K>,
+    /// The kept tables, brought up to date instead when the periodic whole read
+    /// cannot complete.
+    fallback: Option<K>,
+    /// Why the tables are read whole; None: only what changed is read.
+    why: Option<String>,
+    /// What the notifications named, over every attempt: an attempt cut short by a
+    /// commit re-reads all of it, so nothing read before that commit is left unread.
+    named: Named,
+    keepable: bool,
+    chains_read: usize,
+    lost_seen: u64,
+}
+
+impl<K: Kept> Progress<K> {
+    /// The periodic whole read (`whole`) is a check, not a need: when churn keeps it
+    /// from completing, the kept tables are brought up to date instead and it waits.
+    fn start(mut previous: Option<K>, journal: &ChangeJournal, whole: bool) -> Self {
+        let lost_seen = previous
+            .as_mut()
+            .map_or_else(|| journal.lost(), |s| s.stamp().lost_seen);
+        let (state, fallback) = if whole { (None, previous) } else { (previous, None) };
+        let why = match (&state, &fallback) {
+            (Some(_), _) => None,
+            (None, Some(_)) => Some("the periodic whole read".to_string()),
+            (None, None) => Some("no earlier read kept".to_string()),
+        };
+        Progress {
+            state,
+            fallback,
+            why,
+            named: Vec::new(),
+            keepable: true,
+            chains_read: 0,
+            lost_seen,
+        }
+    }
+
+    /// Adds what the notifications named up to generation `before`; when they cannot
+    /// say, the tables are to be read whole.
+    fn take_named(&mut self, journal: &ChangeJournal, before: u32, scopes: &[(u8, &[&str])]) {
+        for &(nfproto, tables) in scopes {
+            match journal.take(before, nfproto, tables, &mut self.lost_seen) {
+                Ok(taken) => merge_named(&mut self.named, nfproto, taken),
+                Err(unnamed) => {
+                    // Whatever was read is read again whole; a listener that is behind
+                    // or gone cannot vouch for the next read either.
+                    self.state = None;
+                    self.why = Some(unnamed.as_str().to_string());
+                    self.keepable &= unnamed == Unnamed::Lost;
+                    // Only a whole read knows what changed now.
+                    self.fallback = None;
+                }
+            }
+        }
+    }
+
+    /// Brings the tables being followed up to date with what was named.
+    fn update(
+        &mut self,
+        conn: &mut Conn,
+        update: &mut dyn FnMut(&mut Conn, &mut K, &Named) -> Result<usize, Stale>,
+    ) -> Result<Attempt, NetlinkError> {
+        let Some(state) = self.state.as_mut() else {
+            return Ok(Attempt::GoOn);
+        };
+        match update(conn, state, &self.named) {
+            Ok(read) => self.chains_read += read,
+            Err(Stale::Whole(reason)) => {
+                self.state = None;
+                self.why = Some(reason);
+            }
+            // A dump cut short by a commit. What was named is kept over attempts and
+            // read again in the next, so a partial update is completed there, that
+            // commit's changes with it.
+            Err(Stale::Failed(NetlinkError::Unstable(_))) => return Ok(Attempt::Retry),
+            Err(Stale::Failed(e)) => return Err(e),
+        }
+        Ok(Attempt::GoOn)
+    }
+
+    /// Reads the tables whole when nothing is being followed. Before the last attempt,
+    /// a periodic whole read that churn cut short gives way to the kept tables.
+    fn read_whole(
+        &mut self,
+        conn: &mut Conn,
+        read_whole: &mut dyn FnMut(&mut Conn) -> Result<K, NetlinkError>,
+        attempt: u32,
+        whole: &mut bool,
+    ) -> Result<Attempt, NetlinkError> {
+        if self.state.is_some() {
+            return Ok(Attempt::GoOn);
+        }
+        match read_whole(conn) {
+            Err(NetlinkError::Unstable(_)) => {
+                if attempt + 2 == ATTEMPTS
+                    && let Some(previous) = self.fallback.take()
+                {
+                    self.state = Some(previous);
+                    self.why = None;
+                }
+                Ok(Attempt::Retry)
+            }
+            Err(e) => Err(e),
+            Ok(read) => {
+                *whole = false;
+                self.state = Some(read);
+                Ok(Attempt::GoOn)
+            }
+        }
+    }
+
+    /// The tables read at generation `before`, stamped with it.
+    fn followed(self, mut done: K, before: u32) -> Followed<K> {
+        *done.stamp() = Stamp {
+            generation: before,
+            lost_seen: self.lost_seen,
+        };
+        Followed {
+            state: done,
+            why: self.why,
+            chains_read: self.chains_read,
+            keepable: self.keepable,
+        }
+    }
 }
 
 fn merge_named(named: &mut Named, nfproto: u8, taken: Vec<(String, TableChanges)>) {

@@ -16,27 +16,28 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::decode::netlink::nftables::{
-    DecodedRule, KeptEntries, MapEntries, NFT_SET_ANONYMOUS, NFT_SET_MAP, RawElement, RuleContext, SetInfo,
-    chain_of_table, decode_rule, element_ir, inline_entries, read_set,
+    DecodedRule, KeptEntries, RuleContext, SetInfo, chain_of_table, decode_rule, read_set,
 };
 use crate::decode::netlink::{
     Attrs, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETTABLE, NFTA_RULE_CHAIN,
     NFTA_RULE_TABLE, NFTA_SET_TABLE, NFTA_TABLE_HANDLE, NFTA_TABLE_NAME, be64, nfproto as nfproto_of,
 };
-use crate::decode::nftables::{MapIr, ParsedRuleset, build_rule_sources, unparsed};
+use crate::decode::nftables::{ParsedRuleset, TableIr, build_rule_sources, unparsed};
 use crate::heart::model::{Family, RuleSource, Unparsed};
-use crate::sources::netlink::blocks::{Held, Plan, Readers, read_in_order};
+use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
 use crate::sources::netlink::follow::ATTEMPTS;
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
 
+mod first_half;
 mod following;
 mod maps;
 
+use self::first_half::FirstHalf;
 pub use self::following::{KeptNft, read_tables_following};
 pub use self::maps::{ConstantMaps, MapFetches};
 use self::maps::{
     FetchCounts, FetchedMaps, MapKey, MapReuse, WantedMap, fetch_map, is_constant_map, maps_wanted,
-    may_read_by_key, read_elements,
+    read_elements,
 };
 
 /// What one read gave.
@@ -151,23 +152,6 @@ const RULE_BLOCK: usize = 128;
 /// Blocks of decoded rules the readers may hold ahead of the table being built.
 const RULE_LOOKAHEAD: usize = 8;
 
-/// One dump of the first half of a read: the table's chains, or one map's elements.
-enum Fetch<'s> {
-    Chains,
-    Elements(&'s SetInfo),
-}
-
-/// What a [`Fetch`] gave, with what in it could not be read.
-#[derive(Default)]
-enum Fetched<'s> {
-    #[default]
-    Nothing,
-    Chains(Vec<String>, Vec<Unparsed>),
-    Elements(&'s SetInfo, Vec<RawElement>, Vec<Unparsed>),
-}
-
-impl Held for Fetched<'_> {}
-
 /// One table's chains, maps and rules. The chain list and the maps' elements are read
 /// first, at once over several sockets: rules refer to the inline maps. The rules then
 /// follow, chain by chain, also spread over the sockets.
@@ -184,9 +168,35 @@ fn read_family(
     counts: &FetchCounts,
 ) -> Result<Option<TableMeta>, NetlinkError> {
     let nfproto = nfproto_of(family);
+    let TableLookup::Present { handle } = look_up_table(conn, nfproto)? else {
+        return Ok(None);
+    };
+    let at = FamilyRead {
+        readers,
+        family,
+        nfproto,
+        handle,
+        counts,
+    };
+    let table = parsed.table_mut(family);
+    let (sets, problems) = read_sets(conn, nfproto)?;
+    table.unparsed.extend(problems);
+    let mut first = FirstHalf::plan(&at, &sets, reuse.as_deref_mut());
+    let chains = first.read(conn, &at, table, reuse.as_deref_mut())?;
+    read_table_rules(conn, &at, table, &sets, first, &chains, reuse)?;
+    Ok(Some(TableMeta { family, handle, sets }))
+}
+
+/// Whether kube-proxy's table of a family exists, and its handle when it does.
+enum TableLookup {
+    Absent,
+    Present { handle: Option<u64> },
+}
+
+fn look_up_table(conn: &mut Conn, nfproto: u8) -> Result<TableLookup, NetlinkError> {
     let table_attr = [(NFTA_TABLE_NAME, &b"kube-proxy\0"[..])];
-    let mut table_handle = None;
-    match conn.exchange(
+    let mut handle = None;
+    let asked = conn.exchange(
         "the table",
         NFT_MSG_GETTABLE,
         false,
@@ -195,125 +205,86 @@ fn read_family(
         |attrs| {
             for attr in Attrs::new(attrs) {
                 if let (NFTA_TABLE_HANDLE, value) = attr? {
-                    table_handle = Some(be64(value)?);
+                    handle = Some(be64(value)?);
                 }
             }
             Ok(())
         },
-    ) {
+    );
+    match asked {
         // The table does not exist: kube-proxy does not run in nftables mode here.
         Err(NetlinkError::Refused { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {
-            return Ok(None);
+            Ok(TableLookup::Absent)
         }
-        other => other?,
+        other => other.map(|()| TableLookup::Present { handle }),
     }
-    let table = parsed.table_mut(family);
-    let (sets, problems) = read_sets(conn, nfproto)?;
-    table.unparsed.extend(problems);
-    let mut chains = Vec::new();
-    let mut inline_maps: HashMap<String, MapEntries> = HashMap::new();
-    let key_of = |set: &SetInfo| match (table_handle, set.handle) {
-        (Some(table), Some(handle)) if is_constant_map(set) => Some((nfproto, table, handle)),
-        _ => None,
-    };
-    // Constant maps read before are taken as they were; those that may be read key by
-    // key wait for their rules (which give the keys); the rest are dumped now.
-    let mut fetches: Vec<Fetch<'_>> = vec![Fetch::Chains];
-    let mut deferred: HashMap<&str, &SetInfo> = HashMap::new();
-    for set in sets.iter().filter(|s| s.flags & NFT_SET_MAP != 0) {
-        let kept = key_of(set).and_then(|key| Some((key, reuse.as_deref()?.previous.get(&key)?)));
-        match (kept, reuse.as_deref_mut()) {
-            (Some((key, kept)), Some(reuse)) => {
-                inline_maps.insert(set.name.clone(), kept.entries(set));
-                reuse.next.insert(key, kept.clone());
-                reuse.reused += 1;
-            }
-            _ if may_read_by_key(set) => {
-                deferred.insert(set.name.as_str(), set);
-            }
-            _ => {
-                counts.dumped.fetch_add(1, AtomicOrdering::Relaxed);
-                fetches.push(Fetch::Elements(set));
-            }
+}
+
+/// What every step of one family's read shares.
+struct FamilyRead<'r> {
+    readers: Readers<'r>,
+    family: Family,
+    nfproto: u8,
+    /// The table's handle, which keys its constant maps.
+    handle: Option<u64>,
+    counts: &'r FetchCounts,
+}
+
+impl FamilyRead<'_> {
+    /// How [`ConstantMaps`] keys `set`, when it keeps it.
+    fn constant_key(&self, set: &SetInfo) -> Option<MapKey> {
+        match (self.handle, set.handle) {
+            (Some(table), Some(handle)) if is_constant_map(set) => Some((self.nfproto, table, handle)),
+            _ => None,
         }
     }
-    // Elements are small and all kept: no bound on how far the readers run ahead.
-    let everything = Plan {
-        block: 1,
-        lookahead: usize::MAX,
-        budget: usize::MAX,
-    };
-    read_in_order(
-        conn,
-        readers,
-        &fetches,
-        everything,
-        &|conn, fetch: &Fetch<'_>, out: &mut Fetched<'_>| {
-            *out = match fetch {
-                Fetch::Chains => {
-                    let (names, problems) = read_chains(conn, nfproto)?;
-                    Fetched::Chains(names, problems)
-                }
-                Fetch::Elements(set) => {
-                    let (elements, problems) = read_elements(conn, nfproto, set)?;
-                    Fetched::Elements(set, elements, problems)
-                }
-            };
-            Ok(())
-        },
-        &mut |out: &mut Fetched<'_>| {
-            match std::mem::take(out) {
-                Fetched::Chains(names, problems) => {
-                    table.unparsed.extend(problems);
-                    table.reserve_chains(names.len());
-                    for chain in &names {
-                        table.chain_mut(Cow::Owned(chain.clone()), 0);
-                    }
-                    chains = names;
-                }
-                // In key order already (read_elements).
-                Fetched::Elements(set, elements, problems) => {
-                    table.unparsed.extend(problems);
-                    if set.flags & NFT_SET_ANONYMOUS != 0 {
-                        let entries = match (key_of(set), reuse.as_deref_mut()) {
-                            (Some(key), Some(reuse)) => {
-                                let (kept, entries) = KeptEntries::of(set, elements);
-                                reuse.next.insert(key, kept);
-                                entries
-                            }
-                            _ => inline_entries(set, elements),
-                        };
-                        inline_maps.insert(set.name.clone(), entries);
-                    } else {
-                        table.maps.push(MapIr {
-                            name: Cow::Owned(set.name.clone()),
-                            elements: elements.into_iter().map(|e| element_ir(set, e)).collect(),
-                        });
-                    }
-                }
-                Fetched::Nothing => {}
-            }
-            Ok(())
-        },
-    )?;
+}
+
+/// The second half of a table's read: the rules of `chains`, over the readers, with the
+/// maps the first half left to them. With `reuse`, the constant maps they fetch are kept.
+fn read_table_rules(
+    conn: &mut Conn,
+    at: &FamilyRead<'_>,
+    table: &mut TableIr<'static>,
+    sets: &[SetInfo],
+    first: FirstHalf<'_>,
+    chains: &[String],
+    reuse: Option<&mut MapReuse<'_>>,
+) -> Result<(), NetlinkError> {
     let sets_by_name: HashMap<&str, &SetInfo> = sets.iter().map(|s| (s.name.as_str(), s)).collect();
     let fetched_for_keep = Mutex::new(Vec::new());
-    let inline_maps = Mutex::new(inline_maps);
+    let inline_maps = Mutex::new(first.inline_maps);
     let context = ReadContext {
         rules: RuleContext {
-            family,
+            family: at.family,
             sets: &sets_by_name,
             inline_maps: &inline_maps,
         },
-        deferred: &deferred,
+        deferred: &first.deferred,
         reuse: None,
-        nfproto,
-        counts,
-        keep: table_handle
+        nfproto: at.nfproto,
+        counts: at.counts,
+        keep: at
+            .handle
             .filter(|_| reuse.is_some())
             .map(|table| (table, &fetched_for_keep)),
     };
-    read_rules_in_order(conn, readers, &context, &chains, &mut |rule| match rule {
+    read_rules_in_order(conn, at.readers, &context, chains, &mut |rule| {
+        add_rule(table, chains, rule)
+    })?;
+    if let Some(reuse) = reuse {
+        reuse.next.extend(
+            fetched_for_keep
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+    }
+    Ok(())
+}
+
+/// A rule read, into its chain; or what could not be read of it.
+fn add_rule(table: &mut TableIr<'static>, chains: &[String], rule: Result<DecodedRule, Unparsed>) {
+    match rule {
         Ok(r) => {
             table.unparsed.extend(r.problem);
             let name = &chains[r.chain];
@@ -323,20 +294,7 @@ fn read_family(
             }
         }
         Err(problem) => table.unparsed.push(problem),
-    })?;
-    // The maps the rules' readers fetched, kept for the next read.
-    if let Some(reuse) = reuse {
-        reuse.next.extend(
-            fetched_for_keep
-                .into_inner()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
     }
-    Ok(Some(TableMeta {
-        family,
-        handle: table_handle,
-        sets,
-    }))
 }
 
 /// The rules of `chains`, read over the readers and handed to `take` in the chains'

@@ -10,6 +10,16 @@ pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
     (14..=17).map(|n| stat_field(stat, n)).sum()
 }
 
+/// Whether a `/proc/<pid>/stat` line is of a process that has exited (state `Z`, a
+/// zombie, or `X`, dead): its file descriptors are gone, and the kernel refuses to list
+/// them with EACCES even to root, which is no missing privilege.
+pub fn stat_exited(stat: &str) -> bool {
+    let state = stat
+        .rfind(')')
+        .and_then(|at| stat[at + 1..].split_whitespace().next());
+    matches!(state, Some("Z" | "X" | "x"))
+}
+
 /// Field `n` (from 3, as proc(5) numbers them) of a `/proc/<pid>/stat` line, as a
 /// number.
 fn stat_field(stat: &str, n: usize) -> Option<u64> {

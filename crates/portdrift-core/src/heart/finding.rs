@@ -1,9 +1,11 @@
-//! Findings: what the detector reports, and their JSON form (a contract relied on by
-//! outside checks: fields may be added, never renamed or removed).
+//! Findings: what the detector reports, what makes two of them the same finding, and
+//! their JSON form (a contract relied on by outside checks: fields may be added, never
+//! renamed or removed).
 
+use std::cmp::Ordering;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::heart::citation::NaturalOrder;
 use crate::heart::model::{Backend, Family, ProcessInfo, Protocol};
@@ -172,7 +174,7 @@ impl fmt::Display for Severity {
 
 /// How a finding is accepted as an exception (`heart::acceptance`), in its JSON and
 /// report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Accepted {
     pub reason: String,
     /// RFC 3339, or null when it does not expire.
@@ -180,17 +182,88 @@ pub struct Accepted {
     pub expires: Option<String>,
     /// Where the acceptance was stated: `acceptances entry 2`, or a Service's
     /// annotation.
+    // Default: agents older than this field wrote acceptances without it.
+    #[serde(default)]
     pub by: String,
 }
 
-/// See [`Finding::identity`].
-pub type Identity = (String, Option<u16>, String, String, String, String);
+/// What makes two findings the same finding, within a scan and across scans: it stays
+/// while the same drift persists, whatever its message, evidence or severity (a pending
+/// difference's grace window ends). Built by [`Finding::identity`], which leaves an
+/// empty Service or target out, so that one is the same as an absent one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FindingId {
+    pub kind: Kind,
+    pub port: Option<u16>,
+    pub protocol: Option<Protocol>,
+    pub backend: Option<Backend>,
+    pub service: Option<String>,
+    pub target: Option<String>,
+    pub family: Option<Family>,
+}
+
+impl FindingId {
+    /// The first 16 hex digits of the SHA-256 of the identity's fields: the same drift
+    /// has the same digest in every scan, on every node and across portdrift's versions.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let parts = [
+            self.kind.as_str(),
+            self.backend.map(|b| b.as_str()).unwrap_or(""),
+            self.family.map(|f| f.as_str()).unwrap_or(""),
+            self.protocol.map(|p| p.as_str()).unwrap_or(""),
+            &self.port.map(|p| p.to_string()).unwrap_or_default(),
+            self.service.as_deref().unwrap_or(""),
+            self.target.as_deref().unwrap_or(""),
+        ];
+        let digest = Sha256::digest(parts.join("\0").as_bytes());
+        data_encoding::HEXLOWER.encode(&digest[..8])
+    }
+
+    /// The identity ordered by its fields' spellings, an absent one first, but for the
+    /// target and family, which compare last.
+    fn spelled(&self) -> (&str, Option<u16>, &str, &str, Option<&str>) {
+        (
+            self.kind.as_str(),
+            self.port,
+            self.protocol.map_or("", Protocol::as_str),
+            self.backend.map_or("", Backend::as_str),
+            self.service.as_deref(),
+        )
+    }
+
+    /// The target's bytes and a `|` after them, as the identity once held it in text: so
+    /// a target sorts after the longer ones it begins, and an absent one after all.
+    fn target_in_text(&self) -> impl Iterator<Item = u8> + '_ {
+        let target = self.target.as_deref().unwrap_or_default();
+        target.bytes().chain(std::iter::once(b'|'))
+    }
+}
+
+/// The order the identity had when it was text, which the order of Events created in a
+/// scan and of the agent's log lines follows.
+impl Ord for FindingId {
+    fn cmp(&self, other: &FindingId) -> Ordering {
+        self.spelled()
+            .cmp(&other.spelled())
+            .then_with(|| self.target_in_text().cmp(other.target_in_text()))
+            .then_with(|| self.family.cmp(&other.family))
+    }
+}
+
+impl PartialOrd for FindingId {
+    fn partial_cmp(&self, other: &FindingId) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 /// One difference between what the cluster says and what the node does.
 ///
 /// In JSON every field is present (null, `[]` or `false` where it does not apply),
 /// after an `id`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+// Read back (the fleet reads its agents' findings), a field an older agent did not
+// write yet is null, empty or false, and the `id` is ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(remote = "Self")]
 #[schemars(transform = id_in_schema)]
 pub struct Finding {
@@ -207,8 +280,10 @@ pub struct Finding {
     pub service_port: Option<String>,
     /// Every Service the finding concerns when there are several (a nodeport-collision's
     /// claimants; `service` holds the first).
+    #[serde(default)]
     pub services: Vec<String>,
     /// Every NodePort the finding concerns when it is about several (a backend-split).
+    #[serde(default)]
     pub ports: Vec<u16>,
     /// `ip:port` of a DNAT target, `[v6]:port` for IPv6.
     pub target: Option<String>,
@@ -223,10 +298,13 @@ pub struct Finding {
     /// Service changed recently); such a finding is `info` until then.
     pub pending_seconds: Option<u64>,
     /// The finding was drawn from a cluster state that is no longer current.
+    #[serde(default)]
     pub on_stale_cluster_state: bool,
     /// One human sentence: what is wrong and what to do.
+    #[serde(default)]
     pub message: String,
     /// Supporting facts beyond the fields above (chain path, other rules), for people.
+    #[serde(default)]
     pub evidence: Vec<String>,
     /// Accepted as an exception (an acceptances file, a Service's annotation): shown,
     /// never counted.
@@ -271,6 +349,13 @@ impl Serialize for Finding {
     }
 }
 
+/// A finding's JSON read back: its fields, without the `id` (derived from them).
+impl<'de> Deserialize<'de> for Finding {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Finding, D::Error> {
+        Finding::deserialize(deserializer)
+    }
+}
+
 impl Finding {
     /// A finding with only its kind, severity and message set; callers fill the rest.
     pub fn new(kind: Kind, severity: Severity, message: impl Into<String>) -> Finding {
@@ -298,37 +383,24 @@ impl Finding {
         }
     }
 
-    /// A stable id: the first 16 hex digits of the SHA-256 of what identifies the
-    /// finding (kind, backend, family, protocol, port, Service, target), so the same
-    /// drift has the same id in every scan, on every node, in its JSON, Event and log
-    /// line, and across portdrift's versions.
+    /// A stable id: the [`FindingId::digest`] of the finding's identity, the same in its
+    /// JSON, Event and log line.
     pub fn id(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let parts = [
-            self.kind.as_str(),
-            self.backend.map(|b| b.as_str()).unwrap_or(""),
-            self.family.map(|f| f.as_str()).unwrap_or(""),
-            self.protocol.map(|p| p.as_str()).unwrap_or(""),
-            &self.port.map(|p| p.to_string()).unwrap_or_default(),
-            self.service.as_deref().unwrap_or(""),
-            self.target.as_deref().unwrap_or(""),
-        ];
-        let digest = Sha256::digest(parts.join("\0").as_bytes());
-        data_encoding::HEXLOWER.encode(&digest[..8])
+        self.identity().digest()
     }
 
-    /// The finding's identity across scans: what stays the same while the same drift
-    /// persists (its message, evidence and severity may change, e.g. when a pending
-    /// difference's grace window ends).
-    pub fn identity(&self) -> Identity {
-        (
-            self.kind.as_str().to_string(),
-            self.port,
-            self.protocol.map(|p| format!("{p:?}")).unwrap_or_default(),
-            self.backend.map(|b| format!("{b:?}")).unwrap_or_default(),
-            self.service.clone().unwrap_or_default(),
-            format!("{}|{:?}", self.target.as_deref().unwrap_or(""), self.family),
-        )
+    /// The finding's identity across scans (see [`FindingId`]).
+    pub fn identity(&self) -> FindingId {
+        let present = |text: &Option<String>| text.clone().filter(|t| !t.is_empty());
+        FindingId {
+            kind: self.kind,
+            port: self.port,
+            protocol: self.protocol,
+            backend: self.backend,
+            service: present(&self.service),
+            target: present(&self.target),
+            family: self.family,
+        }
     }
 
     /// Sort key: by port, then most severe first, then kind, so reports group by port;

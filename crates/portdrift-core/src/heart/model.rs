@@ -9,22 +9,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::sync::Arc;
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// The transport protocols a Service port may use.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    Serialize,
-    schemars::JsonSchema,
-    serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Tcp,
@@ -63,7 +52,7 @@ impl fmt::Display for Protocol {
 }
 
 /// An IP family. kube-proxy runs one proxier per family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     Ipv4,
@@ -93,7 +82,7 @@ impl fmt::Display for Family {
 }
 
 /// Where a rule lives in the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub enum Backend {
     /// iptables rules stored in nf_tables (`iptables-nft`).
     #[serde(rename = "iptables-nft")]
@@ -566,7 +555,7 @@ pub struct Listener {
 
 /// A process that owns a socket (filled in by the live reader when it can; see
 /// `sources::owners`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProcessInfo {
     pub pid: u32,
     /// The kernel's short name for the process (`/proc/<pid>/comm`, at most 15 bytes).

@@ -48,117 +48,34 @@ pub fn holds_live_dispatch(source: &RuleSource) -> bool {
 /// kube-proxy writes now (among those [`holds_live_dispatch`] admits).
 pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> ProxyDecision {
     let sources = &observed.sources;
-    let reported = observed.kube_proxy_mode.as_deref().and_then(parse_reported);
-    let ipvs_dispatch = sources
-        .iter()
-        .find(|s| s.signals.services_dispatch == Some(ProxyMode::Ipvs));
-    let primary = primaries
-        .get(&Family::Ipv4)
-        .or_else(|| primaries.values().next())
-        .map(|&i| &sources[i]);
-    let from_rules = if let Some(s) = ipvs_dispatch {
-        Some((
-            ProxyMode::Ipvs,
-            format!(
-                "nat KUBE-SERVICES in {} {} dispatches to IPVS ({})",
-                s.backend,
-                s.family,
-                s.signals.ipvs.join(", ")
-            ),
-        ))
-    } else if let Some(s) = primary {
-        let mode = if s.backend == Backend::Nftables {
-            ProxyMode::Nftables
-        } else {
-            ProxyMode::Iptables
-        };
-        Some((
-            mode,
-            format!("kube-proxy's {mode}-mode rules in {} {}", s.backend, s.family),
-        ))
-    } else if let Some(s) = sources.iter().find(|s| s.signals.iptables_mode) {
-        // kube-proxy's chains without their dispatch: a fragment, or one table alone.
-        Some((
-            ProxyMode::Iptables,
-            format!(
-                "kube-proxy's iptables-mode chains in {} {} (without their dispatch)",
-                s.backend, s.family
-            ),
-        ))
-    } else {
-        let mut traces: Vec<String> = sources
-            .iter()
-            .flat_map(|s| s.signals.ipvs.iter().cloned())
-            .collect();
-        if let Some(node) = &observed.ipvs {
-            traces.extend(node.describe());
-        }
-        traces.dedup();
-        if !traces.is_empty() {
-            Some((ProxyMode::Ipvs, traces.join(", ")))
-        } else {
-            sources
-                .iter()
-                .find_map(replacement_shown)
-                .map(|evidence| (ProxyMode::Replaced, evidence))
-        }
-    };
     let cilium = cilium_maps_shown(observed);
-    let from_rules = match (from_rules, &cilium) {
-        // Cilium's maps rather than a replacement's chains: they are what it forwards by.
-        (None | Some((ProxyMode::Replaced, _)), Some(maps)) => Some((ProxyMode::Replaced, maps.clone())),
-        (found, _) => found,
-    };
+    let shown = prefer_cilium_maps(shown_by_rules(observed, primaries), cilium.as_ref());
+    let reported = observed.kube_proxy_mode.as_deref().and_then(parse_reported);
     let mut unjudged = Vec::new();
-    let (mode, evidence) = match (reported, from_rules) {
-        (Some(mode), rules) => {
-            let evidence = format!("kube-proxy's /proxyMode answered {mode}");
-            match rules {
-                Some((seen, why)) if seen != mode => unjudged.push(format!(
-                    "kube-proxy says it runs in {mode} mode, but the rules show {seen} ({why}): the node's rules do not match its kube-proxy"
-                )),
-                None if mode.is_read() => unjudged.push(format!(
-                    "kube-proxy says it runs in {mode} mode, but none of its {mode}-mode NodePort rules were found: nothing could be compared with the cluster state, and if Services have endpoints, their NodePorts reach nothing on this node"
-                )),
-                _ => {}
+    let Shown { mode, evidence } = match (reported, shown) {
+        (Some(mode), shown) => {
+            unjudged.extend(disagreement(mode, shown.as_ref()));
+            Shown {
+                mode,
+                evidence: format!("kube-proxy's /proxyMode answered {mode}"),
             }
-            (mode, evidence)
         }
-        (None, Some(found)) => found,
-        (None, None) => (ProxyMode::None, nothing_found(sources)),
+        (None, Some(shown)) => shown,
+        (None, None) => Shown {
+            mode: ProxyMode::None,
+            evidence: nothing_found(sources),
+        },
     };
     if mode == ProxyMode::Ipvs {
-        for s in sources.iter().filter(|s| {
-            s.signals.iptables_mode
-                && s.signals.services_dispatch == Some(ProxyMode::Ipvs)
-                && !s.nodeports.is_empty()
-        }) {
-            unjudged.push(format!(
-                "{} also holds {} of kube-proxy's iptables-mode NodePort rules, which IPVS mode's KUBE-SERVICES no longer leads to: leftovers of an earlier mode, not judged",
-                s.origin,
-                s.nodeports.len()
-            ));
-        }
+        unjudged.extend(iptables_leftovers(sources));
     }
     let datapath = match mode {
         ProxyMode::Replaced if cilium.is_some() => Some(Datapath::CiliumMaps),
         ProxyMode::Ipvs if observed.ipvs_table.is_some() => Some(Datapath::IpvsServers),
         _ => None,
     };
-    if datapath != Some(Datapath::CiliumMaps)
-        && let Some(maps) = &observed.cilium
-    {
-        let nodeports = maps
-            .families
-            .values()
-            .flat_map(|f| &f.frontends)
-            .filter(|f| f.flags.nodeport())
-            .count();
-        if nodeports > 0 {
-            unjudged.push(format!(
-                "Cilium's service maps also hold {nodeports} NodePort frontends, but the node was judged to run kube-proxy in {mode} mode: the maps' NodePorts were not compared with the cluster (their own consistency was checked)"
-            ));
-        }
+    if datapath != Some(Datapath::CiliumMaps) {
+        unjudged.extend(cilium_maps_unjudged(observed, mode));
     }
     ProxyDecision {
         mode,
@@ -166,6 +83,157 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
         evidence,
         unjudged,
     }
+}
+
+/// A mode something on the node shows, with the phrase that says what.
+#[derive(Debug)]
+struct Shown {
+    mode: ProxyMode,
+    evidence: String,
+}
+
+impl Shown {
+    fn new(mode: ProxyMode, evidence: String) -> Self {
+        Shown { mode, evidence }
+    }
+}
+
+/// The mode the rules show, the strongest sign first: IPVS's dispatch, the primary
+/// source's rules, kube-proxy's iptables-mode chains alone, IPVS's traces, then a
+/// replacement's chains.
+fn shown_by_rules(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Option<Shown> {
+    let sources = &observed.sources;
+    ipvs_dispatch_shown(sources)
+        .or_else(|| primary_shown(sources, primaries))
+        .or_else(|| iptables_chains_shown(sources))
+        .or_else(|| ipvs_traces_shown(observed))
+        .or_else(|| {
+            sources
+                .iter()
+                .find_map(replacement_shown)
+                .map(|e| Shown::new(ProxyMode::Replaced, e))
+        })
+}
+
+/// nat `KUBE-SERVICES` dispatching to IPVS: IPVS mode synced last.
+fn ipvs_dispatch_shown(sources: &[RuleSource]) -> Option<Shown> {
+    let s = sources
+        .iter()
+        .find(|s| s.signals.services_dispatch == Some(ProxyMode::Ipvs))?;
+    Some(Shown::new(
+        ProxyMode::Ipvs,
+        format!(
+            "nat KUBE-SERVICES in {} {} dispatches to IPVS ({})",
+            s.backend,
+            s.family,
+            s.signals.ipvs.join(", ")
+        ),
+    ))
+}
+
+/// The mode of the backend that holds kube-proxy's live NodePort rules, IPv4's first.
+fn primary_shown(sources: &[RuleSource], primaries: &BTreeMap<Family, usize>) -> Option<Shown> {
+    let s = primaries
+        .get(&Family::Ipv4)
+        .or_else(|| primaries.values().next())
+        .map(|&i| &sources[i])?;
+    let mode = if s.backend == Backend::Nftables {
+        ProxyMode::Nftables
+    } else {
+        ProxyMode::Iptables
+    };
+    Some(Shown::new(
+        mode,
+        format!("kube-proxy's {mode}-mode rules in {} {}", s.backend, s.family),
+    ))
+}
+
+/// kube-proxy's chains without their dispatch: a fragment, or one table alone.
+fn iptables_chains_shown(sources: &[RuleSource]) -> Option<Shown> {
+    let s = sources.iter().find(|s| s.signals.iptables_mode)?;
+    Some(Shown::new(
+        ProxyMode::Iptables,
+        format!(
+            "kube-proxy's iptables-mode chains in {} {} (without their dispatch)",
+            s.backend, s.family
+        ),
+    ))
+}
+
+/// IPVS's traces in the rules or on the node.
+fn ipvs_traces_shown(observed: &Observed) -> Option<Shown> {
+    let mut traces: Vec<String> = observed
+        .sources
+        .iter()
+        .flat_map(|s| s.signals.ipvs.iter().cloned())
+        .collect();
+    if let Some(node) = &observed.ipvs {
+        traces.extend(node.describe());
+    }
+    traces.dedup();
+    (!traces.is_empty()).then(|| Shown::new(ProxyMode::Ipvs, traces.join(", ")))
+}
+
+/// Cilium's maps rather than a replacement's chains: they are what it forwards by.
+fn prefer_cilium_maps(shown: Option<Shown>, cilium: Option<&String>) -> Option<Shown> {
+    match (shown, cilium) {
+        (
+            None
+            | Some(Shown {
+                mode: ProxyMode::Replaced,
+                ..
+            }),
+            Some(maps),
+        ) => Some(Shown::new(ProxyMode::Replaced, maps.clone())),
+        (shown, _) => shown,
+    }
+}
+
+/// Where the rules contradict kube-proxy's own answer, or lack what it says it writes.
+fn disagreement(mode: ProxyMode, shown: Option<&Shown>) -> Option<String> {
+    match shown {
+        Some(Shown { mode: seen, evidence }) if *seen != mode => Some(format!(
+            "kube-proxy says it runs in {mode} mode, but the rules show {seen} ({evidence}): the node's rules do not match its kube-proxy"
+        )),
+        None if mode.is_read() => Some(format!(
+            "kube-proxy says it runs in {mode} mode, but none of its {mode}-mode NodePort rules were found: nothing could be compared with the cluster state, and if Services have endpoints, their NodePorts reach nothing on this node"
+        )),
+        _ => None,
+    }
+}
+
+/// iptables-mode NodePort rules that IPVS mode's dispatch no longer leads to.
+fn iptables_leftovers(sources: &[RuleSource]) -> impl Iterator<Item = String> + '_ {
+    sources
+        .iter()
+        .filter(|s| {
+            s.signals.iptables_mode
+                && s.signals.services_dispatch == Some(ProxyMode::Ipvs)
+                && !s.nodeports.is_empty()
+        })
+        .map(|s| {
+            format!(
+                "{} also holds {} of kube-proxy's iptables-mode NodePort rules, which IPVS mode's KUBE-SERVICES no longer leads to: leftovers of an earlier mode, not judged",
+                s.origin,
+                s.nodeports.len()
+            )
+        })
+}
+
+/// Cilium's NodePort frontends on a node judged by something else.
+fn cilium_maps_unjudged(observed: &Observed, mode: ProxyMode) -> Option<String> {
+    let maps = observed.cilium.as_ref()?;
+    let nodeports = maps
+        .families
+        .values()
+        .flat_map(|f| &f.frontends)
+        .filter(|f| f.flags.nodeport())
+        .count();
+    (nodeports > 0).then(|| {
+        format!(
+            "Cilium's service maps also hold {nodeports} NodePort frontends, but the node was judged to run kube-proxy in {mode} mode: the maps' NodePorts were not compared with the cluster (their own consistency was checked)"
+        )
+    })
 }
 
 /// Cilium's service maps, when the node has them, as the mode's evidence.

@@ -7,8 +7,6 @@
 
 use std::io::{self, BufRead};
 
-// FxHash: chain names are hashed once per rule line; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel.
 use rustc_hash::FxHashMap;
 
 use crate::decode::iptables::header_backend;

@@ -5,8 +5,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::sync::Arc;
 
-// FxHash: the orphans are looked up once per DNAT; SipHash's DoS resistance buys
-// nothing for a dump read from the local kernel.
 use rustc_hash::FxHashMap;
 
 use crate::decode::name_index::NameIndex;

@@ -3,8 +3,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-// FxHash: the walks are memoized by chain id, looked up once per dispatch rule;
-// SipHash's DoS resistance buys nothing for a dump read from the local kernel.
 use rustc_hash::FxHashMap;
 
 use crate::heart::kube_proxy;

@@ -3,9 +3,6 @@
 //! the generation the last committed transaction started. What the incremental readers
 //! re-read; everything else is kept from their last read.
 
-// FxHash: a KUBE-NODEPORTS rewrite at 10,000 Services notifies ~40,000 rules of one
-// chain, each a lookup here; SipHash's DoS resistance buys nothing for the kernel's
-// own messages.
 use rustc_hash::FxHashSet;
 
 use super::{Attrs, DecodeError, messages, name};

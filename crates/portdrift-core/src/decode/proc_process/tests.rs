@@ -59,3 +59,12 @@ fn this_process_reads_whole() {
     assert!(max_open_files(&std::fs::read_to_string("/proc/self/limits").unwrap()).is_some());
     assert!(boot_time(&std::fs::read_to_string("/proc/stat").unwrap()).is_some());
 }
+
+#[test]
+fn an_exited_process_is_told_from_a_live_one_by_its_state() {
+    assert!(stat_exited("4242 (sh) Z 1 4242 4242 0 -1 4194564 0 0"));
+    assert!(stat_exited("4242 (a (Z) b) X 1"));
+    assert!(!stat_exited("4242 (a) Z) S 1 4242"), "the command may hold `) Z`");
+    assert!(!stat_exited("4242 (sh) R 1 4242"));
+    assert!(!stat_exited("not a stat line"));
+}

@@ -2,8 +2,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-// FxHash: keys are ports and chain hashes from local sources, looked up for every rule
-// of a scan; SipHash's flood resistance buys nothing here.
 use rustc_hash::FxHashMap;
 
 use crate::heart::desired::{DesiredPort, DesiredState};

@@ -2,9 +2,6 @@
 
 use std::collections::BTreeMap;
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
-
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{Backend, DestMatch, Family, NodePortRule, Protocol, RuleSource, Verdict};
 use crate::heart::proxy_mode::{self};

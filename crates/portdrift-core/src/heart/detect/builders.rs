@@ -2,9 +2,6 @@
 
 use std::borrow::Cow;
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
-
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{NodePortRule, RuleIdentity, RuleSource, ServicePortRef};
 

@@ -1,8 +1,5 @@
 //! nodeport-collision: two Services holding one nodePort.
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
-
 use crate::heart::finding::{Finding, Kind, Severity};
 
 use super::attribution::DesiredIndex;

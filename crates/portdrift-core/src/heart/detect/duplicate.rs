@@ -3,8 +3,6 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
 use std::net::SocketAddr;
 
 use crate::heart::finding::{Finding, Kind, Severity};

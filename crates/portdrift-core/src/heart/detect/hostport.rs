@@ -1,8 +1,5 @@
 //! hostport-conflict: CNI hostPorts on a Service's nodePort.
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
-
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::RuleSource;
 

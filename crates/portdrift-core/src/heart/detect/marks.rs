@@ -1,8 +1,5 @@
 //! Marks on findings: drawn from a stale cluster state, or pending within the grace period.
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
-
 use crate::heart::finding::{Finding, Kind, Severity};
 
 use super::Grace;

@@ -1,12 +1,9 @@
 //! missing-rule and missing-endpoint: what the cluster wants and the rules lack.
 
 use std::collections::BTreeMap;
-
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
 use std::net::SocketAddr;
 
-use crate::heart::desired::DesiredPort;
+use crate::heart::desired::{DesiredPort, FamilyEndpoints};
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{DestMatch, Family, NodePortRule, RuleSource, Verdict};
 
@@ -32,17 +29,15 @@ pub(super) fn missing_rules(
             .zip(judged)
             .map(|(r, j)| ((r.protocol, r.port), (r, j))),
     );
+    // One buffer for every port: a large node has tens of thousands.
     let mut forwarding: Vec<&NodePortRule> = Vec::new();
     for (i, desired) in index.state.ports.iter().enumerate() {
         if !desired.in_family(family) || !index.endpoints_certain(i) {
             continue;
         }
-        let Some(eps) = desired.endpoints(family) else {
+        let Some(eps) = desired.endpoints(family).filter(|eps| eps.has_endpoints) else {
             continue;
         };
-        if !eps.has_endpoints {
-            continue;
-        }
         let rules = by_port.get((desired.protocol, desired.node_port));
         forwarding.clear();
         forwarding.extend(
@@ -56,71 +51,119 @@ pub(super) fn missing_rules(
             continue;
         }
         forwarding.sort_by_key(|r| r.dest == DestMatch::Localhost);
-        let reached = |addr: &SocketAddr| {
-            forwarding
-                .iter()
-                .any(|r| r.targets.iter().any(|t| t.addr == *addr))
+        let port = PortRules {
+            primary,
+            desired,
+            eps,
+            rules,
+            forwarding: &forwarding,
         };
-        // The local endpoints external traffic must reach (externalTrafficPolicy Local)
-        // and does not.
-        let local_unreached: Vec<SocketAddr> = if desired.external_policy_local {
-            eps.local
-                .iter()
-                .filter(|a| !forwarding.iter().any(|r| r.external_targets.contains(a)))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        port.missing_endpoints(out);
+    }
+}
+
+/// One desired port with endpoints, and the rules that forward it.
+struct PortRules<'p, 'r> {
+    primary: &'p RuleSource,
+    desired: &'p DesiredPort,
+    eps: &'p FamilyEndpoints,
+    /// Every rule for the port.
+    rules: &'p [(&'r NodePortRule, &'r Judged<'r>)],
+    /// The port's own forwarding rules, not empty, those for localhost last.
+    forwarding: &'p [&'r NodePortRule],
+}
+
+impl PortRules<'_, '_> {
+    /// A finding for each endpoint the rules should reach and do not.
+    fn missing_endpoints(&self, out: &mut Vec<Finding>) {
+        let local_unreached = self.local_unreached();
         // Each unreached endpoint once; `true` when it is such a local endpoint.
         let mut missing: BTreeMap<SocketAddr, bool> = BTreeMap::new();
-        if !eps.cluster_uncertain {
-            missing.extend(eps.cluster.iter().filter(|a| !reached(a)).map(|a| (a, false)));
+        if !self.eps.cluster_uncertain {
+            missing.extend(
+                self.eps
+                    .cluster
+                    .iter()
+                    .filter(|a| !self.reaches(a))
+                    .map(|a| (a, false)),
+            );
         }
         missing.extend(local_unreached.iter().map(|&a| (a, true)));
-        // The node drops the port's external traffic as if it had no local endpoint, and
-        // none of its local endpoints is reached: every external client is dropped here.
-        let dropping = rules
+        let dropping = self.dropping(&local_unreached);
+        for (addr, local) in missing {
+            out.push(if local {
+                let (primary, desired) = (self.primary, self.desired);
+                let reached = self.reaches(&addr);
+                local_endpoint_unreached(primary, desired, self.forwarding[0], &addr, reached, dropping)
+            } else {
+                self.cluster_endpoint_unreached(addr)
+            });
+        }
+    }
+
+    fn reaches(&self, addr: &SocketAddr) -> bool {
+        self.forwarding
+            .iter()
+            .any(|r| r.targets.iter().any(|t| t.addr == *addr))
+    }
+
+    /// The local endpoints external traffic must reach (externalTrafficPolicy Local)
+    /// and does not.
+    fn local_unreached(&self) -> Vec<SocketAddr> {
+        if !self.desired.external_policy_local {
+            return Vec::new();
+        }
+        self.eps
+            .local
+            .iter()
+            .filter(|a| !self.forwarding.iter().any(|r| r.external_targets.contains(a)))
+            .collect()
+    }
+
+    /// The rule by which the node drops the port's external traffic as if it had no
+    /// local endpoint, when none of its local endpoints is reached: every external
+    /// client is dropped here.
+    fn dropping(&self, local_unreached: &[SocketAddr]) -> Option<&NodePortRule> {
+        self.rules
             .iter()
             .find(|(r, _)| r.verdict == Verdict::Drop)
             .map(|(r, _)| *r)
-            .filter(|_| !local_unreached.is_empty() && local_unreached.len() == eps.local.len());
+            .filter(|_| !local_unreached.is_empty() && local_unreached.len() == self.eps.local.len())
+    }
+
+    /// An endpoint of the Cluster set that no forwarding rule reaches.
+    fn cluster_endpoint_unreached(&self, addr: SocketAddr) -> Finding {
         // The rules end without a DNAT (a chain on the way emptied or cut off): the port
         // reaches no endpoint at all, which is an outage, not a lag.
-        let dead_end = forwarding.iter().all(|r| r.targets.is_empty());
-        for (addr, local) in missing {
-            let f = if local {
-                local_endpoint_unreached(primary, desired, forwarding[0], &addr, reached(&addr), dropping)
-            } else {
-                let (severity, why) = if dead_end {
-                    (
-                        Severity::Critical,
-                        ": its rules lead to no DNAT at all, so the port reaches nothing on this node — kube-proxy has not synced this Service, or a chain on its path was changed by hand; check kube-proxy's logs.",
-                    )
-                } else {
-                    (
-                        Severity::Warning,
-                        ": kube-proxy has not synced the latest EndpointSlice — check its logs.",
-                    )
-                };
-                let mut f = rule_finding(
-                    Kind::MissingEndpoint,
-                    severity,
-                    primary,
-                    forwarding[0],
-                    format!(
-                        "{}'s endpoint {addr} is ready to serve, but NodePort {}/{} never sends traffic to it in {}{why}",
-                        desired.service.service(),
-                        desired.protocol,
-                        desired.node_port,
-                        primary.backend
-                    ),
-                );
-                set_service(&mut f, &desired.service);
-                f.target = Some(addr.to_string());
-                f
-            };
-            out.push(f);
-        }
+        let dead_end = self.forwarding.iter().all(|r| r.targets.is_empty());
+        let (severity, why) = if dead_end {
+            (
+                Severity::Critical,
+                ": its rules lead to no DNAT at all, so the port reaches nothing on this node — kube-proxy has not synced this Service, or a chain on its path was changed by hand; check kube-proxy's logs.",
+            )
+        } else {
+            (
+                Severity::Warning,
+                ": kube-proxy has not synced the latest EndpointSlice — check its logs.",
+            )
+        };
+        let desired = self.desired;
+        let mut f = rule_finding(
+            Kind::MissingEndpoint,
+            severity,
+            self.primary,
+            self.forwarding[0],
+            format!(
+                "{}'s endpoint {addr} is ready to serve, but NodePort {}/{} never sends traffic to it in {}{why}",
+                desired.service.service(),
+                desired.protocol,
+                desired.node_port,
+                self.primary.backend
+            ),
+        );
+        set_service(&mut f, &desired.service);
+        f.target = Some(addr.to_string());
+        f
     }
 }
 

@@ -1,7 +1,5 @@
 //! port-range-overlap: the NodePort range against the local ports and reserved ranges.
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
 use std::ops::RangeInclusive;
 
 use crate::heart::finding::{Finding, Kind, Severity};

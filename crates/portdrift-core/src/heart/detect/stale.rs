@@ -2,8 +2,6 @@
 
 use std::collections::HashSet;
 
-// FxHash: keys are ports and chain hashes from local sources, looked up ~100k times
-// per scan of a large node; SipHash's flood resistance buys nothing here.
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 

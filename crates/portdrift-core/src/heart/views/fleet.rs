@@ -3,15 +3,16 @@
 //! then the asked agents' `/findings` grouped by finding, with the nodes that have each,
 //! and the agents that did not answer. Pure: answers in, a view out.
 
-use crate::heart::finding::{Kind, Severity};
-use crate::heart::model::Protocol;
+use crate::heart::finding::{Finding, FindingId, Kind, Severity};
+use crate::heart::model::{Backend, Family, Protocol};
 use crate::heart::visible::{into_visible_lines, visible as v};
 use crate::heart::words::count_of;
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub mod nodes;
@@ -32,19 +33,44 @@ pub struct AgentAnswer {
     pub unready: Option<String>,
 }
 
-/// The fields that make two nodes' findings the same finding, as the agents wrote
-/// them: only spellings this portdrift knows are kept ([`key_of`]).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+/// What makes two nodes' findings one line of the view: the finding's identity in any
+/// backend and family (see [`fleet_identity`]), and its severity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct FindingKey {
-    #[schemars(with = "Kind")]
-    pub kind: String,
-    #[schemars(with = "Severity")]
-    pub severity: String,
-    #[schemars(with = "Option<Protocol>")]
-    pub protocol: Option<String>,
-    pub port: Option<u64>,
+    pub kind: Kind,
+    pub severity: Severity,
+    pub protocol: Option<Protocol>,
+    // The schema as published: the JSON of a u16 is the same.
+    #[schemars(with = "Option<u64>")]
+    pub port: Option<u16>,
     pub service: Option<String>,
     pub target: Option<String>,
+}
+
+impl FindingKey {
+    fn of(id: FindingId, severity: Severity) -> FindingKey {
+        FindingKey {
+            kind: id.kind,
+            severity,
+            protocol: id.protocol,
+            port: id.port,
+            service: id.service,
+            target: id.target,
+        }
+    }
+
+    /// The order the view lists findings in among those on as many nodes: most severe
+    /// first, then by the fields' spellings, an absent one first.
+    fn listing_order(&self) -> impl Ord + '_ {
+        (
+            self.severity,
+            self.kind.as_str(),
+            self.protocol.map(Protocol::as_str),
+            self.port,
+            self.service.as_deref(),
+            self.target.as_deref(),
+        )
+    }
 }
 
 /// One finding and the nodes that have it.
@@ -95,7 +121,7 @@ impl FleetView {
         let serious = self
             .findings
             .iter()
-            .any(|f| matches!(f.key.severity.as_str(), "critical" | "warning"));
+            .any(|f| matches!(f.key.severity, Severity::Critical | Severity::Warning));
         let nodes_say = self.nodes.as_ref().is_some_and(|n| {
             !n.drift.is_empty() || n.unknown.iter().any(|u| !self.answered_nodes.contains(&u.node))
         });
@@ -125,7 +151,7 @@ impl FleetView {
 
 /// Groups the answers into the fleet view.
 pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
-    let mut groups: BTreeMap<FindingKey, (Vec<String>, String)> = BTreeMap::new();
+    let mut groups: BTreeMap<(FindingId, Severity), (Vec<String>, String)> = BTreeMap::new();
     let mut unanswered = Vec::new();
     let mut answered_nodes = BTreeSet::new();
     let mut notes = Vec::new();
@@ -145,17 +171,17 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
         };
         let mut unreadable = Vec::new();
         for finding in findings {
-            let key = match key_of(finding) {
-                Ok(key) => key,
+            let finding = match read_finding(finding) {
+                Ok(finding) => finding,
                 Err(why) => {
                     unreadable.push(why);
                     continue;
                 }
             };
-            let entry = groups.entry(key).or_insert_with(|| {
-                let message = finding["message"].as_str().unwrap_or_default().to_string();
-                (Vec::new(), message)
-            });
+            let group = (fleet_identity(&finding), finding.severity);
+            let entry = groups
+                .entry(group)
+                .or_insert_with(|| (Vec::new(), finding.message));
             entry.0.push(answer.node.clone());
         }
         // An agent that could not check everything, or is not ready (its verdicts may
@@ -184,18 +210,15 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
     }
     let mut findings: Vec<FleetFinding> = groups
         .into_iter()
-        .map(|(key, (mut nodes, message))| {
+        .map(|((id, severity), (mut nodes, message))| {
             nodes.sort();
             nodes.dedup();
+            let key = FindingKey::of(id, severity);
             FleetFinding { key, nodes, message }
         })
         .collect();
     findings.sort_by(|a, b| {
-        b.nodes
-            .len()
-            .cmp(&a.nodes.len())
-            .then(severity_rank(&a.key.severity).cmp(&severity_rank(&b.key.severity)))
-            .then(a.key.cmp(&b.key))
+        (Reverse(a.nodes.len()), a.key.listing_order()).cmp(&(Reverse(b.nodes.len()), b.key.listing_order()))
     });
     unanswered.sort_by(|a, b| a.node.cmp(&b.node));
     FleetView {
@@ -228,40 +251,39 @@ fn unanswered_of(answer: &AgentAnswer, reason: String) -> Unanswered {
     }
 }
 
-fn severity_rank(severity: &str) -> u8 {
-    match severity {
-        "critical" => 0,
-        "warning" => 1,
-        "info" => 2,
-        _ => 3,
+/// The identity the view groups nodes' findings by: the same drift is one line whether
+/// a node's rules for it are in one backend and family or another.
+fn fleet_identity(finding: &Finding) -> FindingId {
+    FindingId {
+        backend: None,
+        family: None,
+        ..finding.identity()
     }
 }
 
-/// A finding's key; Err when it lacks a kind or severity, or spells one of them or
-/// its protocol in a way this portdrift does not know (the view writes only the
-/// spellings of its own contract).
-fn key_of(finding: &Value) -> Result<FindingKey, String> {
-    let text = |field: &str| finding.get(field).and_then(Value::as_str).map(str::to_string);
-    let kind = known::<Kind>("kind", text("kind"))?.ok_or("no kind")?;
-    let severity = known::<Severity>("severity", text("severity"))?.ok_or("no severity")?;
-    Ok(FindingKey {
-        kind,
-        severity,
-        protocol: known::<Protocol>("protocol", text("protocol"))?,
-        port: finding.get("port").and_then(Value::as_u64),
-        service: text("service"),
-        target: text("target"),
+/// A finding of an agent's answer, or what this portdrift cannot read in it: a field
+/// it needs that is missing, a spelling it does not know (`kind "port-hijack"`), else
+/// what the decoder said.
+fn read_finding(finding: &Value) -> Result<Finding, String> {
+    <Finding as Deserialize>::deserialize(finding).map_err(|error| {
+        let spelled = |field: &str| finding.get(field).and_then(Value::as_str);
+        let missing = |field: &str| spelled(field).is_none().then(|| format!("no {field}"));
+        unknown::<Kind>(finding, "kind")
+            .or_else(|| missing("kind"))
+            .or_else(|| unknown::<Severity>(finding, "severity"))
+            .or_else(|| missing("severity"))
+            .or_else(|| unknown::<Protocol>(finding, "protocol"))
+            .or_else(|| unknown::<Family>(finding, "family"))
+            .or_else(|| unknown::<Backend>(finding, "backend"))
+            .unwrap_or_else(|| error.to_string())
     })
 }
 
-/// `value`, when it is absent or a spelling of `T`.
-fn known<T: DeserializeOwned>(field: &str, value: Option<String>) -> Result<Option<String>, String> {
-    match value {
-        Some(text) if serde_json::from_value::<T>(Value::String(text.clone())).is_err() => {
-            Err(format!("{field} {text:?}"))
-        }
-        value => Ok(value),
-    }
+/// `field "text"` when the finding spells `field` in a way that is not a `T`.
+fn unknown<T: DeserializeOwned>(finding: &Value, field: &str) -> Option<String> {
+    let text = finding.get(field)?.as_str()?;
+    let known = serde_json::from_value::<T>(Value::String(text.to_string())).is_ok();
+    (!known).then(|| format!("{field} {text:?}"))
 }
 
 /// `severity kind proto/port service → target: K of N nodes: a, b` per finding, then

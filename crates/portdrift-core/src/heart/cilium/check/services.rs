@@ -10,7 +10,7 @@ use crate::heart::cilium::exposure::{Exposure, exposure};
 use crate::heart::cilium::lines::{frontend_name, master_line, slot_line};
 use crate::heart::cilium::maps::FamilyMaps;
 use crate::heart::cilium::{Frontend, MapKind, Scope};
-use crate::heart::desired::{DesiredPort, DesiredState, EndpointSet};
+use crate::heart::desired::{DesiredPort, DesiredState, EndpointSet, FamilyEndpoints};
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{Family, Protocol};
 
@@ -158,16 +158,9 @@ fn endpoints(
     let Some(eps) = port.endpoints(family) else {
         return;
     };
-    // (target, active) → the slot lines that hold it.
-    let mut stale: BTreeMap<(SocketAddr, bool), Vec<String>> = BTreeMap::new();
-    let mut missing: BTreeMap<SocketAddr, Vec<String>> = BTreeMap::new();
+    let mut audit = SlotAudit::default();
     for f in frontends {
-        // Cilium gives each backend of a frontend one slot: one named twice is a
-        // frontend caught between two of its slot writes (a walk of a hash map is no
-        // snapshot), which a second read can catch the same way. Not judged.
-        let mut ids: Vec<u32> = f.slots.iter().map(|(_, id)| *id).collect();
-        ids.sort_unstable();
-        if ids.windows(2).any(|w| w[0] == w[1]) {
+        if names_a_backend_twice(f) {
             check.not_checked.push(format!(
                 "Cilium's frontend {} named one backend in two slots when read (it was being rewritten): its endpoints were not judged; the next scan looks again",
                 frontend_name(f)
@@ -179,7 +172,39 @@ fn endpoints(
             Scope::Internal => port.internal_policy_local,
             Scope::Other(_) => continue,
         };
-        let expected: &EndpointSet = if local { &eps.local } else { &eps.cluster };
+        audit.add_frontend(f, local, eps, fm);
+    }
+    for ((addr, active), lines) in audit.stale {
+        let f = stale_endpoint(family, port, services, addr, active, lines);
+        check.findings.push(f);
+    }
+    for (addr, names) in audit.missing {
+        let f = missing_endpoint(family, port, services, addr, &names);
+        check.findings.push(f);
+    }
+}
+
+/// Cilium gives each backend of a frontend one slot: one named twice is a frontend
+/// caught between two of its slot writes (a walk of a hash map is no snapshot), which a
+/// second read can catch the same way. Not judged.
+fn names_a_backend_twice(f: &Frontend) -> bool {
+    let mut ids: Vec<u32> = f.slots.iter().map(|(_, id)| *id).collect();
+    ids.sort_unstable();
+    ids.windows(2).any(|w| w[0] == w[1])
+}
+
+/// What the slots of one port's frontends hold that they should not, and lack.
+#[derive(Default)]
+struct SlotAudit {
+    /// (target, active) → the slot lines that hold it.
+    stale: BTreeMap<(SocketAddr, bool), Vec<String>>,
+    /// An endpoint → the frontends that do not hold it in an active slot.
+    missing: BTreeMap<SocketAddr, Vec<String>>,
+}
+
+impl SlotAudit {
+    /// Audits frontend `f`, whose traffic policy is `local` or not.
+    fn add_frontend(&mut self, f: &Frontend, local: bool, eps: &FamilyEndpoints, fm: &FamilyMaps) {
         let mut active = BTreeSet::new();
         for &(slot, id) in &f.slots {
             let Some(b) = fm.backends.get(&id) else { continue };
@@ -189,62 +214,81 @@ fn endpoints(
                 active.insert(addr);
             }
             if !eps.listed.contains(&addr) {
-                stale
+                self.stale
                     .entry((addr, is_active))
                     .or_default()
                     .push(slot_line(f, slot, id, Some(b)));
             }
         }
         // A slot's backend that was not read may be the endpoint: nothing is missing then.
-        if fm.backends_complete && fm.services_complete && (local || !eps.cluster_uncertain) {
-            for addr in expected.iter().filter(|a| !active.contains(a)) {
-                missing.entry(addr).or_default().push(frontend_name(f));
-            }
+        if !(fm.backends_complete && fm.services_complete && (local || !eps.cluster_uncertain)) {
+            return;
+        }
+        let expected: &EndpointSet = if local { &eps.local } else { &eps.cluster };
+        for addr in expected.iter().filter(|a| !active.contains(a)) {
+            self.missing.entry(addr).or_default().push(frontend_name(f));
         }
     }
-    for ((addr, active), lines) in stale {
-        let (severity, effect) = if active {
-            (Severity::Critical, "new connections are sent to it")
-        } else {
-            (
-                Severity::Warning,
-                "it is in a non-active slot, which takes new connections only if no active backend is left",
-            )
-        };
-        let mut f = service_finding(
-            Kind::StaleEndpoint,
-            severity,
-            family,
-            port,
-            format!(
-                "Cilium forwards nodePort {}/{} of {} to {addr}, which no EndpointSlice of the Service lists: {effect}; {ADVICE}.",
-                port.protocol, port.node_port, port.service
-            ),
-        );
-        f.target = Some(addr.to_string());
-        f.rule = lines.first().cloned();
-        f.rule_source = Some(services.to_string());
-        f.evidence = lines;
-        check.findings.push(f);
-    }
-    for (addr, names) in missing {
-        let mut f = service_finding(
-            Kind::MissingEndpoint,
-            Severity::Critical,
-            family,
-            port,
-            format!(
-                "{addr} is an endpoint of {} that Cilium's frontends for nodePort {}/{} do not hold in an active slot ({}): it gets none of their new connections; {ADVICE}.",
-                port.service,
-                port.protocol,
-                port.node_port,
-                names.join(", ")
-            ),
-        );
-        f.target = Some(addr.to_string());
-        f.rule_source = Some(services.to_string());
-        check.findings.push(f);
-    }
+}
+
+/// An address no EndpointSlice lists, in the slots `lines`: critical when active.
+fn stale_endpoint(
+    family: Family,
+    port: &DesiredPort,
+    services: &str,
+    addr: SocketAddr,
+    active: bool,
+    lines: Vec<String>,
+) -> Finding {
+    let (severity, effect) = if active {
+        (Severity::Critical, "new connections are sent to it")
+    } else {
+        (
+            Severity::Warning,
+            "it is in a non-active slot, which takes new connections only if no active backend is left",
+        )
+    };
+    let mut f = service_finding(
+        Kind::StaleEndpoint,
+        severity,
+        family,
+        port,
+        format!(
+            "Cilium forwards nodePort {}/{} of {} to {addr}, which no EndpointSlice of the Service lists: {effect}; {ADVICE}.",
+            port.protocol, port.node_port, port.service
+        ),
+    );
+    f.target = Some(addr.to_string());
+    f.rule = lines.first().cloned();
+    f.rule_source = Some(services.to_string());
+    f.evidence = lines;
+    f
+}
+
+/// An endpoint the frontends `names` do not hold in an active slot.
+fn missing_endpoint(
+    family: Family,
+    port: &DesiredPort,
+    services: &str,
+    addr: SocketAddr,
+    names: &[String],
+) -> Finding {
+    let mut f = service_finding(
+        Kind::MissingEndpoint,
+        Severity::Critical,
+        family,
+        port,
+        format!(
+            "{addr} is an endpoint of {} that Cilium's frontends for nodePort {}/{} do not hold in an active slot ({}): it gets none of their new connections; {ADVICE}.",
+            port.service,
+            port.protocol,
+            port.node_port,
+            names.join(", ")
+        ),
+    );
+    f.target = Some(addr.to_string());
+    f.rule_source = Some(services.to_string());
+    f
 }
 
 /// NodePort frontends for a port no Service owns, or that no owner exposes here.

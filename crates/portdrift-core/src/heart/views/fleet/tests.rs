@@ -103,6 +103,47 @@ fn a_finding_this_portdrift_cannot_read_is_noted_not_shown_and_its_node_not_clea
 }
 
 #[test]
+fn findings_on_as_many_nodes_are_listed_most_severe_first_then_by_their_spellings() {
+    let finding = |kind: &str, severity: &str, port: u16| json!({"kind": kind, "severity": severity, "protocol": "tcp", "port": port, "message": kind});
+    let findings = [
+        finding("stale-endpoint", "warning", 30080),
+        finding("missing-rule", "warning", 30090),
+        finding("backend-split", "info", 30070),
+        finding("squatter", "critical", 30100),
+        finding("missing-rule", "warning", 30080),
+    ];
+    let view = fleet_view(&[answer("node-a", Ok(json!({"findings": findings})))]);
+    let listed: Vec<(&str, Option<u16>)> = view
+        .findings
+        .iter()
+        .map(|f| (f.key.kind.as_str(), f.key.port))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("squatter", Some(30100)),
+            ("missing-rule", Some(30080)),
+            ("missing-rule", Some(30090)),
+            ("stale-endpoint", Some(30080)),
+            ("backend-split", Some(30070)),
+        ]
+    );
+}
+
+#[test]
+fn a_family_or_backend_this_portdrift_does_not_know_is_noted() {
+    let mut ipvs = stale("10.244.1.5:8080", "ipvs");
+    let answers = [answer("node-a", Ok(json!({"findings": [ipvs.clone()]})))];
+    assert_eq!(
+        fleet_view(&answers).notes,
+        ["node-a: 1 finding this portdrift cannot read (backend \"ipvs\"): a newer portdrift may"]
+    );
+    ipvs["family"] = json!("ipv5");
+    let answers = [answer("node-a", Ok(json!({"findings": [ipvs]})))];
+    assert!(fleet_view(&answers).notes[0].contains("(family \"ipv5\")"));
+}
+
+#[test]
 fn a_clean_fleet_exits_zero() {
     let view = fleet_view(&[answer("node-a", Ok(json!({"findings": []})))]);
     assert_eq!(view.exit_code(), 0);
