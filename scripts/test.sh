@@ -74,6 +74,8 @@ fi
 # The core crate (heart, decode) is pure because nothing in its dependency tree can do
 # I/O: a dependency that could (a runtime, a client, a socket or syscall crate, logging)
 # must never reach it, even through another crate; nor test support its normal build.
+# Checked for x86_64: on arm64, sha2's CPU-feature detection (cpufeatures) brings libc
+# for getauxval alone.
 core_tree=$(cargo tree --locked -e normal,features -p portdrift-core --prefix none --target x86_64-unknown-linux-gnu)
 if grep -E '^(tokio|kube|kube-[a-z]+|hyper|hyper-util|mio|rustix|libc|nix|socket2|netlink-[a-z]+|tracing|reqwest) ' <<<"$core_tree"; then
   echo "a dependency that can do I/O reached the core crate (portdrift-core)" >&2
