@@ -125,9 +125,9 @@ pub(super) fn read_proxy_mode<S: Source>(src: &S, input: &mut ScanInput) -> bool
         && status.status == SourceState::Ok
     {
         let answer = body.trim();
-        if crate::heart::proxy_mode::parse_reported(answer).is_some() {
+        if let Some(mode) = crate::decode::node::parse_proxy_mode(answer) {
             status.notes.push(format!("kube-proxy runs in {answer} mode"));
-            input.observed.kube_proxy_mode = Some(answer.to_string());
+            input.observed.kube_proxy_mode = Some(mode);
         } else {
             status.status = SourceState::Error;
             status.notes.push(format!(

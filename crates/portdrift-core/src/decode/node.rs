@@ -7,6 +7,7 @@
 use std::ops::RangeInclusive;
 use std::time::SystemTime;
 
+use crate::heart::model::ProxyMode;
 use crate::heart::observed::KubeProxyHealth;
 
 /// Why a sysctl value could not be understood.
@@ -111,6 +112,17 @@ impl KubeProxyHealth {
             since_last_update,
             node_eligible: obj.get("nodeEligible").and_then(|v| v.as_bool()),
         })
+    }
+}
+
+/// The mode kube-proxy's `/proxyMode` endpoint answers (`iptables`, `nftables`, `ipvs`),
+/// or None for an answer this does not read (a mode of a later kube-proxy, or not one).
+pub fn parse_proxy_mode(answer: &str) -> Option<ProxyMode> {
+    match answer.trim() {
+        "iptables" => Some(ProxyMode::Iptables),
+        "nftables" => Some(ProxyMode::Nftables),
+        "ipvs" => Some(ProxyMode::Ipvs),
+        _ => None,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::heart::model::{Listener, ProcessInfo, Protocol, RuleSource};
+use crate::heart::model::{Listener, ProcessInfo, Protocol, ProxyMode, RuleSource};
 
 /// Everything read from one node.
 #[derive(Debug, Clone, Default)]
@@ -21,9 +21,9 @@ pub struct Observed {
     pub sysctls: Option<NodeSysctls>,
     /// What kube-proxy's `/healthz` said, when it answered.
     pub kube_proxy_health: Option<KubeProxyHealth>,
-    /// The mode kube-proxy's `/proxyMode` named (`iptables`, `ipvs`, `nftables`), when
-    /// it answered.
-    pub kube_proxy_mode: Option<String>,
+    /// The mode kube-proxy's `/proxyMode` named, when it answered with one this reads
+    /// (`decode::node::parse_proxy_mode`).
+    pub kube_proxy_mode: Option<ProxyMode>,
     /// Which of kube-proxy's endpoints answered when asked.
     pub kube_proxy_answered: KubeProxyAnswered,
     /// IPVS mode's traces outside netfilter, when `/proc/net/dev` or `/proc/net/ip_vs`

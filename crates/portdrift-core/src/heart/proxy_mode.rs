@@ -50,7 +50,7 @@ pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Proxy
     let sources = &observed.sources;
     let cilium = cilium_maps_shown(observed);
     let shown = prefer_cilium_maps(shown_by_rules(observed, primaries), cilium.as_ref());
-    let reported = observed.kube_proxy_mode.as_deref().and_then(parse_reported);
+    let reported = observed.kube_proxy_mode;
     let mut unjudged = Vec::new();
     let Shown { mode, evidence } = match (reported, shown) {
         (Some(mode), shown) => {
@@ -282,17 +282,6 @@ fn nothing_found(sources: &[RuleSource]) -> String {
         );
     }
     "no kube-proxy chains or table, no IPVS, no known replacement".to_string()
-}
-
-/// kube-proxy's `/proxyMode` answer (`iptables`, `ipvs`, `nftables`; `kernelspace` on
-/// Windows); None for anything else.
-pub fn parse_reported(answer: &str) -> Option<ProxyMode> {
-    match answer.trim() {
-        "iptables" => Some(ProxyMode::Iptables),
-        "nftables" => Some(ProxyMode::Nftables),
-        "ipvs" => Some(ProxyMode::Ipvs),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

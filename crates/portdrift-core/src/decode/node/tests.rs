@@ -133,3 +133,13 @@ fn kube_proxy_health_reads_what_it_can() {
     assert!(KubeProxyHealth::from_body(true, b"[1,2]").is_err());
     assert!(KubeProxyHealth::from_body(true, b"{}").unwrap().describe().len() == 1);
 }
+
+#[test]
+fn kube_proxys_mode_answer_is_read_and_others_are_not() {
+    assert_eq!(parse_proxy_mode("iptables\n"), Some(ProxyMode::Iptables));
+    assert_eq!(parse_proxy_mode(" nftables "), Some(ProxyMode::Nftables));
+    assert_eq!(parse_proxy_mode("ipvs"), Some(ProxyMode::Ipvs));
+    for other in ["kernelspace", "userspace", "", "IPTABLES", "<html>"] {
+        assert_eq!(parse_proxy_mode(other), None, "{other:?}");
+    }
+}

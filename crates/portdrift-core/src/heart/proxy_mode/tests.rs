@@ -20,7 +20,7 @@ fn iptables_mode() -> ProxySignals {
 fn kube_proxys_answer_wins_and_a_disagreement_is_said() {
     let observed = Observed {
         sources: vec![source(Backend::IptablesNft, iptables_mode())],
-        kube_proxy_mode: Some("ipvs\n".into()),
+        kube_proxy_mode: Some(ProxyMode::Ipvs),
         ..Default::default()
     };
     let d = decide(&observed, &BTreeMap::from([(Family::Ipv4, 0)]));
@@ -32,7 +32,7 @@ fn kube_proxys_answer_wins_and_a_disagreement_is_said() {
 #[test]
 fn a_reported_mode_without_its_rules_is_not_an_all_clear() {
     let observed = Observed {
-        kube_proxy_mode: Some("iptables".into()),
+        kube_proxy_mode: Some(ProxyMode::Iptables),
         ..Default::default()
     };
     let d = decide(&observed, &BTreeMap::new());
