@@ -84,20 +84,31 @@ enum Flow {
     Returned,
 }
 
+/// Where a walk enters a chain: the chain (its table's index and its own) and the first
+/// rule it tries.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    table: usize,
+    chain: usize,
+    from: usize,
+}
+
 impl<'a> Walker<'a> {
-    /// Runs chain `ci` of table `ti` from rule `from`, handing each branch that leaves
-    /// it to `emit`: `Flow::Returned` when it falls off the end or returns.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs a chain from its `entry`, handing each branch that leaves it to `emit`:
+    /// `Flow::Returned` when it falls off the end or returns.
     fn run(
         &mut self,
         hook: Hook,
-        ti: usize,
-        ci: usize,
-        from: usize,
+        entry: Entry,
         mut branch: Branch,
         depth: usize,
         emit: &mut dyn FnMut(Branch, Flow),
     ) {
+        let Entry {
+            table: ti,
+            chain: ci,
+            from,
+        } = entry;
         let table: &'a Table = &self.rules.tables[ti];
         let chain = &table.chains[ci];
         if depth > MAX_DEPTH {
@@ -174,7 +185,12 @@ impl<'a> Walker<'a> {
         emit: &mut dyn FnMut(Branch, Flow),
     ) {
         let next = at.rule.expect("a rule") + 1;
-        self.run(hook, at.table, at.chain, next, branch, depth, emit)
+        let entry = Entry {
+            table: at.table,
+            chain: at.chain,
+            from: next,
+        };
+        self.run(hook, entry, branch, depth, emit)
     }
 
     /// Only a nat chain (or a chain it calls) translates addresses. iptables' nat

@@ -7,7 +7,7 @@ use crate::heart::explain::model::{Action, Destination, DnatTo, Field, Hook, Key
 use crate::heart::model::Family;
 
 use super::conditions::{Lookup, find_element};
-use super::{Branch, End, Flow, Packet, RuleRef, Step, StepKind, Translation, Walker, set_name, stop};
+use super::{Branch, End, Entry, Flow, Packet, RuleRef, Step, StepKind, Translation, Walker, set_name, stop};
 
 /// A rule that matched: where, how deep in jumps, the part of the connections
 /// reaching it that it takes, and the map element that chose its action, if one did.
@@ -127,11 +127,14 @@ impl<'a> Walker<'a> {
             .steps
             .push(hit.step(format!("{} {target}", if goto { "goto" } else { "jump" })));
         let mut returned = Vec::new();
+        let entry = Entry {
+            table: hit.at.table,
+            chain,
+            from: 0,
+        };
         self.run(
             hit.hook,
-            hit.at.table,
-            chain,
-            0,
+            entry,
             branch,
             hit.depth + 1,
             &mut |b, flow| match flow {

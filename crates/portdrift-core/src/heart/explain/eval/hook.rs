@@ -4,7 +4,7 @@
 use crate::heart::explain::model::{ChainType, Hook};
 use crate::heart::model::Family;
 
-use super::{Branch, End, Flow, RuleRef, Step, StepKind, TieOrder, Walker, backend_order, place_of};
+use super::{Branch, End, Entry, Flow, RuleRef, Step, StepKind, TieOrder, Walker, backend_order, place_of};
 
 /// A base chain at the hook, ordered as the walk runs them: by priority, then by
 /// backend (see [`Walker::note_nat_ties`]), then by where the dump has it.
@@ -121,9 +121,12 @@ impl Walker<'_> {
             return going.push(branch);
         }
         let mut left = Vec::new();
-        self.run(hook, at.table, at.chain, 0, branch, 0, &mut |b, flow| {
-            left.push((b, flow))
-        });
+        let entry = Entry {
+            table: at.table,
+            chain: at.chain,
+            from: 0,
+        };
+        self.run(hook, entry, branch, 0, &mut |b, flow| left.push((b, flow)));
         for (mut b, flow) in left {
             match (flow, &b.end) {
                 // Fell off the base chain's end: its policy decides.
