@@ -14,18 +14,21 @@ pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
 /// zombie, or `X`, dead): its file descriptors are gone, and the kernel refuses to list
 /// them with EACCES even to root, which is no missing privilege.
 pub fn stat_exited(stat: &str) -> bool {
-    let state = stat
-        .rfind(')')
-        .and_then(|at| stat[at + 1..].split_whitespace().next());
-    matches!(state, Some("Z" | "X" | "x"))
+    // The state is field 3.
+    matches!(stat_text_field(stat, 3), Some("Z" | "X" | "x"))
 }
 
 /// Field `n` (from 3, as proc(5) numbers them) of a `/proc/<pid>/stat` line, as a
 /// number.
 fn stat_field(stat: &str, n: usize) -> Option<u64> {
+    stat_text_field(stat, n)?.parse().ok()
+}
+
+/// Field `n` (from 3) of a `/proc/<pid>/stat` line, as it is written.
+fn stat_text_field(stat: &str, n: usize) -> Option<&str> {
     // The command (field 2) is in parentheses and may itself hold spaces and parentheses.
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+    rest.split_whitespace().nth(n.checked_sub(3)?)
 }
 
 /// What `/proc/self/stat` says of a process for its `process_*` metrics (fields 14, 15,

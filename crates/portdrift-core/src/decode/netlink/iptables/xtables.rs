@@ -89,11 +89,7 @@ pub(super) fn xt_match(
         ext,
         family,
     };
-    let decode =
-        matches::decoder(ext, rev).ok_or_else(|| info.unsupported(format!("revision {rev} (match)")))?;
-    let mut out = format!(" -m {ext}");
-    decode(&info, &mut out)?;
-    Ok(out)
+    render(&info, matches::decoder(ext, rev), "-m", rev, "match")
 }
 
 /// One xtables target, printed as ` -j NAME` and the extension's `save` output.
@@ -110,10 +106,20 @@ pub(super) fn xt_target(
         ext,
         family,
     };
-    let decode = targets::decoder(ext, rev, family)
-        .ok_or_else(|| info.unsupported(format!("revision {rev} (target)")))?;
-    let mut out = format!(" -j {ext}");
-    decode(&info, &mut out)?;
+    render(&info, targets::decoder(ext, rev, family), "-j", rev, "target")
+}
+
+/// ` FLAG NAME` and what the extension's decoder writes, or the revision it lacks.
+fn render(
+    info: &Info<'_>,
+    decode: Option<Decode>,
+    flag: &str,
+    rev: u32,
+    what: &str,
+) -> Result<String, DecodeError> {
+    let decode = decode.ok_or_else(|| info.unsupported(format!("revision {rev} ({what})")))?;
+    let mut out = format!(" {flag} {}", info.ext);
+    decode(info, &mut out)?;
     Ok(out)
 }
 
