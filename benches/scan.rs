@@ -14,7 +14,7 @@ use portdrift::decode::cluster::read_cluster_state;
 use portdrift::decode::iptables::{SourceHint, parse_save};
 use portdrift::heart::detect::{DetectConfig, detect};
 use portdrift::heart::observed::Observed;
-use portdrift::testing::synth::{SynthConfig, generate};
+use portdrift_test_support::synth::{SynthConfig, generate};
 
 fn scan_10k(c: &mut Criterion) {
     let config = SynthConfig::default();

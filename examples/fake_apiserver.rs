@@ -1,5 +1,5 @@
 //! Serves a generated cluster from the fake API server of the integration tests
-//! (`tests/support/fake_apiserver.rs`), for benchmarks of the API watch:
+//! (`portdrift_test_support::fake_apiserver`), for benchmarks of the API watch:
 //!
 //! ```text
 //! cargo run --release --example fake_apiserver -- --services 10000 --endpoints 5 --dir /tmp/fake
@@ -20,12 +20,8 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use portdrift_test_support::fake_apiserver;
 use tokio::io::AsyncBufReadExt;
-
-// Shared with the tests, which use all of it.
-#[allow(dead_code)]
-#[path = "../tests/support/fake_apiserver.rs"]
-mod fake_apiserver;
 
 #[derive(Parser)]
 struct Args {
@@ -58,7 +54,7 @@ struct Args {
     request_log: Option<PathBuf>,
     /// When it stops, write the requests and response body bytes by phase and kind of
     /// request, tab-separated: `phase signature requests bytes` (see
-    /// `request_signature` in tests/support/fake_apiserver.rs).
+    /// `request_signature` in crates/portdrift-test-support/src/fake_apiserver.rs).
     #[arg(long)]
     traffic_report: Option<PathBuf>,
     /// Serve Nodes worker-1 … worker-N (a generated cluster), one per agent.

@@ -1,6 +1,6 @@
 //! A fuzzing driver that runs on the stable toolchain, for where `cargo fuzz` (which
 //! wants a nightly compiler for its sanitizers) is not available. It runs the same
-//! targets (`portdrift::testing::fuzzing`) on mutations of the seeds from `testdata/`.
+//! targets (`portdrift_test_support::fuzzing`) on mutations of the seeds from `testdata/`.
 //!
 //! It has no coverage feedback: it is a mutation fuzzer (bit flips, byte and token
 //! insertions, splices of seeds, line shuffles and cuts) with a pool of recent mutants
@@ -26,7 +26,7 @@ use clap::Parser;
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// The target (see portdrift::testing::fuzzing::TARGETS).
+    /// The target (see portdrift_test_support::fuzzing::TARGETS).
     #[arg(long)]
     target: String,
     /// How long to fuzz.
@@ -58,8 +58,8 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if portdrift::testing::fuzzing::target(&args.target).is_none() {
-        let names: Vec<_> = portdrift::testing::fuzzing::TARGETS
+    if portdrift_test_support::fuzzing::target(&args.target).is_none() {
+        let names: Vec<_> = portdrift_test_support::fuzzing::TARGETS
             .iter()
             .map(|(n, _)| *n)
             .collect();
@@ -181,7 +181,7 @@ fn supervise(args: &Args, dir: &Path) -> anyhow::Result<()> {
 static PANIC: Mutex<Option<String>> = Mutex::new(None);
 
 fn worker(args: &Args, dir: &Path) -> anyhow::Result<()> {
-    let target = portdrift::testing::fuzzing::target(&args.target).context("target")?;
+    let target = portdrift_test_support::fuzzing::target(&args.target).context("target")?;
     let mut pool = load_inputs(args)?;
     if pool.is_empty() {
         pool.push(Vec::new());
@@ -276,7 +276,7 @@ fn current_path(dir: &Path) -> PathBuf {
 }
 
 fn load_inputs(args: &Args) -> anyhow::Result<Vec<Vec<u8>>> {
-    let mut seeds = portdrift::testing::fuzzing::seeds(&args.testdata)
+    let mut seeds = portdrift_test_support::fuzzing::seeds(&args.testdata)
         .with_context(|| format!("reading seeds from {}", args.testdata.display()))?;
     let mut pool = seeds.remove(args.target.as_str()).unwrap_or_default();
     for dir in &args.corpus {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use portdrift::testing::synth::{ChainOrder, SynthConfig, generate};
+use portdrift_test_support::synth::{ChainOrder, SynthConfig, generate};
 
 #[derive(Parser)]
 struct Args {
@@ -57,7 +57,7 @@ fn main() -> anyhow::Result<()> {
     std::fs::write(args.out.join("cluster.json"), &node.cluster_json)?;
     std::fs::write(
         args.out.join("kube-proxy.nft"),
-        portdrift::testing::synth::nft_script(&config),
+        portdrift_test_support::synth::nft_script(&config),
     )?;
     std::fs::write(args.out.join("node"), format!("{}\n", config.node))?;
     eprintln!(

@@ -26,5 +26,5 @@ pub mod cli;
 pub use portdrift_core::{decode, heart};
 pub mod scan;
 pub mod sources;
-#[cfg(any(test, feature = "test-support"))]
-pub mod testing;
+#[cfg(test)]
+mod testing;

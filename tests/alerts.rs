@@ -145,7 +145,7 @@ fn check_pages(rules: &Value, kinds: &[&str]) -> (bool, String) {
     std::fs::write(&rules_file, serde_yaml_ng::to_string(&rules).unwrap()).unwrap();
     let test_file = scratch.path().join("pages_test.yaml");
     std::fs::write(&test_file, generated_test(&rules_file, &alerts, &pages)).unwrap();
-    support::promtool(&["test", "rules", test_file.to_str().unwrap()])
+    support::promtool::run(&["test", "rules", test_file.to_str().unwrap()])
 }
 
 fn every_kind() -> Vec<&'static str> {

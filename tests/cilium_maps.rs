@@ -231,13 +231,16 @@ fn assert_same(case: &str, live: (i32, &Value), from: (i32, &Value)) {
 /// Returns the live report.
 fn scan_both_ways(case: &str, lab: &Lab, cluster: &Value, want: &[(&str, &str, &str)]) -> Value {
     let cluster_file = lab.write("cluster.json", &cluster.to_string());
-    let ran = lab.run(&[
-        &scan_command(&cluster_file, "", "\"$D\""),
-        &format!(
-            "\"$PORTDRIFT\" snapshot --out \"$LAB/bundle\" {}",
-            common_flags(&cluster_file)
-        ),
-    ]);
+    let ran = lab.run(
+        support::bin(),
+        &[
+            &scan_command(&cluster_file, "", "\"$D\""),
+            &format!(
+                "\"$PORTDRIFT\" snapshot --out \"$LAB/bundle\" {}",
+                common_flags(&cluster_file)
+            ),
+        ],
+    );
     let (live, snapshot) = (&ran[0], &ran[1]);
     assert_eq!(
         snapshot.code, 0,
@@ -545,7 +548,7 @@ fn the_maps_are_read_without_cap_bpf_and_through_a_read_only_mount() {
         "setpriv --bounding-set -bpf,-sys_admin --inh-caps -bpf,-sys_admin --ambient-caps -bpf,-sys_admin ";
     let read_only =
         "mkdir -p \"$LAB/ro\"; mount --bind \"$D\" \"$LAB/ro\"; mount -o remount,bind,ro \"$LAB/ro\"; ";
-    let ran = lab.run(&[
+    let ran = lab.run(support::bin(), &[
         // The control: without the two capabilities, creating a map fails; so the drop
         // took effect.
         &format!("{drop}bpftool map create \"$D/tc/globals/control\" type hash key 4 value 4 entries 1 name control"),
@@ -635,7 +638,7 @@ kill $churn
 wait $churn && test -s "$LAB/flips"
 "#
     );
-    let ran = lab.run(&[&script]);
+    let ran = lab.run(support::bin(), &[&script]);
     assert_eq!(
         ran[0].code, 0,
         "the churner failed: {}{}",

@@ -7,7 +7,7 @@ use portdrift::heart::detect::DetectConfig;
 use portdrift::heart::model::ProxyMode;
 use portdrift::heart::outcome::{ScanReport, run_scan};
 use portdrift::scan::input::read_bundle;
-use portdrift::testing::files::copy_dir;
+use portdrift_test_support::files::copy_dir;
 
 fn testdata(bundle: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

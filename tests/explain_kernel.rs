@@ -75,15 +75,18 @@ fn prove(lab: &TraceLab, bundle_name: &str, port: u16, with_address: bool) -> (V
     } else {
         format!("tcp/{port}")
     };
-    let e = lab.explain(&[
-        &query,
-        "--source",
-        CLIENT_IP,
-        "--cluster-state",
-        cluster.to_str().unwrap(),
-        "--node",
-        node.trim(),
-    ]);
+    let e = lab.explain(
+        support::bin(),
+        &[
+            &query,
+            "--source",
+            CLIENT_IP,
+            "--cluster-state",
+            cluster.to_str().unwrap(),
+            "--node",
+            node.trim(),
+        ],
+    );
     assert_eq!(e["kind"], "Explanation");
     let paths = e["paths"].as_array().unwrap();
     assert!(!paths.is_empty(), "{e:#}");

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use portdrift::testing::fuzzing::{TARGETS, seeds, target};
+use portdrift_test_support::fuzzing::{TARGETS, seeds, target};
 
 #[test]
 fn every_target_passes_its_seeds() {

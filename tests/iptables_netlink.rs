@@ -246,13 +246,13 @@ fn a_generated_node_with_drift_reads_the_same_over_netlink() {
     if !support::require_root("iptables netlink, generated") {
         return;
     }
-    let node = portdrift::testing::synth::SynthConfig {
+    let node = portdrift_test_support::synth::SynthConfig {
         services: 300,
         endpoints_per_service: 3,
         ..Default::default()
     };
     // The cluster lost its last three Services; their rules are still on the node.
-    let cluster = portdrift::testing::synth::SynthConfig {
+    let cluster = portdrift_test_support::synth::SynthConfig {
         services: 297,
         ..node.clone()
     };
@@ -260,11 +260,11 @@ fn a_generated_node_with_drift_reads_the_same_over_netlink() {
     let cluster_json = dir.path().join("cluster.json");
     std::fs::write(
         &cluster_json,
-        portdrift::testing::synth::generate(&cluster).cluster_json,
+        portdrift_test_support::synth::generate(&cluster).cluster_json,
     )
     .unwrap();
     let both = read_both_ways(
-        &portdrift::testing::synth::generate(&node).iptables_save,
+        &portdrift_test_support::synth::generate(&node).iptables_save,
         false,
         Some(&cluster_json),
     );

@@ -5,7 +5,7 @@ mod support;
 
 use std::fs;
 
-use portdrift::testing::files::copy_dir;
+use portdrift_test_support::files::copy_dir;
 use tempfile::TempDir;
 
 fn bundle(files: &[(&str, &[u8])]) -> TempDir {

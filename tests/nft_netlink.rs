@@ -135,7 +135,7 @@ fn a_generated_node_with_drift_reads_the_same_over_netlink() {
     if !support::require_root("netlink equality, generated") || !support::require_tool("nft", "netlink") {
         return;
     }
-    let config = portdrift::testing::synth::SynthConfig {
+    let config = portdrift_test_support::synth::SynthConfig {
         services: 300,
         endpoints_per_service: 3,
         stale: 3,
@@ -144,10 +144,10 @@ fn a_generated_node_with_drift_reads_the_same_over_netlink() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("kube-proxy.nft");
     let cluster = dir.path().join("cluster.json");
-    std::fs::write(&script, portdrift::testing::synth::nft_script(&config)).unwrap();
+    std::fs::write(&script, portdrift_test_support::synth::nft_script(&config)).unwrap();
     std::fs::write(
         &cluster,
-        portdrift::testing::synth::generate(&config).cluster_json,
+        portdrift_test_support::synth::generate(&config).cluster_json,
     )
     .unwrap();
     let both = read_both_ways(&script, Some(&cluster));
@@ -256,13 +256,13 @@ fn kept_maps_are_reused_and_a_replaced_rules_map_is_read_afresh() {
     if !support::require_root("netlink, kept maps") || !support::require_tool("nft", "netlink") {
         return;
     }
-    let config = portdrift::testing::synth::SynthConfig {
+    let config = portdrift_test_support::synth::SynthConfig {
         services: 40,
         endpoints_per_service: 3,
         ..Default::default()
     };
     let dir = tempfile::tempdir().unwrap();
-    let script = portdrift::testing::synth::nft_script(&config);
+    let script = portdrift_test_support::synth::nft_script(&config);
     let load = dir.path().join("kube-proxy.nft");
     std::fs::write(&load, &script).unwrap();
     // The first Service's dispatch rule is replaced by one sending everything to the

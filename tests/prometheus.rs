@@ -30,7 +30,7 @@ fn the_alert_rules_pass_promtool_check_rules() {
         return;
     }
     let rules = rules_dir().join("portdrift-alerts.yaml");
-    let (ok, said) = support::promtool(&["check", "rules", "--lint-fatal", rules.to_str().unwrap()]);
+    let (ok, said) = support::promtool::run(&["check", "rules", "--lint-fatal", rules.to_str().unwrap()]);
     assert!(ok, "promtool check rules: {said}");
     assert!(said.contains("SUCCESS"), "{said}");
 }
@@ -41,7 +41,7 @@ fn the_alert_rules_pass_their_unit_tests() {
         return;
     }
     let tests = rules_dir().join("portdrift-alerts_test.yaml");
-    let (ok, said) = support::promtool(&["test", "rules", tests.to_str().unwrap()]);
+    let (ok, said) = support::promtool::run(&["test", "rules", tests.to_str().unwrap()]);
     assert!(ok, "promtool test rules: {said}");
 }
 

@@ -1,5 +1,5 @@
 //! Properties over generated nodes: random Services (names, ports, endpoints, traffic
-//! policies) rendered into rules the way kube-proxy writes them (`portdrift::testing::synth`),
+//! policies) rendered into rules the way kube-proxy writes them (`portdrift_test_support::synth`),
 //! with random drift added on top.
 //!
 //! - the iptables-save parser gives back what kube-proxy wrote: every Service's
@@ -22,7 +22,7 @@ use portdrift::heart::kube_proxy::Naming;
 use portdrift::heart::model::{Backend, Family, Protocol, ServicePortRef, Verdict};
 use portdrift::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
 use portdrift::heart::repair::ruleset::IptablesRuleset;
-use portdrift::testing::synth::{Release, SynthConfig, generate};
+use portdrift_test_support::synth::{Release, SynthConfig, generate};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -70,9 +70,9 @@ fn node_config() -> impl Strategy<Value = SynthConfig> {
                 // Both orders a kernel can hold the chains in; what is read must not
                 // depend on it.
                 chain_order: if nodes % 2 == 0 {
-                    portdrift::testing::synth::ChainOrder::Grouped
+                    portdrift_test_support::synth::ChainOrder::Grouped
                 } else {
-                    portdrift::testing::synth::ChainOrder::Sorted
+                    portdrift_test_support::synth::ChainOrder::Sorted
                 },
                 ..SynthConfig::default()
             }

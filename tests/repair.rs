@@ -100,7 +100,7 @@ fn cluster_state(dir: &std::path::Path, changed: &str) -> std::path::PathBuf {
 /// [`cluster_state`] with shop/web's port named `port_name` (empty: unnamed).
 fn cluster_state_named(dir: &std::path::Path, changed: &str, port_name: &str) -> std::path::PathBuf {
     let items = json!([
-        portdrift::testing::synth::api_server_service(),
+        portdrift_test_support::synth::api_server_service(),
         {
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "web", "namespace": "shop", "creationTimestamp": changed, "uid": "u-web"},
@@ -151,7 +151,7 @@ fn scan_repair(lab: &Lab, args: &[&str]) -> (Output, Value) {
         "1s",
     ];
     all.extend_from_slice(args);
-    let out = lab.portdrift(&all);
+    let out = lab.portdrift(support::bin(), &all);
     let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "no JSON ({e}): exit {:?}\nstdout: {}\nstderr: {}",

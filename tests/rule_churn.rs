@@ -32,7 +32,7 @@ use portdrift::sources::netlink::nftables::{
     ConstantMaps, KeptNft, read_tables_following, read_tables_netlink,
 };
 use portdrift::sources::rule_changes::{ChangeJournal, RuleChanges};
-use portdrift::testing::synth::{ChainOrder, SynthConfig, generate, nft_script};
+use portdrift_test_support::synth::{ChainOrder, SynthConfig, generate, nft_script};
 
 /// Where the inner test finds the generated node (set by the outer test).
 const NODE_DIR: &str = "PORTDRIFT_CHURN_NODE";

@@ -1,5 +1,5 @@
-//! libFuzzer entry for portdrift::testing::fuzzing::ipvs (the target itself lives in the library,
+//! libFuzzer entry for portdrift_test_support::fuzzing::ipvs (the target itself lives in that crate,
 //! shared with the stable driver and the regression test).
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| portdrift::testing::fuzzing::ipvs(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| portdrift_test_support::fuzzing::ipvs(data));

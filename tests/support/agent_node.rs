@@ -77,7 +77,7 @@ pub fn in_node(bundle: &str, script: &str, args: &[&str], dir: &Path, limit: Dur
         .args(["--exec", bundle, "--", "bash", "-c"])
         .arg(format!("{PRELUDE}{}\n{script}", super::SHELL_HELPERS))
         .arg("bash")
-        .arg(env!("CARGO_BIN_EXE_portdrift"))
+        .arg(super::bin())
         .arg(super::fake_apiserver_bin())
         .arg(dir)
         .arg(node_of(bundle))

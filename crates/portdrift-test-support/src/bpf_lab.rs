@@ -447,9 +447,9 @@ impl Lab {
     /// Builds the maps in a private mount (and network) namespace, then runs each of
     /// `commands` there with bash, in order, whatever the exit of the one before. In
     /// the commands `$D` is the BPF filesystem (the `--bpf-root`), `$LAB` the lab's
-    /// directory and `$PORTDRIFT` the binary. Panics with what bash said if the maps
-    /// could not be built.
-    pub fn run(&self, commands: &[&str]) -> Vec<Ran> {
+    /// directory and `$PORTDRIFT` the binary (`portdrift`). Panics with what bash said if
+    /// the maps could not be built.
+    pub fn run(&self, portdrift: &Path, commands: &[&str]) -> Vec<Ran> {
         let lab = self.dir.path();
         let out = lab.join("ran");
         let _ = std::fs::remove_dir_all(&out);
@@ -476,7 +476,7 @@ impl Lab {
             .arg(lab.join("lab.sh"))
             .env("D", self.bpf_root())
             .env("LAB", lab)
-            .env("PORTDRIFT", env!("CARGO_BIN_EXE_portdrift"))
+            .env("PORTDRIFT", portdrift)
             .output()
             .expect("unshare runs");
         let read = |name: String| std::fs::read_to_string(out.join(name)).unwrap_or_default();

@@ -13,11 +13,12 @@
 //! is removed on drop.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::netns::{exec_in_with_input, run_ok};
+use crate::netns::{exec_in_with_input, run_ok};
 
 pub const NODE_IP: &str = "10.78.1.1";
 pub const CLIENT_IP: &str = "10.78.1.2";
@@ -34,6 +35,11 @@ pub struct TraceLab {
 pub type Trace = Vec<(String, String)>;
 
 impl TraceLab {
+    /// Builds the three namespaces, joined and routed as drawn above.
+    #[expect(
+        clippy::new_without_default,
+        reason = "it creates namespaces in the kernel: no default value"
+    )]
     pub fn new() -> TraceLab {
         let id = format!(
             "{}{}",
@@ -159,16 +165,13 @@ for i in range({count}):
         (traces, targets)
     }
 
-    /// Runs `portdrift explain ARGS --format json` on the node, live.
-    pub fn explain(&self, args: &[&str]) -> serde_json::Value {
+    /// Runs `portdrift explain ARGS --format json` on the node, live (`portdrift`: the
+    /// binary's path).
+    pub fn explain(&self, portdrift: &Path, args: &[&str]) -> serde_json::Value {
         let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.node,
-                env!("CARGO_BIN_EXE_portdrift"),
-                "explain",
-            ])
+            .args(["netns", "exec", &self.node])
+            .arg(portdrift)
+            .arg("explain")
             .args(args)
             .args([
                 "--format",

@@ -6,24 +6,24 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, BufRead, Cursor};
 
-use crate::decode::cilium::{
+use portdrift::decode::cilium::{
     MapKind, group_frontends, parse_backend_entry, parse_bpftool_dump, parse_rev_nat_entry,
     parse_service_entry,
 };
-use crate::decode::iptables::{SourceHint, parse_save};
-use crate::decode::ipvs::{parse_ipvsadm, parse_proc_ip_vs};
-use crate::decode::nftables::{parse_ruleset_json, parse_ruleset_text, table_views_json};
-use crate::decode::sockets::{WordOrder, parse_proc_net_with};
-use crate::heart::desired::{DesiredPort, DesiredState, FamilyEndpoints};
-use crate::heart::detect::DetectConfig;
-use crate::heart::finding::Kind;
-use crate::heart::ipvs::ipvs_findings;
-use crate::heart::model::{Backend, Family, Protocol, ServicePortRef};
-use crate::heart::outcome::{SourceState, run_scan};
-use crate::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
-use crate::heart::repair::ruleset::IptablesRuleset;
-use crate::scan::input::read_input;
-use crate::sources::bundle::{Fetched, Source};
+use portdrift::decode::iptables::{SourceHint, parse_save};
+use portdrift::decode::ipvs::{parse_ipvsadm, parse_proc_ip_vs};
+use portdrift::decode::nftables::{parse_ruleset_json, parse_ruleset_text, table_views_json};
+use portdrift::decode::sockets::{WordOrder, parse_proc_net_with};
+use portdrift::heart::desired::{DesiredPort, DesiredState, FamilyEndpoints};
+use portdrift::heart::detect::DetectConfig;
+use portdrift::heart::finding::Kind;
+use portdrift::heart::ipvs::ipvs_findings;
+use portdrift::heart::model::{Backend, Family, Protocol, ServicePortRef};
+use portdrift::heart::outcome::{SourceState, run_scan};
+use portdrift::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
+use portdrift::heart::repair::ruleset::IptablesRuleset;
+use portdrift::scan::input::read_input;
+use portdrift::sources::bundle::{Fetched, Source};
 
 /// A fuzz target: raw bytes in; a panic is a finding.
 pub type Target = fn(&[u8]);
@@ -76,21 +76,24 @@ fn check_iptables_plan(ruleset: &IptablesRuleset) {
     rulesets
         .iptables
         .insert((Backend::IptablesNft, Family::Ipv4), ruleset.clone());
-    let desired = crate::heart::desired::DesiredState::default();
+    let desired = portdrift::heart::desired::DesiredState::default();
     let mut findings = Vec::new();
     for table in &ruleset.tables {
         for chain in &table.chains {
             findings.push(finding(
-                crate::heart::finding::Kind::OrphanChain,
+                portdrift::heart::finding::Kind::OrphanChain,
                 &format!(":{}", chain.name),
             ));
             for rule in chain.rules.iter().take(64) {
-                findings.push(finding(crate::heart::finding::Kind::StaleNodeport, &rule.line));
+                findings.push(finding(
+                    portdrift::heart::finding::Kind::StaleNodeport,
+                    &rule.line,
+                ));
             }
         }
     }
     findings.truncate(512);
-    let refs: Vec<&crate::heart::finding::Finding> = findings.iter().collect();
+    let refs: Vec<&portdrift::heart::finding::Finding> = findings.iter().collect();
     let planned = plan(
         &refs,
         PlanContext {
@@ -125,8 +128,9 @@ fn check_iptables_plan(ruleset: &IptablesRuleset) {
     }
 }
 
-fn finding(kind: crate::heart::finding::Kind, rule: &str) -> crate::heart::finding::Finding {
-    let mut f = crate::heart::finding::Finding::new(kind, crate::heart::finding::Severity::Critical, "fuzz");
+fn finding(kind: portdrift::heart::finding::Kind, rule: &str) -> portdrift::heart::finding::Finding {
+    let mut f =
+        portdrift::heart::finding::Finding::new(kind, portdrift::heart::finding::Severity::Critical, "fuzz");
     f.backend = Some(Backend::IptablesNft);
     f.family = Some(Family::Ipv4);
     f.protocol = Some(Protocol::Tcp);
@@ -394,13 +398,13 @@ pub fn bundle(data: &[u8]) {
     };
     let desired = input.desired.clone();
     let report = run_scan(input, &DetectConfig::default());
-    let _ = crate::heart::render::render_text(&report);
+    let _ = portdrift::heart::render::render_text(&report);
     serde_json::to_string(&report).expect("a report always serialises");
     let Some(desired) = desired else {
         return;
     };
     let mut rulesets = Rulesets::default();
-    for (name, backend, family) in crate::sources::bundle::IPTABLES_FILES {
+    for (name, backend, family) in portdrift::sources::bundle::IPTABLES_FILES {
         if let Some(bytes) = files.get(name) {
             let backend = backend.unwrap_or(Backend::IptablesNft);
             rulesets.iptables.insert(
@@ -409,7 +413,7 @@ pub fn bundle(data: &[u8]) {
             );
         }
     }
-    let findings: Vec<&crate::heart::finding::Finding> = report.findings.iter().collect();
+    let findings: Vec<&portdrift::heart::finding::Finding> = report.findings.iter().collect();
     let planned = plan(
         &findings,
         PlanContext {

@@ -1,5 +1,5 @@
-//! The real `promtool check metrics`, for the tests of the crate (included into the
-//! library's unit tests by path) and of the binary.
+//! The real `promtool`: `check metrics` on an exposition, for the library's unit tests
+//! and the binary's, and any other command on the checkout's files.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -34,4 +34,20 @@ pub fn check(text: &str) -> Option<(bool, String)> {
         String::from_utf8_lossy(&out.stderr)
     );
     Some((out.status.success(), said))
+}
+
+/// Runs promtool with `args` in the root of the checkout: whether it passed, and what it
+/// said.
+pub fn run(args: &[&str]) -> (bool, String) {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(crate::root())
+        .output()
+        .expect("promtool runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
 }

@@ -62,6 +62,10 @@ fn link(a: (&str, &str, &str), b: (&str, &str, &str)) {
 impl Lab {
     /// Builds the three namespaces and starts the pod's HTTP server, which answers
     /// `pod-a` on `/`.
+    #[expect(
+        clippy::new_without_default,
+        reason = "it creates namespaces in the kernel and starts a server: no default value"
+    )]
     pub fn new() -> Lab {
         let id = format!(
             "{}{}",
@@ -171,10 +175,11 @@ impl Lab {
         normalise(&String::from_utf8_lossy(&out.stdout))
     }
 
-    /// Runs the portdrift binary in the node's namespace.
-    pub fn portdrift(&self, args: &[&str]) -> Output {
+    /// Runs the portdrift binary (`portdrift`: its path) in the node's namespace.
+    pub fn portdrift(&self, portdrift: &Path, args: &[&str]) -> Output {
         Command::new("ip")
-            .args(["netns", "exec", &self.node, env!("CARGO_BIN_EXE_portdrift")])
+            .args(["netns", "exec", &self.node])
+            .arg(portdrift)
             .args(args)
             .output()
             .expect("portdrift runs")

@@ -7,17 +7,17 @@ use std::process::Command;
 
 /// `docs/schema/<name>.json`.
 pub fn schema_file(name: &str) -> PathBuf {
-    super::root().join("docs/schema").join(format!("{name}.json"))
+    crate::root().join("docs/schema").join(format!("{name}.json"))
 }
 
 /// `check-jsonschema`: the checkout's `.venv` one, else the one on `PATH`. None when
 /// there is neither outside CI (with `CI` set that fails the test).
 fn tool() -> Option<PathBuf> {
-    let venv = super::root().join(".venv/bin/check-jsonschema");
+    let venv = crate::root().join(".venv/bin/check-jsonschema");
     if venv.is_file() {
         return Some(venv);
     }
-    super::require_tool("check-jsonschema", "validating JSON against docs/schema")
+    crate::requirements::require_tool("check-jsonschema", "validating JSON against docs/schema")
         .then(|| PathBuf::from("check-jsonschema"))
 }
 
