@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What agents cost the API server: N agents' watches start at once against the fake API
-# server (tests/support/fake_apiserver.rs, in its own process) holding SERVICES NodePort
-# Services with ENDPOINTS endpoints each (one EndpointSlice per Service) and N Nodes;
-# once every agent is synced, the server ends every watch with 410 Gone and every agent
-# relists. The agents are N of portdrift's API views (examples/watch_sync.rs --agents:
+# server (crates/portdrift-test-support/src/fake_apiserver.rs, in its own process)
+# holding SERVICES NodePort Services with ENDPOINTS endpoints each (one EndpointSlice
+# per Service) and N Nodes; once every agent is synced, the server ends every watch
+# with 410 Gone and every agent relists. The agents are N of portdrift's API views (examples/watch_sync.rs --agents:
 # each its own client and stores, as a separate agent would have) in one process.
 #
 # It prints, for the start-up and for the relist, the requests by kind and parameters

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Cost of the API side of the desired state at production scale. A fake API server
-# (tests/support/fake_apiserver.rs, in its own process) serves 10,000 NodePort Services
-# and 10,000 EndpointSlices with 5 endpoints each (50,000 endpoints), with the baggage
-# real objects carry (managedFields, last-applied-configuration, targetRefs). Measured
-# in a separate process (examples/watch_sync.rs, with the binary's allocator) under
-# /usr/bin/time -v:
+# (crates/portdrift-test-support/src/fake_apiserver.rs, in its own process) serves
+# 10,000 NodePort Services and 10,000 EndpointSlices with 5 endpoints each (50,000
+# endpoints), with the baggage real objects carry (managedFields,
+# last-applied-configuration, targetRefs). Measured in a separate process
+# (examples/watch_sync.rs, with the binary's allocator) under /usr/bin/time -v:
 #   - watch:  reflectors until synced (streaming lists), then one desired-state build
 #             (the daemon's start);
 #   - lists:  the same where the API server has no streaming lists: whole lists with

@@ -16,6 +16,10 @@ directory, and inline `mod tests { ... }` blocks), resolves each `crate::...` an
 - a non-test file over LIMIT lines whose first comment does not say it is one
   cohesive thing ("One cohesive ...").
 
+The test-support crate (`crates/portdrift-test-support/`) is not read: it is test code
+outside the layers, a dev-dependency that shipped code cannot name (the compiler holds
+that; scripts/test.sh checks that the release build's tree does not have it).
+
 Prints the module-level import loops it finds with `--loops`, for the closing notes of
 a refactor; `--self-test` runs the check on a small tree with one of each problem and
 fails unless it finds every one. Standard library only, so it runs before anything is

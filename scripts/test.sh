@@ -65,10 +65,12 @@ python3 scripts/check-layers.py --self-test
 python3 scripts/check-layers.py
 # No shipped function passes 100 lines (ARCHITECTURE.md).
 python3 scripts/fn-lengths.py --max 100 --top 0
-# Test support reaches the tests, examples and benches through the dev-dependency on
-# this crate; the shipped build (normal edges only) must never turn it on.
-if cargo tree --locked -e features,normal -i portdrift | grep -q 'feature "test-support"'; then
-  echo "the release build enables test-support" >&2
+# Test support (the portdrift-test-support crate, the core's test-support feature)
+# reaches the tests, examples, benches and fuzz targets through dev-dependencies alone;
+# the shipped build (the default members, as `cargo build --release` takes them; normal
+# edges only) must never link or turn on any of it.
+if cargo tree --locked -e features,normal --prefix none | grep -E '^portdrift-test-support |feature "test-support"'; then
+  echo "the release build links test support" >&2
   exit 1
 fi
 # The core crate (heart, decode) is pure because nothing in its dependency tree can do

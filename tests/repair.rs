@@ -1,6 +1,6 @@
 //! `portdrift scan --repair`, proven with real packets: a client, a node holding
 //! kube-proxy-shaped rules in the real kernel, and a pod serving HTTP, each in its own
-//! private network namespace (tests/support/netns.rs). `curl` from the client to the
+//! private network namespace (crates/portdrift-test-support/src/netns.rs). `curl` from the client to the
 //! node's NodePort shows whether traffic flows; the node's whole ruleset, dumped before
 //! and after, shows exactly what repair removed.
 //!
