@@ -7,8 +7,8 @@
 //! [`nf_messages`]).
 //!
 //! Nothing here finds the built `portdrift` binary: `env!("CARGO_BIN_EXE_portdrift")`
-//! exists in integration tests alone, so what runs the binary takes its path (each
-//! test's `tests/support/mod.rs` has it).
+//! exists in integration tests alone, so what runs the binary takes its path (the
+//! tests' `tests/support/mod.rs` gives it).
 
 use std::path::{Path, PathBuf};
 
