@@ -27,4 +27,5 @@ pub use portdrift_core::{decode, heart};
 pub mod scan;
 pub mod sources;
 #[cfg(any(test, feature = "test-support"))]
+#[allow(clippy::unwrap_used, reason = "test support: a failure there is the test's")]
 pub mod testing;

@@ -52,6 +52,8 @@
 //!   also when it fails. Each command must exit 0 and a console block's output is checked
 //!   as above. Without root it is skipped, unless `CI` is set: then it fails.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
