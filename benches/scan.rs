@@ -3,6 +3,8 @@
 //!
 //! `cargo bench --bench scan`
 
+#![allow(clippy::unwrap_used, reason = "a benchmark's setup panics where it breaks")]
+
 use std::hint::black_box;
 
 // The allocator the binary uses, so the figures are the binary's.

@@ -1,6 +1,8 @@
 //! Accepting a finding (`scan --accept FILE`): the exception stays visible, marked with
 //! its reason, and stops counting; nothing else on the node is hidden.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::fs;

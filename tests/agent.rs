@@ -15,6 +15,8 @@
 //! Every scenario runs under `timeout`, and everything it starts lives in the bundle's
 //! PID namespace, which dies with it, so nothing outlives a failed test.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::path::Path;

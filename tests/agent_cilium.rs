@@ -5,6 +5,8 @@
 //!
 //! Needs root, bpftool and the fake API server example; with `CI` set nothing is skipped.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::time::Duration;

@@ -6,6 +6,8 @@
 //!
 //! Needs root (CI runs as root and must not skip it).
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::time::Duration;

@@ -15,6 +15,8 @@
 //! built fake API server (`cargo test` builds it; alone, `cargo build --example
 //! fake_apiserver` first).
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::path::Path;

@@ -12,6 +12,8 @@
 //!
 //! Needs promtool (Debian package `prometheus`); with `CI` set it is not skipped.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -2,6 +2,8 @@
 //! the phase it arrived in and a signature without selectors or resourceVersion
 //! numbers, and exactly the response body bytes a client receives.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -6,6 +6,8 @@
 //! Whether portdrift *produces* the expected findings is checked by the detector's
 //! own tests; this file only makes sure the bundles are sound inputs.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};

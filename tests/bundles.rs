@@ -1,6 +1,8 @@
 //! Every shipped incident bundle gives exactly the findings its `expected.json` lists,
 //! through the real binary, in both output formats.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::path::Path;

@@ -3,6 +3,8 @@
 //! fresh capture gives exactly the expected findings. Needs root (CI runs as root and
 //! must not skip this).
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::process::Command;

@@ -12,6 +12,8 @@
 //! Needs root, bpftool, unshare and setpriv (CI runs as root and must not skip these).
 //! The host's `/sys/fs/bpf` is never touched.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -3,6 +3,8 @@
 //! kubeconfig or context that cannot be used, and the text report on a terminal (in a
 //! real one: tmux at 80 columns).
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::io::Write;

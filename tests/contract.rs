@@ -2,6 +2,8 @@
 //! envelope, every finding every field, and a finding's id names the same drift in
 //! every scan.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::{BTreeSet, HashMap};

@@ -1,6 +1,8 @@
 //! Coverage judged on real bundles, with one input taken away or spoilt at a time: the
 //! verdict of `heart::coverage` on what `scan::input` read.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 use std::path::{Path, PathBuf};
 
 use portdrift::heart::detect::DetectConfig;

@@ -30,6 +30,8 @@
 //! promtool, root and the fake API server example for the agent runs; with `CI` set
 //! nothing is skipped.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

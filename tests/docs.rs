@@ -18,6 +18,10 @@
 //!   the event's fields, each a scalar and none twice, no `target` and no nested
 //!   `fields`; each field named as the agent's code names one, and each message begun as
 //!   one of its log calls begins. A `json` block that holds such lines must be marked so.
+//! - A code comment that cites a document's section (`docs/performance.md#a-live-scan`)
+//!   cites one that exists, and every figure it quotes (a number with its unit: `30 MB`,
+//!   `1,013 MiB`, `4.9 s`, `35%`, `0.53x`) stands in one of the sections it cites, so a
+//!   figure that moved in the document is found here, not by the next reader.
 //! - Every reason the agent writes an Event with (src/agent/kube_report/events.rs) is in
 //!   docs/operate.md's Event table, each finding kind on the row of its own reason.
 //! - Every alert of deploy/prometheus/portdrift-alerts.yaml has a section in
@@ -47,6 +51,8 @@
 //!   rules, and whatever it leaves running there is killed and the namespace deleted,
 //!   also when it fails. Each command must exit 0 and a console block's output is checked
 //!   as above. Without root it is skipped, unless `CI` is set: then it fails.
+
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
 
 mod support;
 
@@ -328,6 +334,210 @@ fn every_relative_link_and_anchor_resolves() {
         "only {checked} links found: is the link reader broken?"
     );
     assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+}
+
+/// The Rust files whose comments may cite the documents: both crates, the tests, the
+/// benchmarks and the examples; not this file, whose comments show citations as examples.
+fn rust_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if path.is_dir() && !path.ends_with("target") {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests/docs.rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for dir in ["src", "crates", "tests", "benches", "examples"] {
+        walk(&root().join(dir), &mut out);
+    }
+    out.sort();
+    out
+}
+
+/// Each run of comment lines of a Rust file (`//`, `///`, `//!`): its first line and
+/// its text, the lines joined by spaces.
+fn comment_blocks(source: &str) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let mut open = false;
+    for (n, line) in source.lines().enumerate() {
+        let Some(text) = line.trim_start().strip_prefix("//") else {
+            open = false;
+            continue;
+        };
+        let text = text.trim_start_matches(['/', '!']).trim();
+        match out.last_mut() {
+            Some((_, block)) if open => {
+                block.push(' ');
+                block.push_str(text);
+            }
+            _ => out.push((n + 1, text.to_string())),
+        }
+        open = true;
+    }
+    out
+}
+
+/// The sections a comment cites as `docs/NAME.md#anchor`.
+fn cited_sections(comment: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = comment;
+    while let Some(at) = rest.find("docs/") {
+        let cite: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || "/._-#".contains(*c))
+            .collect();
+        rest = &rest[at + "docs/".len()..];
+        if let Some((file, fragment)) = cite.split_once('#')
+            && file.ends_with(".md")
+        {
+            out.push((
+                file.to_string(),
+                fragment.trim_end_matches(['.', '-']).to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// The units of a measured figure: sizes, times, ratios and shares.
+const FIGURE_UNITS: &[&str] = &["GiB", "MiB", "KiB", "GB", "MB", "KB", "kB", "ms", "s", "x", "%"];
+
+/// The figures of a text: a number (`1,013`, `4.9`) and its unit, with the one space
+/// between them if there is one (`1,013 MiB`, `35%`, `0.53x`).
+fn figures(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = chars[i].is_ascii_digit()
+            && (i == 0 || !(chars[i - 1].is_alphanumeric() || ".,_".contains(chars[i - 1])));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut end = i;
+        while end < chars.len()
+            && (chars[end].is_ascii_digit()
+                || (",.".contains(chars[end]) && chars.get(end + 1).is_some_and(char::is_ascii_digit)))
+        {
+            end += 1;
+        }
+        let number: String = chars[i..end].iter().collect();
+        let space = chars.get(end) == Some(&' ');
+        let after: String = chars[end + usize::from(space)..].iter().take(4).collect();
+        let unit = FIGURE_UNITS.iter().find(|u| {
+            after.starts_with(*u)
+                && after[u.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| !c.is_alphanumeric())
+        });
+        if let Some(unit) = unit {
+            out.push(format!("{number}{}{unit}", if space { " " } else { "" }));
+        }
+        i = end;
+    }
+    out
+}
+
+/// The text of a document's section: from its heading to the next heading of its level
+/// or above, its lines joined by spaces; None when no heading has that anchor.
+fn section_text(doc: &Doc, fragment: &str) -> Option<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut level_of_section = None;
+    let mut out = String::new();
+    for line in &doc.text {
+        if let Some((level, text)) = heading(line) {
+            if level_of_section.is_some_and(|l| level <= l) {
+                break;
+            }
+            let base = anchor(text);
+            let n = seen.entry(base.clone()).or_insert(0);
+            let id = if *n == 0 { base } else { format!("{base}-{n}") };
+            *n += 1;
+            if level_of_section.is_none() && id == fragment {
+                level_of_section = Some(level);
+                continue;
+            }
+        }
+        if level_of_section.is_some() {
+            out.push(' ');
+            out.push_str(line.trim());
+        }
+    }
+    level_of_section.map(|_| out.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+#[test]
+fn every_figure_a_comment_cites_is_in_its_section() {
+    let mut problems = Vec::new();
+    let mut cited = 0;
+    for file in rust_files() {
+        let source = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", rel(&file)));
+        for (line, comment) in comment_blocks(&source) {
+            // Code spans hold syntax (`30s`, `docs/NAME.md#anchor`), not figures or
+            // citations.
+            let comment = without_code(&comment);
+            let sections = cited_sections(&comment);
+            if sections.is_empty() {
+                continue;
+            }
+            let at = format!("{}:{line}", rel(&file));
+            let mut texts = Vec::new();
+            for (doc, fragment) in &sections {
+                cited += 1;
+                let Ok(text) = std::fs::read_to_string(root().join(doc)) else {
+                    problems.push(format!("{at}: {doc}: no such document"));
+                    continue;
+                };
+                match section_text(&parse(&text), fragment) {
+                    Some(section) => texts.push(section),
+                    None => problems.push(format!("{at}: no heading #{fragment} in {doc}")),
+                }
+            }
+            // A figure is in a cited section when it stands there whole, not inside a
+            // longer number (`4.9 s` is not in `14.9 s`).
+            let holds = |text: &str, figure: &str| {
+                text.match_indices(figure).any(|(i, _)| {
+                    text[..i]
+                        .chars()
+                        .next_back()
+                        .is_none_or(|c| !(c.is_ascii_digit() || ".,".contains(c)))
+                })
+            };
+            for figure in figures(&comment) {
+                if !texts.iter().any(|t| holds(t, &figure)) {
+                    problems.push(format!("{at}: {figure} is in none of the sections it cites"));
+                }
+            }
+        }
+    }
+    assert!(
+        cited > 10,
+        "only {cited} citations found: is the comment reader broken?"
+    );
+    assert!(
+        problems.is_empty(),
+        "comments whose figures their cited section does not hold:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn a_figure_is_read_whole_and_with_its_unit() {
+    assert_eq!(
+        figures("took 1,013 MiB, 4.5–4.9 s, 35% slower, 0.53x; 10,000 Services, 32 KiB, 2 sockets"),
+        ["1,013 MiB", "4.9 s", "35%", "0.53x", "32 KiB"]
+    );
+    assert_eq!(
+        cited_sections("(docs/performance.md#a-live-scan). And docs/scan.md alone"),
+        [("docs/performance.md".to_string(), "a-live-scan".to_string())]
+    );
 }
 
 /// The repository's top-level directories: a word of a document that starts with one

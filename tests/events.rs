@@ -3,6 +3,8 @@
 //! server, how often, and what happens when the server fails. Every scenario runs under
 //! a timeout.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::time::Duration;

@@ -4,6 +4,8 @@
 //! API, the exit status, and that every document follows the schema. Then what a user
 //! gets from bad input: a clear error, or a "not checked" said first.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,8 @@
 //! Faults around the agent and the snapshot writer that the other suites do not make:
 //! the listen port already taken, and a disk that fills while a snapshot is written.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::process::{Command, Stdio};

@@ -22,6 +22,8 @@
 //!
 //! Needs root (CI runs as root and must not skip it), curl and python3 in the namespace.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -11,6 +11,8 @@
 //!
 //! Needs prometheus; with `CI` set it is not skipped.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::net::SocketAddr;

@@ -14,6 +14,8 @@
 //! about one `--timeout`; and where RBAC forbids a list or the pod proxy, the view that
 //! can still be given, saying what was not checked.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

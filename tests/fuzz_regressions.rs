@@ -3,6 +3,8 @@
 //! panic and with its invariants holding. An input a fuzzer finds goes into that
 //! directory with the fix, so that it stays fixed.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::time::{Duration, Instant};

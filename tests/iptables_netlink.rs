@@ -10,6 +10,8 @@
 //! Needs root (CI runs as root and must not skip these). Nothing touches the host's own
 //! network namespace.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use support::source;

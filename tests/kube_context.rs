@@ -4,6 +4,8 @@
 //! API) must reach the server the context names, from `--kubeconfig` or from
 //! `KUBECONFIG`, and name a context the kubeconfig lacks.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::path::Path;

@@ -1,6 +1,8 @@
 //! Bad input gets a clear error or unparsed-line findings, exit status 2 at worst, and
 //! never a panic.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::fs;

@@ -4,6 +4,8 @@
 //! stores, and the desired state is built from them, as the agent keeps it. The test
 //! fails when that exceeds its budget per Service.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::sync::Arc;

@@ -4,6 +4,8 @@
 //! `comm` for it is `squatterd`. These tests need no privilege, except the one that
 //! drops to `nobody` to see what a walk without `CAP_SYS_PTRACE` reports.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::HashSet;

@@ -8,6 +8,8 @@
 //! Needs promtool and prometheus (Debian package `prometheus`), and root and curl for
 //! the server test; with `CI` set none of them is skipped.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -11,6 +11,8 @@
 //!
 //! Case counts are modest to keep CI fast; `PROPTEST_CASES` raises them.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::SocketAddr;
 

@@ -14,6 +14,8 @@
 //! Needs root (CI runs as root and must not skip these). Nothing touches the host's own
 //! network namespace.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::path::{Path, PathBuf};

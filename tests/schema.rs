@@ -5,6 +5,8 @@
 //! agent's `/findings` and a snapshot's `snapshot.json`. Documents that break the
 //! contract are rejected, each for what it broke.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -9,6 +9,8 @@
 //! first name after them must be an item their file defines or brings in. Paths into
 //! other crates (`std::`, `kube::`, ...) are not checked.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

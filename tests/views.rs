@@ -3,6 +3,8 @@
 //! collisions across namespaces and protocols, a dual-protocol port, a health-check
 //! node port, a Service opted out of kube-proxy, an exhausted range and bad input.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::path::Path;

@@ -1,6 +1,8 @@
 //! The API side of the desired state (`agent::watch`) against a fake API server that
 //! speaks the real list/watch protocol over HTTP. Every scenario runs under a timeout.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::time::Duration;

@@ -3,6 +3,8 @@
 //! None may be an all-clear; each must be read whole where it is whole, its proxy mode
 //! named, and nothing concluded from what a fragment leaves out.
 
+#![allow(clippy::unwrap_used, reason = "a test's panic is its failure, with its place")]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -62,6 +62,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs the agent until SIGTERM or SIGINT. An error means it could not start.
 pub fn run(config: AgentConfig) -> anyhow::Result<()> {
+    // Not `sources::block_on`'s one thread: the agent serves HTTP, follows the API and
+    // the kernel, and scans at once, and its shutdown bounds the wait for a scan.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("portdrift")

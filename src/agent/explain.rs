@@ -18,8 +18,9 @@ pub type Explainer =
     Arc<dyn Fn(PortQuery, Option<IpAddr>) -> Result<(Option<String>, Explanation), String> + Send + Sync>;
 
 /// The most kube-proxy nftables NodePort rules for which the agent runs `nft -j list
-/// ruleset`: nft's memory grows with the ruleset (about a gigabyte at 10,000 Services),
-/// beyond the agent's limit well before that.
+/// ruleset`: nft's memory grows with the ruleset (`nft -j list table ip kube-proxy`
+/// alone took 1,013 MiB at 10,000 Services: docs/performance.md#a-live-scan), beyond
+/// the agent's limit well before that.
 const NFT_LIMIT: usize = 2_000;
 
 /// What `/explain` was asked, from its query string.

@@ -11,6 +11,7 @@ use thiserror::Error;
 use crate::heart::desired::DesiredState;
 use crate::heart::model::ProcessInfo;
 use crate::heart::outcome::{API_SOURCE, ScanInput, SourceState, SourceStatus};
+use crate::sources::block_on;
 use crate::sources::kube_client::{self, KubeTarget, WatchError};
 
 /// Why the cluster state could not be read from the API server.
@@ -26,11 +27,6 @@ pub enum ClusterApiError {
     /// The runtime the API client runs on could not start.
     #[error(transparent)]
     Runtime(io::Error),
-}
-
-/// A runtime for one blocking call into the async API client.
-fn runtime() -> io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
 /// A client of the API server `api` names (default: as kube finds one), and the
@@ -54,15 +50,14 @@ pub struct ApiListing {
 
 /// Lists the cluster state, as `node` sees it, from the API server `api` names.
 pub fn list_cluster_from_api(api: &KubeTarget, node: Option<&str>, timeout: Duration) -> ApiListing {
-    let loaded = runtime().map_err(ClusterApiError::Runtime).and_then(|runtime| {
-        runtime.block_on(async {
-            let (client, url) = connect(api).await?;
-            let desired = kube_client::load_once(client, node, timeout)
-                .await
-                .map_err(ClusterApiError::Api)?;
-            Ok((desired, url))
-        })
-    });
+    let loaded = block_on(async {
+        let (client, url) = connect(api).await?;
+        let desired = kube_client::load_once(client, node, timeout)
+            .await
+            .map_err(ClusterApiError::Api)?;
+        Ok((desired, url))
+    })
+    .unwrap_or_else(|e| Err(ClusterApiError::Runtime(e)));
     ApiListing { loaded }
 }
 
@@ -109,13 +104,13 @@ pub fn add_api_listing(input: &mut ScanInput, listing: ApiListing, api: &KubeTar
 
 /// The pods on `node`, UID to `namespace/name`.
 fn list_pods(api: &KubeTarget, node: &str, timeout: Duration) -> Result<HashMap<String, String>, String> {
-    let runtime = runtime().map_err(|e| e.to_string())?;
-    runtime.block_on(async {
+    block_on(async {
         let (client, _) = connect(api).await.map_err(|e| e.to_string())?;
         kube_client::pods_on_node(client, node, timeout)
             .await
             .map_err(|e| e.to_string())
     })
+    .map_err(|e| e.to_string())?
 }
 
 /// Replaces the pod UIDs read from cgroups with `namespace/name`, where the API knows them.
@@ -148,12 +143,12 @@ pub fn list_cluster_to_file(
     node: Option<&str>,
     timeout: Duration,
 ) -> Result<Option<tempfile::NamedTempFile>, ListToFileError> {
-    let listed = runtime()?.block_on(async {
+    let listed = block_on(async {
         let (client, _) = connect(api).await?;
         kube_client::list_once(client, node, timeout)
             .await
             .map_err(ClusterApiError::Api)
-    });
+    })?;
     let objects = match listed {
         Ok(objects) => objects,
         Err(ClusterApiError::Unconfigured(e)) => {

@@ -93,14 +93,11 @@ fn read_file(path: &Path) -> Result<ClusterServices, ServicesError> {
 }
 
 fn list_from_api(api: &KubeTarget, timeout: Duration) -> Result<ClusterServices, ServicesError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ServicesError::Runtime)?;
-    let services = runtime.block_on(async {
+    let services = crate::sources::block_on(async {
         let config = api.config().await?;
         kube_client::list_every_service(kube_client::kube_client(config)?, timeout).await
-    })?;
+    })
+    .map_err(ServicesError::Runtime)??;
     Ok(ClusterServices {
         services,
         problems: Vec::new(),

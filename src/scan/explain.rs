@@ -101,7 +101,8 @@ pub fn explain_input<S: Source>(
     nft_limit: Option<usize>,
 ) -> Result<ExplainOutcome, String> {
     // `nft -j list ruleset` costs nft about a gigabyte at 10,000 Services in nftables
-    // mode: the agent, in its memory limit, does not run it on such a node.
+    // mode (its one table took 1,013 MiB: docs/performance.md#a-live-scan): the agent,
+    // in its memory limit, does not run it on such a node.
     let nft_rules: usize = input
         .observed
         .sources

@@ -71,11 +71,7 @@ pub enum FleetError {
 
 /// Reads the Nodes' conditions and asks the agents that `query` calls for.
 pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(FleetError::Runtime)?;
-    runtime.block_on(async {
+    crate::sources::block_on(async {
         let mut config = query.api.config().await?;
         // A 503 from the pod proxy is an agent that cannot be reached: the view says
         // so. kube's default retries of it would only spend the agent's timeout.
@@ -150,6 +146,7 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
             notes,
         })
     })
+    .map_err(FleetError::Runtime)?
 }
 
 /// An unanswered entry for each of `nodes`.

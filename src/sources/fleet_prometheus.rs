@@ -62,11 +62,7 @@ pub fn query_prometheus(query: &PromQuery) -> Result<PromAnswers, PromError> {
         promql("portdrift_findings_not_detailed"),
     ];
     let uris = queries.iter().map(|q| uri_of(q)).collect::<Result<Vec<_>, _>>()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(PromError::Runtime)?;
-    runtime.block_on(async {
+    crate::sources::block_on(async {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(PromError::Roots)?
@@ -120,6 +116,7 @@ pub fn query_prometheus(query: &PromQuery) -> Result<PromAnswers, PromError> {
             not_detailed: next(),
         })
     })
+    .map_err(PromError::Runtime)?
 }
 
 /// A client error with its causes (hyper's own text is only "client error (Connect)").

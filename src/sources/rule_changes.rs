@@ -28,8 +28,10 @@ use quiet::Quiet;
 const NFNLGRP_NFTABLES: u32 = 7;
 
 /// Room for a burst of notifications: a kube-proxy sync that rewrites KUBE-NODEPORTS
-/// at 10,000 Services notifies about 30 MB at once. Kernel memory, and only while a
-/// burst waits. An overflow loses the names of what changed, so the next read is whole.
+/// at 10,000 Services notifies about 10,000 datagrams, 30 MB, at once
+/// (docs/performance.md#the-agent-under-churn, "Hearing the syncs"). Kernel memory, and
+/// only while a burst waits. An overflow loses the names of what changed, so the next
+/// read is whole.
 const RECEIVE_BUFFER: usize = 32 << 20;
 /// Without CAP_NET_ADMIN the buffer is capped by `net.core.rmem_max`; this is asked
 /// for then.
@@ -104,8 +106,9 @@ impl RuleChanges {
 }
 
 /// How long the listener lets notifications gather between drains. A kube-proxy sync
-/// at 10,000 Services notifies ~10,000 datagrams over most of a second; waking for each
-/// cost more than reading them. The buffer holds far more than this much of a burst.
+/// at 10,000 Services notifies about 10,000 datagrams
+/// (docs/performance.md#the-agent-under-churn); waking for each cost more than reading
+/// them. The buffer holds far more than this much of a burst.
 const GATHER: Duration = Duration::from_millis(50);
 
 async fn listen(socket: TokioSocket, tx: watch::Sender<u64>, journal: ChangeJournal) {

@@ -32,9 +32,9 @@ pub struct ToolLimits {
 }
 
 /// A tool stuck on a lock or a wedged kernel must not hold the scan forever, but a
-/// large node's dump is slow (docs/performance.md).
+/// large node's dump is slow (docs/performance.md#a-live-scan).
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
-/// Well above what a large node's dump prints (docs/performance.md).
+/// Well above what a large node's dump prints (docs/performance.md#a-live-scan).
 pub const DEFAULT_MAX_OUTPUT: u64 = 256 << 20;
 
 impl Default for ToolLimits {

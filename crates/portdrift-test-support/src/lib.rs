@@ -10,6 +10,8 @@
 //! exists in integration tests alone, so what runs the binary takes its path (the
 //! tests' `tests/support/mod.rs` gives it).
 
+#![allow(clippy::unwrap_used, reason = "test support: a failure there is the test's")]
+
 use std::path::{Path, PathBuf};
 
 pub use portdrift_core::testing::{nf_messages, synth};

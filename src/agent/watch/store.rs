@@ -7,7 +7,8 @@
 //!
 //! Services and EndpointSlices are kept as the desired-state builder's records of them
 //! ([`ServiceRecord`], [`SliceRecord`]), not as API objects: what the builder reads,
-//! a fraction of the objects' size (docs/performance.md, Sizing).
+//! a fraction of the objects' size
+//! (docs/performance.md#sizing-for-large-clusters-memory-per-service-and-the-api-servers-load).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};

@@ -2,9 +2,10 @@
 //!
 //! Why: a large node's read is thousands of per-chain (and per-set) dumps, and almost
 //! all of its time is the kernel's, spent in the reading task. Each socket's dumps are
-//! independent, so two sockets on two threads nearly halve the read on two cores,
-//! while the caller still sees one result after another, in
-//! the order of the items, and holds at most `lookahead` blocks of them.
+//! independent, so two sockets on two threads read at once (on two cores a
+//! 10,000-Service nftables read went from 7.6 s to 4.5–4.9 s with them:
+//! docs/performance.md#the-live-read), while the caller still sees one result after
+//! another, in the order of the items, and holds at most `lookahead` blocks of them.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -334,7 +334,7 @@ fn read_sets(conn: &mut Conn, nfproto: u8) -> Result<(Vec<SetInfo>, Vec<Unparsed
     conn.exchange("the sets", NFT_MSG_GETSET, true, nfproto, &set_filter, |attrs| {
         match read_set(attrs) {
             Ok(set) => sets.push(set),
-            Err(reason) => problems.push(unparsed(0, "(a set)", reason)),
+            Err(reason) => problems.push(unparsed(0, "(a set)", reason.to_string())),
         }
         Ok(())
     })?;
@@ -352,7 +352,7 @@ fn read_chains(conn: &mut Conn, nfproto: u8) -> Result<(Vec<String>, Vec<Unparse
         match chain_of_table(attrs) {
             Ok(Some(chain)) => names.push(chain),
             Ok(None) => {}
-            Err(reason) => problems.push(unparsed(0, "(a chain)", reason)),
+            Err(reason) => problems.push(unparsed(0, "(a chain)", reason.to_string())),
         }
         Ok(())
     })?;

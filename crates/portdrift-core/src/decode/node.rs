@@ -89,12 +89,20 @@ pub fn count_ip_vs_services(text: &str) -> usize {
         .count()
 }
 
+/// Why a `/healthz` body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthBodyError {
+    #[error("the body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the body is not a JSON object")]
+    NotObject,
+}
+
 impl KubeProxyHealth {
     /// Reads a `/healthz` body. Errors only when the body is not a JSON object.
-    pub fn from_body(healthy: bool, body: &[u8]) -> Result<KubeProxyHealth, String> {
-        let value: serde_json::Value =
-            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-        let obj = value.as_object().ok_or("the body is not a JSON object")?;
+    pub fn from_body(healthy: bool, body: &[u8]) -> Result<KubeProxyHealth, HealthBodyError> {
+        let value: serde_json::Value = serde_json::from_slice(body).map_err(HealthBodyError::NotJson)?;
+        let obj = value.as_object().ok_or(HealthBodyError::NotObject)?;
         let text = |k: &str| obj.get(k).and_then(|v| v.as_str()).map(str::to_string);
         let last_updated = text("lastUpdated");
         let current_time = text("currentTime");

@@ -72,19 +72,28 @@ impl IptablesRuleset {
     }
 }
 
+/// Why a rule line of a dump could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum RuleLineError {
+    #[error("not an iptables-save line")]
+    NotASaveLine,
+    #[error("unterminated quote")]
+    UnterminatedQuote,
+}
+
 /// Splits `-A CHAIN spec` and finds its `-j`/`-g` target.
-fn read_rule(line: &str) -> Result<(&str, IptRule), String> {
-    let chain = rule_chain(line).ok_or("not an iptables-save line")?;
+fn read_rule(line: &str) -> Result<(&str, IptRule), RuleLineError> {
+    let chain = rule_chain(line).ok_or(RuleLineError::NotASaveLine)?;
     let spec = rule_spec(line).unwrap_or("");
     let mut target = None;
     let mut words = tokens(spec);
     while let Some(word) = words.next() {
-        let word = word.map_err(|_| "unterminated quote".to_string())?;
+        let word = word.map_err(|_| RuleLineError::UnterminatedQuote)?;
         if matches!(word.as_ref(), "-j" | "--jump" | "-g" | "--goto") {
             let value = words
                 .next()
                 .transpose()
-                .map_err(|_| "unterminated quote".to_string())?;
+                .map_err(|_| RuleLineError::UnterminatedQuote)?;
             target = value.map(|v| v.into_owned());
         }
     }

@@ -288,7 +288,7 @@ fn update_chains(
     // kept, would still name the old one.
     table
         .relist(names, |name| changes.chains.contains(name))
-        .map_err(|gone| Stale::Whole(format!("chain {gone} left the list unannounced (renamed)")))
+        .map_err(|unlisted| Stale::Whole(unlisted.to_string()))
 }
 
 /// The rules of the chains at `reread`, read as a whole read reads them, with the

@@ -21,10 +21,10 @@ use crate::sources::netlink::{Conn, NetlinkError, push_attr};
 /// The elements of kube-proxy's anonymous verdict maps, kept from one read to the next
 /// by a reader that reads the same node again (the agent).
 ///
-/// Why: most of a large node's read is the kernel finding each of these thousands of
-/// maps to dump its elements (docs/performance.md), yet none of them can have changed
-/// since it was last read. A map that is anonymous and constant, bound to its one
-/// rule, refuses every element change; a rule change makes a new map with a new
+/// Why: much of a large node's read is the kernel finding each of these thousands of
+/// maps to dump its elements (docs/performance.md#a-live-scan), yet none of them can
+/// have changed since it was last read. A map that is anonymous and constant, bound to
+/// its one rule, refuses every element change; a rule change makes a new map with a new
 /// handle; and the kernel never hands out a table's or a set's handle twice while the
 /// table lives (a table made again gets a new handle too). So a map seen under the
 /// same table and set handle has the same elements, and only new maps are dumped.
@@ -113,7 +113,7 @@ const MAX_KEYS: u32 = 1024;
 /// Why: the kernel finds the set of an element dump by walking the table's list of
 /// sets by name, and walks it again for each of the dump's two passes; a lookup of
 /// given keys walks it once. On a large node those walks are much of the read's CPU
-/// (docs/performance.md). The answer is the whole map only when the keys
+/// (docs/performance.md#the-live-read). The answer is the whole map only when the keys
 /// asked for are all there and the map can hold no more: the kernel refuses an element
 /// past a set's declared size, and nft declares an anonymous map's size as its number
 /// of elements. Anything else (a key missing, another size) is dumped. (A catch-all

@@ -59,7 +59,7 @@ struct Dump<'o> {
     header: Option<Backend>,
     out: Rulesets,
     open: Option<Table>,
-    // The open table's chains by name: a large node's nat table has 50,000 of them.
+    // The open table's chains by name: a large node's nat table has tens of thousands.
     index: FxHashMap<String, usize>,
 }
 

@@ -41,7 +41,8 @@ pub(super) struct Table {
     /// Positions in `chains`, found by the chain's own name.
     index: NameIndex,
     /// Every jump in dump order. Kept flat rather than a Vec per chain: a
-    /// 10,000-Service node has ~60,000 chains, and a small allocation each cost more
+    /// 10,000-Service node has tens of thousands of chains (66,529:
+    /// docs/performance.md#at-30000-services), and a small allocation each cost more
     /// than the whole parse of their rules.
     pub(super) jumps: Vec<Jump>,
 }

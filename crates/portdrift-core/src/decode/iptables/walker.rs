@@ -93,7 +93,7 @@ pub(super) fn resolve_dispatch(p: &mut Graph, backend: Backend, family: Family) 
         // Cluster): they share one empty list.
         no_targets: Arc::new([]),
         // Keyed by the chains dispatch rules start at (one per Service port), not a slot
-        // for each of a large node's 66,000 chains.
+        // for each of a large node's tens of thousands of chains.
         memo: FxHashMap::default(),
         walker: Walker {
             path: Vec::new(),

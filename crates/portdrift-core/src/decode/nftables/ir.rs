@@ -194,6 +194,22 @@ pub struct RuleIr<'a> {
     pub(crate) nodeport_dispatch: bool,
 }
 
+/// Why a DNAT's target is not one the model holds: the reason the rule's `unparsed`
+/// entry gives, the same from `nft -j` and from `nft list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DnatError {
+    #[error("DNAT in a form portdrift does not read")]
+    Form,
+    #[error("DNAT without an address")]
+    WithoutAddress,
+    #[error("DNAT to a computed address (not a literal IP), which portdrift cannot resolve")]
+    ComputedAddress,
+    #[error("DNAT to a computed or invalid port")]
+    ComputedPort,
+    #[error("DNAT without a port (keeps the NodePort), which portdrift cannot pair with an endpoint")]
+    WithoutPort,
+}
+
 #[derive(Debug)]
 pub struct DnatIr {
     pub(crate) addr: SocketAddr,

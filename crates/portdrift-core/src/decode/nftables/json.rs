@@ -26,8 +26,8 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::decode::nftables::{
-    DnatIr, ElementIr, ElementVerdict, MapIr, NftError, ParsedRuleset, RuleIr, TableIr, kube_proxy_family,
-    unparsed,
+    DnatError, DnatIr, ElementIr, ElementVerdict, MapIr, NftError, ParsedRuleset, RuleIr, TableIr,
+    kube_proxy_family, unparsed,
 };
 
 pub(crate) use expr::Expr;
@@ -310,7 +310,7 @@ fn lower_rule<'a>(statements: &[Expr<'a>]) -> (RuleIr<'a>, Option<String>) {
                         text: Arc::from(""),
                     }))
                 }
-                Err(reason) => problem = Some(reason),
+                Err(reason) => problem = Some(reason.to_string()),
             },
             _ => {}
         }
@@ -327,20 +327,15 @@ fn verdict_chain<'a>(verdict: &Expr<'a>) -> Option<Cow<'a, str>> {
 }
 
 /// `{"addr": "10.180.0.3", "port": 80}` (and `"family": "ip6"` in inet tables).
-fn dnat_address(dnat: &Expr<'_>) -> Result<SocketAddr, String> {
-    let addr = dnat.get("addr").ok_or("DNAT without an address")?;
+fn dnat_address(dnat: &Expr<'_>) -> Result<SocketAddr, DnatError> {
+    let addr = dnat.get("addr").ok_or(DnatError::WithoutAddress)?;
     let Some(ip) = addr.as_str().and_then(|a| a.parse::<IpAddr>().ok()) else {
-        return Err(
-            "DNAT to a computed address (not a literal IP), which portdrift cannot resolve".to_string(),
-        );
+        return Err(DnatError::ComputedAddress);
     };
     match dnat.get("port") {
         Some(Expr::Uint(port)) if *port <= u64::from(u16::MAX) => Ok(SocketAddr::new(ip, *port as u16)),
-        Some(_) => Err("DNAT to a computed or invalid port".to_string()),
-        None => Err(
-            "DNAT without a port (keeps the NodePort), which portdrift cannot pair with an endpoint"
-                .to_string(),
-        ),
+        Some(_) => Err(DnatError::ComputedPort),
+        None => Err(DnatError::WithoutPort),
     }
 }
 

@@ -8,9 +8,11 @@
 //! and of every other map its element count and the chains its verdicts name. Lines are
 //! not kept: a netlink read has none.
 //!
-//! Why not the decoded form itself: at 10,000 Services it is about 23 MB of small
-//! allocations, mostly repeated chain names. Why not that form packed (as before): every
-//! read after a change unpacked all of it, so each one's peak held it twice.
+//! Why not the decoded form itself: at 10,000 Services it is 22.5 MB of small
+//! allocations, mostly repeated chain names, where this form takes 14.9 MB
+//! (docs/performance.md#what-the-agent-keeps-between-reads). Why not that form packed (as
+//! before): every read after a change unpacked all of it, so each one's peak held it
+//! twice.
 
 use std::sync::Arc;
 
@@ -18,6 +20,12 @@ use super::graph::{DnatRule, Jump, RuleGraph, is_nodeport_map, jump_to};
 use super::ir::{DnatIr, MapIr, RuleIr, TableIr};
 use crate::decode::name_index::NameIndex;
 use crate::heart::model::{Family, Unparsed};
+
+/// A kept chain that left the kernel's chain list while no notification named it: it
+/// was renamed, and the kept rules that jump to it would still name the old one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("chain {0} left the list unannounced (renamed)")]
+pub struct Unlisted(pub String);
 
 /// A name's number in [`Names`].
 type NameId = u32;
@@ -292,14 +300,14 @@ impl KeptTable {
 
     /// The kernel's chain list `names`, in its order: chains kept stay (with their
     /// rules), unless `changed` names them; the others are new and empty. Returns the
-    /// positions of the chains whose rules are to be read, or the name of a kept chain
-    /// that left the list without `changed` naming it (renamed: the rules that jump to
-    /// it would still name the old one).
+    /// positions of the chains whose rules are to be read, or the kept chain that left
+    /// the list without `changed` naming it (renamed: the rules that jump to it would
+    /// still name the old one).
     pub fn relist(
         &mut self,
         names: Vec<String>,
         changed: impl Fn(&str) -> bool,
-    ) -> Result<Vec<usize>, String> {
+    ) -> Result<Vec<usize>, Unlisted> {
         self.unstage();
         let positions: Vec<Option<usize>> = names.iter().map(|n| self.find_chain(n)).collect();
         let mut listed = vec![false; self.chains.len()];
@@ -312,7 +320,7 @@ impl KeptTable {
             .zip(&listed)
             .find(|(c, listed)| !**listed && !changed(self.names.get(c.name)))
         {
-            return Err(self.names.get(gone.name).to_string());
+            return Err(Unlisted(self.names.get(gone.name).to_string()));
         }
         let mut old: Vec<Option<KeptChain>> =
             std::mem::take(&mut self.chains).into_iter().map(Some).collect();

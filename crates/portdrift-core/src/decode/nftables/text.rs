@@ -12,8 +12,8 @@ use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::decode::nftables::{
-    DnatIr, ElementIr, ElementVerdict, MapIr, NftError, ParsedRuleset, RuleIr, TableIr, kube_proxy_family,
-    unparsed,
+    DnatError, DnatIr, ElementIr, ElementVerdict, MapIr, NftError, ParsedRuleset, RuleIr, TableIr,
+    kube_proxy_family, unparsed,
 };
 use crate::heart::model::Family;
 
@@ -383,7 +383,7 @@ fn lower_rule(content: &str) -> (RuleIr<'_>, Option<String>) {
                         text: content.into(),
                     }))
                 }
-                Err(reason) => problem = Some(reason),
+                Err(reason) => problem = Some(reason.to_string()),
             },
             _ => {}
         }
@@ -392,22 +392,19 @@ fn lower_rule(content: &str) -> (RuleIr<'_>, Option<String>) {
 }
 
 /// The words after `dnat`: `to ADDR`, or `ip to ADDR` / `ip6 to ADDR` in inet tables.
-fn dnat_address(words: &[&str]) -> Result<SocketAddr, String> {
+fn dnat_address(words: &[&str]) -> Result<SocketAddr, DnatError> {
     let after_to = match words {
         ["to", rest @ ..] | ["ip" | "ip6", "to", rest @ ..] => rest,
-        _ => return Err("DNAT in a form portdrift does not read".to_string()),
+        _ => return Err(DnatError::Form),
     };
     let target = after_to.first().copied().unwrap_or_default();
     if let Ok(addr) = target.parse::<SocketAddr>() {
         return Ok(addr);
     }
     if target.parse::<IpAddr>().is_ok() {
-        return Err(
-            "DNAT without a port (keeps the NodePort), which portdrift cannot pair with an endpoint"
-                .to_string(),
-        );
+        return Err(DnatError::WithoutPort);
     }
-    Err("DNAT to a computed address (not a literal IP), which portdrift cannot resolve".to_string())
+    Err(DnatError::ComputedAddress)
 }
 
 /// Splits off `nft -a`'s trailing `# handle N`.

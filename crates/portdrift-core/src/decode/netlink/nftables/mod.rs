@@ -16,7 +16,7 @@ pub use std::sync::Mutex;
 pub use kept_entries::KeptEntries;
 pub use sets::{
     ElementData, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
-    NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, chain_of_table, collect_elements, read_set,
+    NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetError, SetInfo, chain_of_table, collect_elements, read_set,
     sort_unique,
 };
 pub use values::{compare_keys, element_ir, key_expr};
@@ -240,7 +240,7 @@ fn decode_table(
     for attrs in &recorded.sets {
         match read_set(attrs) {
             Ok(set) => sets.push(set),
-            Err(reason) => table.unparsed.push(unparsed(0, "(a set)", reason)),
+            Err(reason) => table.unparsed.push(unparsed(0, "(a set)", reason.to_string())),
         }
     }
     let mut chains = Vec::new();
@@ -248,7 +248,7 @@ fn decode_table(
         match chain_of_table(attrs) {
             Ok(Some(chain)) => chains.push(chain),
             Ok(None) => {}
-            Err(reason) => table.unparsed.push(unparsed(0, "(a chain)", reason)),
+            Err(reason) => table.unparsed.push(unparsed(0, "(a chain)", reason.to_string())),
         }
     }
     table.reserve_chains(chains.len());

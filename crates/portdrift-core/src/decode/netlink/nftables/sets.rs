@@ -43,11 +43,11 @@ pub(crate) fn udata_comment(mut data: &[u8]) -> Option<String> {
 }
 
 /// The chain's name when it is the table's.
-pub fn chain_of_table(attrs: &[u8]) -> Result<Option<String>, String> {
+pub fn chain_of_table(attrs: &[u8]) -> Result<Option<String>, DecodeError> {
     let mut in_table = false;
     let mut chain = None;
     for attr in Attrs::new(attrs) {
-        match attr.map_err(|e| e.to_string())? {
+        match attr? {
             (NFTA_CHAIN_TABLE, v) => in_table = name(v).is_ok_and(|t| t == KUBE_PROXY_TABLE),
             (NFTA_CHAIN_NAME, v) => chain = name(v).ok().map(str::to_string),
             _ => {}
@@ -69,7 +69,17 @@ pub struct SetInfo {
     pub size: Option<u32>,
 }
 
-pub fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
+/// Why a set's message could not be read; its message is the reason the set's
+/// `unparsed` entry gives.
+#[derive(Debug, thiserror::Error)]
+pub enum SetError {
+    #[error(transparent)]
+    Message(#[from] DecodeError),
+    #[error("a set without a name")]
+    WithoutName,
+}
+
+pub fn read_set(attrs: &[u8]) -> Result<SetInfo, SetError> {
     let mut set = SetInfo {
         name: String::new(),
         handle: None,
@@ -79,18 +89,17 @@ pub fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
         size: None,
     };
     for attr in Attrs::new(attrs) {
-        let (kind, value) = attr.map_err(|e| e.to_string())?;
-        let number = || be32(value).map_err(|e| e.to_string());
+        let (kind, value) = attr?;
         match kind {
-            NFTA_SET_NAME => set.name = name(value).map_err(|e| e.to_string())?.to_string(),
-            NFTA_SET_FLAGS => set.flags = number()?,
-            NFTA_SET_KEY_TYPE => set.key_type = number()?,
-            NFTA_SET_KEY_LEN => set.key_len = number()?,
-            NFTA_SET_HANDLE => set.handle = Some(be64(value).map_err(|e| e.to_string())?),
+            NFTA_SET_NAME => set.name = name(value)?.to_string(),
+            NFTA_SET_FLAGS => set.flags = be32(value)?,
+            NFTA_SET_KEY_TYPE => set.key_type = be32(value)?,
+            NFTA_SET_KEY_LEN => set.key_len = be32(value)?,
+            NFTA_SET_HANDLE => set.handle = Some(be64(value)?),
             NFTA_SET_DESC => {
                 for desc in Attrs::new(value) {
-                    if let (NFTA_SET_DESC_SIZE, size) = desc.map_err(|e| e.to_string())? {
-                        set.size = Some(be32(size).map_err(|e| e.to_string())?);
+                    if let (NFTA_SET_DESC_SIZE, size) = desc? {
+                        set.size = Some(be32(size)?);
                     }
                 }
             }
@@ -98,7 +107,7 @@ pub fn read_set(attrs: &[u8]) -> Result<SetInfo, String> {
         }
     }
     if set.name.is_empty() {
-        return Err("a set without a name".into());
+        return Err(SetError::WithoutName);
     }
     Ok(set)
 }

@@ -194,7 +194,10 @@ fn a_chain_that_leaves_the_list_unnamed_was_renamed() {
         .map(|c| table.chain_name(c).to_string())
         .collect();
     let gone = names.remove(3);
-    assert_eq!(table.relist(names.clone(), |_| false), Err(gone.clone()));
+    assert_eq!(
+        table.relist(names.clone(), |_| false),
+        Err(Unlisted(gone.clone()))
+    );
     // Named as changed (deleted), it may go.
     let reread = table.relist(names, |n| n == gone).unwrap();
     assert!(reread.is_empty());
