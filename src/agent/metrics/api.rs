@@ -10,16 +10,16 @@ use prometheus_client::registry::Unit;
 use super::count;
 use super::described::Described;
 use super::labels::ResourceLabel;
-use super::last_scan::LastScan;
+use super::last_scan::LastScanGauge;
 use crate::agent::watch::{ViewStatus, WatchStatus};
 
 pub(super) struct ApiMetrics {
     synced: Gauge,
     fresh: Gauge,
-    watch_synced: LastScan<ResourceLabel>,
-    watch_fresh: LastScan<ResourceLabel>,
-    watch_objects: LastScan<ResourceLabel>,
-    watch_last_activity: LastScan<ResourceLabel, f64, AtomicU64>,
+    watch_synced: LastScanGauge<ResourceLabel>,
+    watch_fresh: LastScanGauge<ResourceLabel>,
+    watch_objects: LastScanGauge<ResourceLabel>,
+    watch_last_activity: LastScanGauge<ResourceLabel, f64, AtomicU64>,
     watch_errors: Family<ResourceLabel, Counter>,
 }
 
@@ -39,25 +39,25 @@ impl ApiMetrics {
             None,
             fresh.clone(),
         );
-        let watch_synced = LastScan::register(
+        let watch_synced = LastScanGauge::register(
             registry,
             "api_watch_synced",
             "1 when the watch's first complete list has been applied, by resource",
             None,
         );
-        let watch_fresh = LastScan::register(
+        let watch_fresh = LastScanGauge::register(
             registry,
             "api_watch_fresh",
             "1 when the watch is synced, not failing and recently heard from, by resource",
             None,
         );
-        let watch_objects = LastScan::register(
+        let watch_objects = LastScanGauge::register(
             registry,
             "api_watch_objects",
             "Objects in the watch's cache, by resource",
             None,
         );
-        let watch_last_activity = LastScan::register(
+        let watch_last_activity = LastScanGauge::register(
             registry,
             "api_watch_last_activity_timestamp",
             "When the API server was last heard from on this watch (Unix time; 0: never), by resource",

@@ -4,30 +4,30 @@
 use super::count;
 use super::described::Described;
 use super::labels::{ModeLabel, NoLabels};
-use super::last_scan::LastScan;
+use super::last_scan::LastScanGauge;
 use crate::heart::coverage::Coverage;
 
 pub(super) struct CoverageMetrics {
-    complete: LastScan<NoLabels>,
-    not_checked: LastScan<NoLabels>,
-    proxy_mode: LastScan<ModeLabel>,
+    complete: LastScanGauge<NoLabels>,
+    not_checked: LastScanGauge<NoLabels>,
+    proxy_mode: LastScanGauge<ModeLabel>,
 }
 
 impl CoverageMetrics {
     pub(super) fn register(registry: &mut Described<'_>) -> CoverageMetrics {
-        let complete = LastScan::register(
+        let complete = LastScanGauge::register(
             registry,
             "coverage_complete",
             "1 when the last scan checked everything on complete inputs, 0 when something could not be checked (the coverage of /findings says what); absent before the first scan",
             None,
         );
-        let not_checked = LastScan::register(
+        let not_checked = LastScanGauge::register(
             registry,
             "coverage_not_checked",
             "How many things the last scan could not check (sentences in the coverage of /findings)",
             None,
         );
-        let proxy_mode = LastScan::register(
+        let proxy_mode = LastScanGauge::register(
             registry,
             "proxy_mode_info",
             "The Service proxy the last scan judged the node by (iptables, nftables, ipvs, replaced, none); always 1",

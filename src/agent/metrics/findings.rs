@@ -6,7 +6,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use super::described::Described;
 use super::labels::{FindingLabel, KindBackendLabel, KindLabel, KindSeverityLabel};
-use super::last_scan::LastScan;
+use super::last_scan::LastScanGauge;
 use super::series::{at_zero, detail_series, tally};
 use super::{NO_BACKEND, count};
 use crate::heart::finding::{Finding, Kind};
@@ -15,9 +15,9 @@ use crate::heart::model::Backend;
 pub(super) struct FindingMetrics {
     by_kind: Family<KindLabel, Gauge>,
     accepted: Family<KindLabel, Gauge>,
-    by_backend: LastScan<KindBackendLabel>,
-    by_severity: LastScan<KindSeverityLabel>,
-    detailed: LastScan<FindingLabel>,
+    by_backend: LastScanGauge<KindBackendLabel>,
+    by_severity: LastScanGauge<KindSeverityLabel>,
+    detailed: LastScanGauge<FindingLabel>,
     not_detailed: Gauge,
     max_series: usize,
 }
@@ -47,19 +47,19 @@ impl FindingMetrics {
             None,
             accepted.clone(),
         );
-        let by_backend = LastScan::register(
+        let by_backend = LastScanGauge::register(
             registry,
             "findings_by_backend",
             "Findings of the last scan, by kind and backend (none: not about one backend); only non-zero ones",
             None,
         );
-        let by_severity = LastScan::register(
+        let by_severity = LastScanGauge::register(
             registry,
             "findings_by_severity",
             "Findings of the last scan, by kind and severity; only non-zero ones",
             None,
         );
-        let detailed = LastScan::register(
+        let detailed = LastScanGauge::register(
             registry,
             "finding",
             "Findings of the last scan with these labels (usually 1), most severe first, up to --metrics-max-series",

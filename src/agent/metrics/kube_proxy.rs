@@ -7,15 +7,15 @@ use prometheus_client::registry::Unit;
 
 use super::described::Described;
 use super::labels::{NoLabels, SourceLabel};
-use super::last_scan::LastScan;
+use super::last_scan::LastScanGauge;
 use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth};
 use crate::sources::bundle::{HEALTHZ_FILE, PROXY_MODE_FILE};
 
 pub(super) struct KubeProxyMetrics {
-    healthy: LastScan<NoLabels>,
-    reachable: LastScan<SourceLabel>,
-    sync_age: LastScan<NoLabels, f64, AtomicU64>,
-    node_eligible: LastScan<NoLabels>,
+    healthy: LastScanGauge<NoLabels>,
+    reachable: LastScanGauge<SourceLabel>,
+    sync_age: LastScanGauge<NoLabels, f64, AtomicU64>,
+    node_eligible: LastScanGauge<NoLabels>,
 }
 
 /// The one series of a family without labels, or none.
@@ -25,25 +25,25 @@ fn one<N>(value: Option<N>) -> Option<(NoLabels, N)> {
 
 impl KubeProxyMetrics {
     pub(super) fn register(registry: &mut Described<'_>) -> KubeProxyMetrics {
-        let healthy = LastScan::register(
+        let healthy = LastScanGauge::register(
             registry,
             "kube_proxy_healthy",
             "1 when kube-proxy's /healthz answered 200 at the last scan, 0 when it answered otherwise; absent when it gave no answer (see portdrift_kube_proxy_reachable) or was not asked",
             None,
         );
-        let reachable = LastScan::register(
+        let reachable = LastScanGauge::register(
             registry,
             "kube_proxy_reachable",
             "1 when kube-proxy gave an HTTP answer of any status at the last scan, 0 when nothing answered (refused, timed out, not HTTP); by source as the report names it: kube-proxy-healthz.json (its /healthz, --kube-proxy-healthz), kube-proxy-mode.txt (its /proxyMode, --kube-proxy-metrics); absent when it is not asked (off)",
             None,
         );
-        let sync_age = LastScan::register(
+        let sync_age = LastScanGauge::register(
             registry,
             "kube_proxy_last_sync_age",
             "How long before its answer kube-proxy last synced its rules, as its /healthz said at the last scan",
             Some(Unit::Seconds),
         );
-        let node_eligible = LastScan::register(
+        let node_eligible = LastScanGauge::register(
             registry,
             "kube_proxy_node_eligible",
             "kube-proxy's nodeEligible at the last scan (0 while the node is being deleted or tainted out)",

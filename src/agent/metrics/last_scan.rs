@@ -16,12 +16,12 @@ use super::labels::LabelNames;
 /// series and then removes those the update did not set (in that order, so a scrape in
 /// between sees one scan's series or both, never a gap).
 #[derive(Debug)]
-pub(super) struct LastScan<L: Clone + Hash + Eq, N = i64, A = std::sync::atomic::AtomicI64> {
+pub(super) struct LastScanGauge<L: Clone + Hash + Eq, N = i64, A = std::sync::atomic::AtomicI64> {
     family: Family<L, Gauge<N, A>>,
     shown: Mutex<HashSet<L>>,
 }
 
-impl<L, N, A> LastScan<L, N, A>
+impl<L, N, A> LastScanGauge<L, N, A>
 where
     L: Clone + Hash + Eq + EncodeLabelSet + LabelNames + std::fmt::Debug + Send + Sync + 'static,
     Gauge<N, A>: Default + EncodeMetric + std::fmt::Debug + Send + Sync + 'static,
@@ -31,7 +31,7 @@ where
     pub(super) fn register(registry: &mut Described<'_>, name: &str, help: &str, unit: Option<Unit>) -> Self {
         let family = Family::default();
         registry.add(name, help, unit, family.clone());
-        LastScan {
+        LastScanGauge {
             family,
             shown: Mutex::new(HashSet::new()),
         }

@@ -8,7 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use super::described::Described;
 use super::labels::{BackendFamilyLabel, ProtocolFamilyLabel, SourceLabel, socket_label};
-use super::last_scan::LastScan;
+use super::last_scan::LastScanGauge;
 use super::series::at_zero;
 use super::{bounded_source, count};
 use crate::heart::model::{Backend, Family as IpFamily};
@@ -20,7 +20,7 @@ const RULE_BACKENDS: [Backend; 3] = [Backend::IptablesNft, Backend::IptablesLega
 const RULE_FAMILIES: [IpFamily; 2] = [IpFamily::Ipv4, IpFamily::Ipv6];
 
 pub(super) struct SourceMetrics {
-    up: LastScan<SourceLabel>,
+    up: LastScanGauge<SourceLabel>,
     nodeport_rules: Family<BackendFamilyLabel, Gauge>,
     listeners: Family<ProtocolFamilyLabel, Gauge>,
 }
@@ -42,7 +42,7 @@ fn listener_labels() -> impl Iterator<Item = ProtocolFamilyLabel> {
 
 impl SourceMetrics {
     pub(super) fn register(registry: &mut Described<'_>) -> SourceMetrics {
-        let up = LastScan::register(
+        let up = LastScanGauge::register(
             registry,
             "source_up",
             "1 when the last scan could read the source (or it is absent on this node), 0 when reading it failed",
