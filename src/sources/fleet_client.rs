@@ -18,10 +18,11 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use serde::Deserialize;
 
-use crate::heart::views::fleet::AgentAnswer;
+use crate::decode::fleet::agent_report;
 use crate::heart::views::fleet::nodes::{
     AgentReadiness, NodeState, NodeStatus, confirm_clean, node_status, nodes_to_ask, pod_ready,
 };
+use crate::heart::views::fleet::{AgentAnswer, AgentReport, NoAnswer};
 use crate::sources::kube_client::{self, WatchError};
 
 /// Which agents to ask, and how.
@@ -106,7 +107,7 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
                     ));
                 }
                 return Ok(FleetAnswers {
-                    answers: not_asked(wanted.unwrap_or_default(), &format!("not asked: {why}")),
+                    answers: not_asked(wanted.unwrap_or_default(), &NoAnswer::NotAsked(why)),
                     nodes,
                     notes,
                 });
@@ -134,10 +135,10 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
             .buffer_unordered(query.concurrency.max(1))
             .collect()
             .await;
-        let reason = format!(
-            "no agent pod on this node (namespace {}, {})",
-            query.namespace, query.selector
-        );
+        let reason = NoAnswer::NoAgentPod {
+            namespace: query.namespace.clone(),
+            selector: query.selector.clone(),
+        };
         let mut answers = not_asked(missing, &reason);
         answers.extend(answered);
         Ok(FleetAnswers {
@@ -150,13 +151,13 @@ pub fn ask_fleet(query: &FleetQuery) -> Result<FleetAnswers, FleetError> {
 }
 
 /// An unanswered entry for each of `nodes`.
-fn not_asked(nodes: impl IntoIterator<Item = String>, reason: &str) -> Vec<AgentAnswer> {
+fn not_asked(nodes: impl IntoIterator<Item = String>, reason: &NoAnswer) -> Vec<AgentAnswer> {
     nodes
         .into_iter()
         .map(|node| AgentAnswer {
             node,
             pod: String::new(),
-            outcome: Err(reason.to_string()),
+            outcome: Err(reason.clone()),
             unready: None,
         })
         .collect()
@@ -282,7 +283,9 @@ async fn ask_agent(client: Client, query: &FleetQuery, pod: Pod) -> AgentAnswer 
     let status = pod.status.as_ref();
     let outcome = if status.and_then(|s| s.pod_ip.as_ref()).is_none() {
         let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("unknown");
-        Err(format!("not running (phase {phase}, no pod IP)"))
+        Err(NoAnswer::NotRunning {
+            phase: phase.to_string(),
+        })
     } else {
         fetch_findings(client, query, &name).await
     };
@@ -294,29 +297,30 @@ async fn ask_agent(client: Client, query: &FleetQuery, pod: Pod) -> AgentAnswer 
     }
 }
 
-async fn fetch_findings(client: Client, query: &FleetQuery, pod: &str) -> Result<serde_json::Value, String> {
+async fn fetch_findings(client: Client, query: &FleetQuery, pod: &str) -> Result<AgentReport, NoAnswer> {
     let path = format!(
         "/api/v1/namespaces/{}/pods/{pod}:{}/proxy/findings",
         query.namespace, query.port
     );
     let request = http::Request::get(path)
         .body(Vec::new())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| NoAnswer::Request(e.to_string()))?;
     let text = match tokio::time::timeout(query.timeout, client.request_text(request)).await {
-        Err(_) => return Err(format!("no answer within {:?}", query.timeout)),
+        Err(_) => return Err(NoAnswer::Timeout(query.timeout)),
         // The agent's own 404 for a /findings it keeps off the node's network.
         Ok(Err(kube::Error::Api(status)))
             if status.code == 404 && status.message.contains("--findings-listen") =>
         {
-            return Err(
-                "serves /findings on its node's loopback only (--findings-listen, the default; see SECURITY.md), which the pod proxy does not reach: read the details with portdrift fleet --prometheus URL".to_string(),
-            );
+            return Err(NoAnswer::LoopbackOnly);
         }
         Ok(Err(kube::Error::Api(status))) => {
-            return Err(format!("{} from the pod proxy: {}", status.code, status.message));
+            return Err(NoAnswer::Proxy {
+                code: status.code,
+                message: status.message,
+            });
         }
-        Ok(Err(e)) => return Err(e.to_string()),
+        Ok(Err(e)) => return Err(NoAnswer::Request(e.to_string())),
         Ok(Ok(text)) => text,
     };
-    serde_json::from_str(&text).map_err(|e| format!("answered, but not with findings JSON: {e}"))
+    agent_report(&text)
 }

@@ -9,7 +9,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::heart::views::fleet::prometheus::{PromAnswers, Sample, parse_vector};
+use crate::decode::prometheus::parse_vector;
+use crate::heart::views::fleet::prometheus::{PromAnswers, Sample};
 
 /// Where Prometheus is, and which scrape job is the agents'.
 #[derive(Debug, Clone)]
@@ -93,7 +94,7 @@ pub fn query_prometheus(query: &PromQuery) -> Result<PromAnswers, PromError> {
                         let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
                         return Err(format!("HTTP {code}: {text}"));
                     }
-                    parse_vector(&body)
+                    parse_vector(&body).map_err(|e| e.to_string())
                 };
                 match tokio::time::timeout(query.timeout, fetch).await {
                     Err(_) => Err(failed(format!("no answer within {:?}", query.timeout))),

@@ -106,7 +106,10 @@ fn log_finding(f: &Finding, what: &str) {
         .map(|p| format!("{} (pid {})", visible(&p.name), p.pid));
     let target = f.target.as_deref().map(visible);
     let rule = f.rule.as_deref().map(visible);
-    let at = f.rule_source.as_deref().map(visible);
+    let at = f
+        .rule_source
+        .as_ref()
+        .map(|at| visible(&at.to_string()).into_owned());
     let message = visible(&f.message);
     let accepted = f.accepted.as_ref().map(|a| visible(&a.reason));
     macro_rules! emit {

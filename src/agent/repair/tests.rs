@@ -131,7 +131,13 @@ fn a_finding_is_remembered_by_its_rule_text_not_its_line() {
     let first = stale_rule();
     repairer.observe(&report(vec![first.clone()], SourceState::Ok), t0);
     let mut moved = first.clone();
-    (moved.rule_source, moved.message) = (Some("iptables-nft-save.txt:40".into()), "said again".into());
+    (moved.rule_source, moved.message) = (
+        Some(crate::heart::citation::Citation::line(
+            "iptables-nft-save.txt",
+            40,
+        )),
+        "said again".into(),
+    );
     repairer.observe(
         &report(vec![moved.clone()], SourceState::Ok),
         t0 + Duration::from_secs(1),

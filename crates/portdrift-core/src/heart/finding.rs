@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::heart::citation::NaturalOrder;
+use crate::heart::citation::Citation;
 use crate::heart::model::{Backend, Family, ProcessInfo, Protocol};
 
 /// The kinds of drift portdrift knows.
@@ -290,7 +290,8 @@ pub struct Finding {
     /// The rule as its backend prints it.
     pub rule: Option<String>,
     /// Where the rule was found: `file:line`.
-    pub rule_source: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub rule_source: Option<Citation>,
     pub process: Option<ProcessInfo>,
     /// The socket inode of a squatting listener.
     pub inode: Option<u64>,
@@ -414,7 +415,7 @@ impl Finding {
             self.backend,
             self.family,
             self.target.as_deref(),
-            self.rule_source.as_deref().map(NaturalOrder),
+            self.rule_source.as_ref(),
         )
     }
 }

@@ -213,10 +213,14 @@ fn render_finding(out: &mut String, f: &Finding) {
         let _ = writeln!(out, "           accepted: {}{until}", v(&a.reason));
     }
     if let Some(rule) = &f.rule {
-        let at = f.rule_source.as_deref().unwrap_or("");
-        let _ = writeln!(out, "           rule  {}  {}", v(at), v(rule));
+        let at = f
+            .rule_source
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let _ = writeln!(out, "           rule  {}  {}", v(&at), v(rule));
     } else if let Some(at) = &f.rule_source {
-        let _ = writeln!(out, "           at    {}", v(at));
+        let _ = writeln!(out, "           at    {}", v(&at.to_string()));
     }
     if let Some(p) = &f.process {
         let _ = writeln!(out, "           owner {}", describe_owner(p, v));

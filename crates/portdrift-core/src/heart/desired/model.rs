@@ -248,8 +248,8 @@ pub struct DesiredPort {
     /// unreadable slice, conflicting duplicates, a Local policy on an unknown node):
     /// endpoint checks are skipped for it rather than guessed.
     pub uncertain: bool,
-    /// The newest change to the Service or its EndpointSlices, RFC 3339, when the
-    /// objects carry it (creation time, or EndpointSlice's last-change-trigger-time).
+    /// The newest change to the Service or its EndpointSlices, when the objects carry
+    /// it (creation time, or EndpointSlice's last-change-trigger-time).
     pub last_change: Option<Timestamp>,
     /// Cilium's annotations on the Service, when it has any.
     pub cilium: Option<Box<CiliumAnnotations>>,

@@ -120,7 +120,7 @@ pub(super) fn backend_split(
         let mut f = Finding::new(Kind::BackendSplit, Severity::Warning, message);
         f.family = Some(s.family);
         f.backend = Some(s.backend);
-        f.rule_source = Some(s.origin.clone());
+        f.rule_source = Some(s.cite_whole());
         // The port numbers, each once (one may serve tcp and udp).
         f.ports = ports.iter().map(|&(_, n)| n).collect();
         f.ports.sort_unstable();

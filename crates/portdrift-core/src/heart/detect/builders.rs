@@ -49,14 +49,6 @@ pub(super) fn describe_path(rule: &NodePortRule, endpoint_chain: Option<&str>) -
     (!hops.is_empty()).then(|| format!("path: {}", hops.join(" → ")))
 }
 
-pub(super) fn locate(origin: &str, line: u32) -> String {
-    if line == 0 {
-        origin.to_string()
-    } else {
-        format!("{origin}:{line}")
-    }
-}
-
 pub(super) fn set_service(f: &mut Finding, svc: &ServicePortRef) {
     f.service = Some(svc.service());
     f.service_port = Some(svc.port_name.clone());

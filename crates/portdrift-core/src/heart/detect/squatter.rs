@@ -2,13 +2,14 @@
 
 use std::collections::HashSet;
 
+use crate::heart::citation::Citation;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::Protocol;
 use crate::heart::observed::Observed;
 
 use super::DetectConfig;
 use super::attribution::DesiredIndex;
-use super::builders::{locate, set_service};
+use super::builders::set_service;
 
 pub(super) fn squatters(
     observed: &Observed,
@@ -75,7 +76,7 @@ pub(super) fn squatters(
         f.family = Some(l.family);
         f.inode = Some(l.inode);
         f.process = process;
-        f.rule_source = Some(locate(&l.origin, l.line));
+        f.rule_source = Some(Citation::line(l.origin.as_str(), l.line));
         f.evidence.push(format!(
             "socket {}:{} uid {} inode {}",
             l.addr, l.port, l.uid, l.inode

@@ -3,6 +3,7 @@ use super::*;
 use std::net::SocketAddr;
 
 use crate::decode::iptables::{SourceHint, parse_save_str};
+use crate::heart::citation::Citation;
 use crate::heart::desired::FamilyEndpoints;
 use crate::heart::desired::{DesiredPort, DesiredState};
 use crate::heart::finding::{Finding, Kind, Severity};
@@ -158,7 +159,13 @@ fn a_dnat_to_a_deleted_pod_is_a_stale_endpoint() {
             .unwrap()
             .contains("--to-destination 10.244.1.5:8080")
     );
-    assert!(f[0].rule_source.as_deref().unwrap().starts_with("iptables-nft:"));
+    assert!(
+        f[0].rule_source
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .starts_with("iptables-nft:")
+    );
 }
 
 #[test]
@@ -688,13 +695,16 @@ fn identical_findings_are_reported_once_and_positions_sort_by_number() {
         Finding::new(Kind::OrphanChain, Severity::Info, "same"),
         Finding::new(Kind::OrphanChain, Severity::Info, "same"),
     ];
-    f[0].rule_source = Some("dump:100".into());
-    f[1].rule_source = Some("dump:97".into());
+    f[0].rule_source = Some(Citation::line("dump", 100));
+    f[1].rule_source = Some(Citation::line("dump", 97));
     let mut twice = f.clone();
     twice.extend(f.clone());
     twice.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     drop_identical(&mut twice);
-    let at: Vec<&str> = twice.iter().map(|f| f.rule_source.as_deref().unwrap()).collect();
+    let at: Vec<String> = twice
+        .iter()
+        .map(|f| f.rule_source.as_ref().unwrap().to_string())
+        .collect();
     assert_eq!(at, ["dump:97", "dump:100"]);
 }
 

@@ -53,7 +53,7 @@ pub(super) fn unparsed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
         );
         f.family = Some(source.family);
         f.backend = Some(source.backend);
-        f.rule_source = Some(source.origin.clone());
+        f.rule_source = Some(source.cite_whole());
         out.push(f);
     }
 }

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
 
+use crate::heart::citation::Citation;
 use crate::heart::desired::{DesiredPort, DesiredState, EndpointSet};
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{Family, Protocol};
@@ -189,9 +190,12 @@ fn missing_rules(
                     .get(&(p.protocol, p.node_port, family))
                     .map(Vec::as_slice)
                     .unwrap_or(&[]);
-                let lines = others
-                    .iter()
-                    .map(|vs| format!("present on another address: {vs} ({})", locate(origin, vs.line)));
+                let lines = others.iter().map(|vs| {
+                    format!(
+                        "present on another address: {vs} ({})",
+                        Citation::line(origin, vs.line)
+                    )
+                });
                 f.evidence = capped(lines);
                 f.evidence.push(format!(
                     "this node's {family} NodePort addresses (those carrying the cluster's nodePorts): {}",
@@ -251,13 +255,13 @@ fn stale_nodeport(
     f.family = Some(family);
     if let Some(first) = servers.first() {
         f.rule = Some(first.to_string());
-        f.rule_source = Some(locate(origin, first.line));
+        f.rule_source = Some(Citation::line(origin, first.line));
     }
     f.evidence = capped(servers.iter().flat_map(|vs| {
-        std::iter::once(format!("{vs} ({})", locate(origin, vs.line))).chain(
+        std::iter::once(format!("{vs} ({})", Citation::line(origin, vs.line))).chain(
             vs.reals
                 .iter()
-                .map(move |r| format!("{vs} {r} ({})", locate(origin, r.line))),
+                .map(move |r| format!("{vs} {r} ({})", Citation::line(origin, r.line))),
         )
     }));
     out.push(f);
@@ -348,11 +352,11 @@ fn stale_endpoint(
     f.target = Some(target.to_string());
     if let Some((vs, r)) = held.first() {
         f.rule = Some(format!("{vs} {r}"));
-        f.rule_source = Some(locate(origin, r.line));
+        f.rule_source = Some(Citation::line(origin, r.line));
     }
     f.evidence = capped(
         held.iter()
-            .map(|(vs, r)| format!("{vs} {r} ({})", locate(origin, r.line))),
+            .map(|(vs, r)| format!("{vs} {r} ({})", Citation::line(origin, r.line))),
     );
     f
 }
@@ -393,19 +397,19 @@ fn missing_endpoint(
         match drained {
             Some(r) => {
                 f.rule = Some(format!("{vs} {r}"));
-                f.rule_source = Some(locate(origin, r.line));
+                f.rule_source = Some(Citation::line(origin, r.line));
             }
             None => {
                 f.rule = Some(vs.to_string());
-                f.rule_source = Some(locate(origin, vs.line));
+                f.rule_source = Some(Citation::line(origin, vs.line));
             }
         }
     }
     f.evidence = capped(lacking.iter().map(|(vs, drained)| match drained {
-        Some(r) => format!("{vs} {r} ({}): weight 0", locate(origin, r.line)),
+        Some(r) => format!("{vs} {r} ({}): weight 0", Citation::line(origin, r.line)),
         None => format!(
             "{vs} ({}): no real server {target} among its {}",
-            locate(origin, vs.line),
+            Citation::line(origin, vs.line),
             vs.reals.len()
         ),
     }));
@@ -421,15 +425,6 @@ fn port_finding(kind: Kind, severity: Severity, family: Family, p: &DesiredPort,
     f.service = Some(p.service.service());
     f.service_port = Some(p.service.port_name.clone());
     f
-}
-
-/// `origin:line`, or the origin alone when the source has no lines.
-fn locate(origin: &str, line: u32) -> String {
-    if line == 0 {
-        origin.to_string()
-    } else {
-        format!("{origin}:{line}")
-    }
 }
 
 fn join<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {

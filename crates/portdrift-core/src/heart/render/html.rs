@@ -366,7 +366,7 @@ fn finding_row(out: &mut String, f: &Finding) {
         let _ = write!(out, "<code>{}</code>", e(rule));
     }
     if let Some(at) = &f.rule_source {
-        let _ = write!(out, "<br><small>at {}</small>", e(at));
+        let _ = write!(out, "<br><small>at {}</small>", e(&at.to_string()));
     }
     let _ = write!(out, "</td><td>{}", e(&f.message));
     details(out, f);

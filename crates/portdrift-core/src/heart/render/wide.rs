@@ -66,7 +66,7 @@ fn row(f: &Finding) -> [String; 9] {
         or_dash(f.service.as_deref().map(cell)),
         or_dash(f.target.as_deref().map(cell)),
         f.id(),
-        or_dash(f.rule_source.as_deref().map(|at| v(at).into_owned())),
+        or_dash(f.rule_source.as_ref().map(|at| v(&at.to_string()).into_owned())),
     ]
 }
 

@@ -4,34 +4,21 @@
 //! and the agents that did not answer. Pure: answers in, a view out.
 
 use crate::heart::finding::{Finding, FindingId, Kind, Severity};
-use crate::heart::model::{Backend, Family, Protocol};
+use crate::heart::model::Protocol;
 use crate::heart::visible::{into_visible_lines, visible as v};
 use crate::heart::words::count_of;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Serialize;
 
+pub mod answer;
 pub mod nodes;
 pub mod prometheus;
 
+pub use answer::{AgentAnswer, AgentReport, NoAnswer, read_finding};
 use nodes::NodesSummary;
-
-/// What one agent answered.
-#[derive(Debug, Clone)]
-pub struct AgentAnswer {
-    /// The node the agent's pod runs on (its `spec.nodeName`; the pod name without one).
-    pub node: String,
-    pub pod: String,
-    /// The `/findings` document, or why there is none.
-    pub outcome: Result<Value, String>,
-    /// Why the agent's pod was not ready when asked: its answer is shown, but may be
-    /// out of date (a scan that stopped succeeding), so it resolves nothing.
-    pub unready: Option<String>,
-}
 
 /// What makes two nodes' findings one line of the view: the finding's identity in any
 /// backend and family (see [`fleet_identity`]), and its severity.
@@ -89,7 +76,8 @@ pub struct FleetFinding {
 pub struct Unanswered {
     pub node: String,
     pub pod: String,
-    pub reason: String,
+    #[schemars(with = "String")]
+    pub reason: NoAnswer,
 }
 
 /// The fleet's drift: the nodes by their state, then the asked agents' findings.
@@ -138,7 +126,7 @@ impl FleetView {
         self.source = source;
         self.nodes = nodes;
         self.notes.extend(notes);
-        if self.answered == 0 && self.unanswered.iter().any(|u| u.reason.starts_with("403 ")) {
+        if self.answered == 0 && self.unanswered.iter().any(|u| u.reason.is_forbidden()) {
             self.notes.push(
                 "the pod proxy is forbidden (403) for these credentials: no agent was asked; \
                  what the conditions say is all that was checked"
@@ -156,38 +144,32 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
     let mut answered_nodes = BTreeSet::new();
     let mut notes = Vec::new();
     for answer in answers {
-        let findings = match &answer.outcome {
-            Ok(document) => match document.get("findings").and_then(Value::as_array) {
-                Some(findings) => findings,
-                None => {
-                    unanswered.push(unanswered_of(answer, "answered without a findings list".into()));
-                    continue;
-                }
-            },
+        let report = match &answer.outcome {
+            Ok(report) => report,
             Err(reason) => {
                 unanswered.push(unanswered_of(answer, reason.clone()));
                 continue;
             }
         };
         let mut unreadable = Vec::new();
-        for finding in findings {
-            let finding = match read_finding(finding) {
+        for finding in &report.findings {
+            let finding = match finding {
                 Ok(finding) => finding,
                 Err(why) => {
                     unreadable.push(why);
                     continue;
                 }
             };
-            let group = (fleet_identity(&finding), finding.severity);
+            let group = (fleet_identity(finding), finding.severity);
             let entry = groups
                 .entry(group)
-                .or_insert_with(|| (Vec::new(), finding.message));
+                .or_insert_with(|| (Vec::new(), finding.message.clone()));
             entry.0.push(answer.node.clone());
         }
         // An agent that could not check everything, or is not ready (its verdicts may
         // not be current), or said what this portdrift cannot read, has not shown its
         // node clean.
-        let doubt = match (document_incomplete(answer), &answer.unready) {
+        let doubt = match (&report.incomplete, &answer.unready) {
             (Some(why), _) => Some(format!("{}: the agent's check is incomplete: {why}", answer.node)),
             (None, Some(why)) => Some(format!(
                 "{}: the agent is not ready ({why}): its answer may be out of date",
@@ -233,17 +215,7 @@ pub fn fleet_view(answers: &[AgentAnswer]) -> FleetView {
     }
 }
 
-/// Why an answer's `coverage` says its check was incomplete, if it does.
-fn document_incomplete(answer: &AgentAnswer) -> Option<String> {
-    let coverage = answer.outcome.as_ref().ok()?.get("coverage")?;
-    if coverage.get("complete").and_then(Value::as_bool) != Some(false) {
-        return None;
-    }
-    let first = coverage["not_checked"].get(0).and_then(Value::as_str);
-    Some(first.unwrap_or("coverage.complete is false").to_string())
-}
-
-fn unanswered_of(answer: &AgentAnswer, reason: String) -> Unanswered {
+fn unanswered_of(answer: &AgentAnswer, reason: NoAnswer) -> Unanswered {
     Unanswered {
         node: answer.node.clone(),
         pod: answer.pod.clone(),
@@ -259,31 +231,6 @@ fn fleet_identity(finding: &Finding) -> FindingId {
         family: None,
         ..finding.identity()
     }
-}
-
-/// A finding of an agent's answer, or what this portdrift cannot read in it: a field
-/// it needs that is missing, a spelling it does not know (`kind "port-hijack"`), else
-/// what the decoder said.
-fn read_finding(finding: &Value) -> Result<Finding, String> {
-    <Finding as Deserialize>::deserialize(finding).map_err(|error| {
-        let spelled = |field: &str| finding.get(field).and_then(Value::as_str);
-        let missing = |field: &str| spelled(field).is_none().then(|| format!("no {field}"));
-        unknown::<Kind>(finding, "kind")
-            .or_else(|| missing("kind"))
-            .or_else(|| unknown::<Severity>(finding, "severity"))
-            .or_else(|| missing("severity"))
-            .or_else(|| unknown::<Protocol>(finding, "protocol"))
-            .or_else(|| unknown::<Family>(finding, "family"))
-            .or_else(|| unknown::<Backend>(finding, "backend"))
-            .unwrap_or_else(|| error.to_string())
-    })
-}
-
-/// `field "text"` when the finding spells `field` in a way that is not a `T`.
-fn unknown<T: DeserializeOwned>(finding: &Value, field: &str) -> Option<String> {
-    let text = finding.get(field)?.as_str()?;
-    let known = serde_json::from_value::<T>(Value::String(text.to_string())).is_ok();
-    (!known).then(|| format!("{field} {text:?}"))
 }
 
 /// `severity kind proto/port service → target: K of N nodes: a, b` per finding, then
@@ -337,9 +284,15 @@ fn render_fleet_into(out: &mut String, view: &FleetView) {
         let _ = writeln!(out, "\nno answer from {} agents:", view.unanswered.len());
         for u in &view.unanswered {
             if u.pod.is_empty() {
-                let _ = writeln!(out, "  {}: {}", v(&u.node), v(&u.reason));
+                let _ = writeln!(out, "  {}: {}", v(&u.node), v(&u.reason.to_string()));
             } else {
-                let _ = writeln!(out, "  {} ({}): {}", v(&u.node), v(&u.pod), v(&u.reason));
+                let _ = writeln!(
+                    out,
+                    "  {} ({}): {}",
+                    v(&u.node),
+                    v(&u.pod),
+                    v(&u.reason.to_string())
+                );
             }
         }
     }

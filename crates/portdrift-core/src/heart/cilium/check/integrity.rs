@@ -5,6 +5,7 @@
 use crate::heart::cilium::lines::{backend_line, frontend_name, master_line, slot_line};
 use crate::heart::cilium::maps::FamilyMaps;
 use crate::heart::cilium::{CiliumMaps, Frontend, GroupProblem, MapKind};
+use crate::heart::citation::Citation;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::Family;
 
@@ -106,7 +107,7 @@ fn missing_backends(family: Family, fm: &FamilyMaps, f: &Frontend, services: &st
         ),
     );
     finding.rule = Some(slot_line(f, first_slot, first_id, None));
-    finding.rule_source = Some(services.to_string());
+    finding.rule_source = Some(Citation::file(services));
     finding.target = Some(std::net::SocketAddr::new(f.address, f.port).to_string());
     finding.evidence.push(master_line(f));
     finding
@@ -135,7 +136,7 @@ fn rev_nat(family: Family, fm: &FamilyMaps, f: &Frontend, origin: &str, out: &mu
         f,
         format!("Cilium's frontend {} {problem}; {ADVICE}.", frontend_name(f)),
     );
-    finding.rule_source = Some(origin.to_string());
+    finding.rule_source = Some(Citation::file(origin));
     finding.target = Some(std::net::SocketAddr::new(f.address, f.port).to_string());
     out.push(finding);
 }
@@ -195,7 +196,7 @@ fn slot_problem(family: Family, problem: &GroupProblem, services: &str, check: &
         format!("Cilium's frontend {name} {what}; {ADVICE}."),
     );
     f.protocol = key.proto.protocol();
-    f.rule_source = Some(services.to_string());
+    f.rule_source = Some(Citation::file(services));
     f.target = Some(std::net::SocketAddr::new(key.address, key.port).to_string());
     check.findings.push(f);
 }
@@ -218,7 +219,7 @@ fn leaked(family: Family, fm: &FamilyMaps, origin: &str, out: &mut Vec<Finding>)
             leaked.len()
         ),
     );
-    f.rule_source = Some(origin.to_string());
+    f.rule_source = Some(Citation::file(origin));
     f.evidence = leaked
         .iter()
         .take(LEAKS_LISTED)
@@ -260,7 +261,7 @@ pub(super) fn check_capacity(maps: &CiliumMaps, out: &mut Vec<Finding>) {
                 }
             ),
         );
-        f.rule_source = Some(read.origin.clone());
+        f.rule_source = Some(Citation::file(read.origin.as_str()));
         f.target = Some(read.kind.pin_name().to_string());
         out.push(f);
     }

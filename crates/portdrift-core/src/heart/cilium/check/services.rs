@@ -10,6 +10,7 @@ use crate::heart::cilium::exposure::{Exposure, exposure};
 use crate::heart::cilium::lines::{frontend_name, master_line, slot_line};
 use crate::heart::cilium::maps::FamilyMaps;
 use crate::heart::cilium::{Frontend, MapKind, Scope};
+use crate::heart::citation::Citation;
 use crate::heart::desired::{DesiredPort, DesiredState, EndpointSet, FamilyEndpoints};
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::model::{Family, Protocol};
@@ -139,7 +140,7 @@ fn missing_frontends(
                 port.service, port.protocol, port.node_port
             ),
         );
-        f.rule_source = Some(services.to_string());
+        f.rule_source = Some(Citation::file(services));
         f.evidence = frontends.iter().map(|f| master_line(f)).collect();
         out.push(f);
     }
@@ -260,7 +261,7 @@ fn stale_endpoint(
     );
     f.target = Some(addr.to_string());
     f.rule = lines.first().cloned();
-    f.rule_source = Some(services.to_string());
+    f.rule_source = Some(Citation::file(services));
     f.evidence = lines;
     f
 }
@@ -287,7 +288,7 @@ fn missing_endpoint(
         ),
     );
     f.target = Some(addr.to_string());
-    f.rule_source = Some(services.to_string());
+    f.rule_source = Some(Citation::file(services));
     f
 }
 
@@ -363,7 +364,7 @@ fn stale_frontends(
         f.protocol = protocol;
         f.port = Some(port);
         f.rule = frontends.first().map(|f| master_line(f));
-        f.rule_source = Some(services.to_string());
+        f.rule_source = Some(Citation::file(services));
         f.evidence = frontends.iter().map(|f| master_line(f)).collect();
         out.push(f);
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::heart::citation::Citation;
 use crate::heart::coverage::Coverage;
 use crate::heart::finding::Accepted;
 use crate::heart::model::{Backend, Family, ProcessInfo, Protocol, ProxyMode};
@@ -45,7 +46,7 @@ fn injected() -> Finding {
     f.rule = Some(format!(
         "-A KUBE-NODEPORTS -p tcp -m comment --comment \"shop/{INJECTED}:http\" -m tcp --dport 31999 -j DNAT --to-destination 10.244.9.9:8080"
     ));
-    f.rule_source = Some("netlink: nf_tables ip (iptables-nft):12".into());
+    f.rule_source = Some(Citation::line("netlink: nf_tables ip (iptables-nft)", 12));
     f
 }
 

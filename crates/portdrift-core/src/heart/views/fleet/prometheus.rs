@@ -8,8 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
+use crate::heart::finding::Finding;
+
 use super::nodes::{NodeState, NodeStatus, NodesSummary};
-use super::{AgentAnswer, FleetView, fleet_view};
+use super::{AgentAnswer, AgentReport, FleetView, NoAnswer, fleet_view, read_finding};
 
 /// One sample of an instant vector.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,40 +47,6 @@ pub struct PromAnswers {
     pub not_detailed: Vec<Sample>,
 }
 
-/// Reads the body of `/api/v1/query` for an instant vector: its samples, or what is
-/// wrong with it (an `error` answer, another result type, a value that is no number).
-pub fn parse_vector(body: &[u8]) -> Result<Vec<Sample>, String> {
-    let answer: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
-    if answer["status"] != "success" {
-        return Err(format!(
-            "{}: {}",
-            answer["errorType"].as_str().unwrap_or("error"),
-            answer["error"].as_str().unwrap_or("status is not success")
-        ));
-    }
-    let data = &answer["data"];
-    if data["resultType"] != "vector" {
-        return Err(format!("result type {} is not a vector", data["resultType"]));
-    }
-    let result = data["result"].as_array().ok_or("no result list")?;
-    result
-        .iter()
-        .map(|s| {
-            let labels = s["metric"]
-                .as_object()
-                .ok_or("a sample without labels")?
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                .collect();
-            let text = s["value"][1].as_str().ok_or("a sample without a value")?;
-            let value = text
-                .parse()
-                .map_err(|_| format!("sample value {text:?} is not a number"))?;
-            Ok(Sample { labels, value })
-        })
-        .collect()
-}
-
 /// What each node's series say, node by node.
 #[derive(Default)]
 struct PerNode {
@@ -87,7 +55,7 @@ struct PerNode {
     complete: Option<bool>,
     serious: f64,
     total: f64,
-    details: Vec<Value>,
+    details: Vec<Result<Finding, String>>,
     detailed: f64,
     not_detailed: f64,
 }
@@ -115,7 +83,7 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
     for s in &answers.details {
         let n = nodes.entry(s.node()).or_default();
         n.detailed += s.value;
-        n.details.push(finding_of(s));
+        n.details.push(read_finding(&finding_of(s)));
     }
     for s in &answers.not_detailed {
         nodes.entry(s.node()).or_default().not_detailed += s.value;
@@ -125,31 +93,14 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
     let mut statuses = Vec::new();
     let mut notes = Vec::new();
     let mut unresolved = BTreeSet::new();
-    for (node, n) in &nodes {
-        let pod = n.instance.clone();
-        let (state, message) = if n.up == Some(false) {
-            agent_answers.push(AgentAnswer {
-                node: node.clone(),
-                pod,
-                outcome: Err("Prometheus cannot scrape it (up 0)".into()),
-                unready: None,
-            });
-            (NodeState::Unknown, "not scraped: up 0".to_string())
+    for (node, n) in nodes {
+        let (outcome, state, message) = if n.up == Some(false) {
+            let unknown = "not scraped: up 0".to_string();
+            (Err(NoAnswer::NotScraped), NodeState::Unknown, unknown)
         } else if n.complete.is_none() {
-            agent_answers.push(AgentAnswer {
-                node: node.clone(),
-                pod,
-                outcome: Err("scraped, but no scan reported yet (no portdrift_coverage_complete)".into()),
-                unready: None,
-            });
-            (NodeState::Unknown, "no scan reported yet".to_string())
+            let unknown = "no scan reported yet".to_string();
+            (Err(NoAnswer::NoScanYet), NodeState::Unknown, unknown)
         } else {
-            agent_answers.push(AgentAnswer {
-                node: node.clone(),
-                pod,
-                outcome: Ok(json!({"findings": n.details})),
-                unready: None,
-            });
             if n.not_detailed > 0.0 || n.detailed < n.total {
                 let missing = n.not_detailed.max(n.total - n.detailed);
                 notes.push(format!(
@@ -161,7 +112,7 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
             if !complete {
                 unresolved.insert(node.clone());
             }
-            match (n.serious > 0.0, complete) {
+            let (state, message) = match (n.serious > 0.0, complete) {
                 (true, _) => (
                     NodeState::Drift,
                     format!(
@@ -175,8 +126,19 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
                     NodeState::Unknown,
                     "the agent's check is incomplete (portdrift_coverage_complete 0)".into(),
                 ),
-            }
+            };
+            let report = AgentReport {
+                findings: n.details,
+                incomplete: None,
+            };
+            (Ok(report), state, message)
         };
+        agent_answers.push(AgentAnswer {
+            node: node.clone(),
+            pod: n.instance,
+            outcome,
+            unready: None,
+        });
         statuses.push(NodeStatus {
             node: node.clone(),
             state,
@@ -192,7 +154,8 @@ pub fn prometheus_view(answers: &PromAnswers, source: String) -> FleetView {
     view.with_nodes(Some(source), Some(NodesSummary::of(&statuses)), notes)
 }
 
-/// A detail series as the finding fields the view groups by.
+/// A detail series as the finding fields the view groups by, in an agent's JSON: read
+/// as an agent's finding is, a spelling this portdrift does not know is named.
 fn finding_of(s: &Sample) -> Value {
     let text = |name: &str| {
         let v = s.label(name);

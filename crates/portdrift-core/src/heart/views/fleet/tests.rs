@@ -1,5 +1,5 @@
 use super::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn stale(target: &str, backend: &str) -> Value {
     json!({"kind": "stale-endpoint", "severity": "critical", "protocol": "tcp", "port": 30080,
@@ -7,11 +7,12 @@ fn stale(target: &str, backend: &str) -> Value {
                "message": "stale"})
 }
 
-fn answer(node: &str, outcome: Result<Value, String>) -> AgentAnswer {
+/// An agent's answer: its document as `decode::fleet` reads it, or why there is none.
+fn answer(node: &str, outcome: Result<Value, NoAnswer>) -> AgentAnswer {
     AgentAnswer {
         node: node.into(),
         pod: format!("portdrift-{node}"),
-        outcome,
+        outcome: outcome.and_then(|document| crate::decode::fleet::agent_report(&document.to_string())),
         unready: None,
     }
 }
@@ -34,7 +35,10 @@ fn findings_are_grouped_by_node_and_silent_agents_listed() {
                                                     {"kind": "orphan-chain", "severity": "info"}]})),
         ),
         answer("node-d", Ok(json!({"findings": []}))),
-        answer("node-f", Err("timed out after 5s".into())),
+        answer(
+            "node-f",
+            Err(NoAnswer::Timeout(std::time::Duration::from_secs(5))),
+        ),
         answer("node-e", Ok(json!({"status": "not findings"}))),
     ];
     let view = fleet_view(&answers);
@@ -68,7 +72,7 @@ fn findings_are_grouped_by_node_and_silent_agents_listed() {
         "{text}"
     );
     assert!(
-        text.contains("node-f (portdrift-node-f): timed out after 5s"),
+        text.contains("node-f (portdrift-node-f): no answer within 5s"),
         "{text}"
     );
 }
@@ -351,8 +355,9 @@ mod by_condition {
 }
 
 mod from_prometheus {
-    use super::super::prometheus::{PromAnswers, parse_vector, prometheus_view};
+    use super::super::prometheus::{PromAnswers, prometheus_view};
     use super::*;
+    use crate::decode::prometheus::parse_vector;
 
     fn vector(samples: &[(&[(&str, &str)], f64)]) -> Vec<super::super::prometheus::Sample> {
         let result: Vec<Value> = samples
@@ -365,18 +370,6 @@ mod from_prometheus {
             .collect();
         let body = json!({"status": "success", "data": {"resultType": "vector", "result": result}});
         parse_vector(body.to_string().as_bytes()).unwrap()
-    }
-
-    #[test]
-    fn errors_and_other_result_types_are_refused() {
-        let error = br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#;
-        assert_eq!(
-            parse_vector(error).unwrap_err(),
-            "bad_data: parse error at char 3"
-        );
-        let matrix = br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
-        assert!(parse_vector(matrix).unwrap_err().contains("not a vector"));
-        assert!(parse_vector(b"<html>").unwrap_err().starts_with("not JSON"));
     }
 
     #[test]
@@ -425,7 +418,7 @@ fn an_agents_answer_prints_no_control_byte() {
             "node-a",
             Ok(json!({"findings": [stale("10.0.0.1:80\ncritical forged\x1b[2J", "iptables-nft")]})),
         ),
-        answer("node-b", Err("reset\r\x1b]0;owned\x07".into())),
+        answer("node-b", Err(NoAnswer::Request("reset\r\x1b]0;owned\x07".into()))),
     ];
     let text = render_fleet(&fleet_view(&answers));
     assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
@@ -469,4 +462,27 @@ fn cilium_and_ipvs_nodes_findings_join_the_fleet_view() {
     );
     assert!(rows.contains(&("missing-backend", vec!["node-a"])), "{rows:?}");
     assert!(render_fleet(&view).contains("missing-backend"));
+}
+
+#[test]
+fn a_forbidden_pod_proxy_is_noted_when_no_agent_answered() {
+    let forbidden = NoAnswer::Proxy {
+        code: 403,
+        message: "pods \"portdrift-a\" is forbidden".into(),
+    };
+    let view = fleet_view(&[answer("node-a", Err(forbidden))]).with_nodes(None, None, vec![]);
+    assert_eq!(
+        serde_json::to_value(&view.unanswered).unwrap(),
+        json!([{"node": "node-a", "pod": "portdrift-node-a",
+                "reason": "403 from the pod proxy: pods \"portdrift-a\" is forbidden"}])
+    );
+    assert!(
+        view.notes[0].starts_with("the pod proxy is forbidden (403)"),
+        "{:?}",
+        view.notes
+    );
+    // A reason whose words begin with 403 is not the pod proxy's refusal.
+    let listing = NoAnswer::Request("403 Forbidden".into());
+    let view = fleet_view(&[answer("node-a", Err(listing))]).with_nodes(None, None, vec![]);
+    assert!(view.notes.is_empty(), "{:?}", view.notes);
 }
