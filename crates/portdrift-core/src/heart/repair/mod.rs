@@ -5,4 +5,4 @@ pub mod nft_table;
 pub mod plan;
 pub mod ruleset;
 
-pub use plan::{Action, Op, Plan, PlanContext, Refusal, Rulesets};
+pub use plan::{Action, Op, PlanContext, Refusal, RepairPlan, Rulesets};

@@ -116,7 +116,7 @@ pub struct Refusal {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct RepairPlan {
     pub actions: Vec<Action>,
     pub refused: Vec<Refusal>,
 }
@@ -143,10 +143,10 @@ pub fn describe_finding(f: &Finding) -> String {
 }
 
 /// Plans the repair of `findings` (already confirmed and outside the grace window).
-pub fn plan(findings: &[&Finding], ctx: PlanContext<'_>) -> Plan {
+pub fn plan(findings: &[&Finding], ctx: PlanContext<'_>) -> RepairPlan {
     let mut planner = Planner {
         ctx,
-        plan: Plan::default(),
+        plan: RepairPlan::default(),
         ipt_deleted: BTreeMap::new(),
         nft_deleted: BTreeMap::new(),
         nudged: BTreeSet::new(),
@@ -165,7 +165,7 @@ pub fn plan(findings: &[&Finding], ctx: PlanContext<'_>) -> Plan {
 
 struct Planner<'a> {
     ctx: PlanContext<'a>,
-    plan: Plan,
+    plan: RepairPlan,
     ipt_deleted: BTreeMap<(Backend, Family, String), IptDeletions>,
     nft_deleted: BTreeMap<Family, NftDeletions>,
     nudged: BTreeSet<(Backend, Family)>,

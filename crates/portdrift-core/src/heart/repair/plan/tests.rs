@@ -131,7 +131,7 @@ fn case(text: &str) -> Case {
     }
 }
 
-fn plan_of(c: &Case, nudge: &BTreeSet<(Backend, Family)>) -> Plan {
+fn plan_of(c: &Case, nudge: &BTreeSet<(Backend, Family)>) -> RepairPlan {
     let refs: Vec<&Finding> = c.findings.iter().collect();
     plan(
         &refs,
@@ -148,7 +148,7 @@ fn no_nudge() -> BTreeSet<(Backend, Family)> {
 }
 
 /// Every rule line an action deletes.
-fn deleted_lines(p: &Plan) -> Vec<String> {
+fn deleted_lines(p: &RepairPlan) -> Vec<String> {
     p.actions
         .iter()
         .flat_map(|a| match &a.op {
@@ -474,12 +474,12 @@ fn detect_on(text: &str, desired: &DesiredState) -> Vec<Finding> {
 }
 
 /// Asserts that `p` acts on nothing and its first refusal says `words`.
-fn assert_refused(p: &Plan, words: &str) {
+fn assert_refused(p: &RepairPlan, words: &str) {
     assert_eq!(p.actions, [], "{p:#?}");
     assert!(p.refused[0].reason.contains(words), "{:?}", p.refused);
 }
 
-fn plan_for(text: &str, desired: &DesiredState, findings: &[Finding]) -> Plan {
+fn plan_for(text: &str, desired: &DesiredState, findings: &[Finding]) -> RepairPlan {
     let mut rulesets = Rulesets::default();
     rulesets
         .iptables
