@@ -17,13 +17,14 @@ use crate::decode::sockets::{WordOrder, parse_proc_net_with};
 use crate::heart::desired::{DesiredPort, DesiredState, FamilyEndpoints};
 use crate::heart::detect::DetectConfig;
 use crate::heart::finding::Kind;
+use crate::heart::input::Input;
 use crate::heart::ipvs::ipvs_findings;
 use crate::heart::model::{Backend, Family, Protocol, ServicePortRef};
 use crate::heart::outcome::{SourceState, run_scan};
 use crate::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
 use crate::heart::repair::ruleset::IptablesRuleset;
 use crate::scan::input::read_input;
-use crate::sources::bundle::{Fetched, Source};
+use crate::sources::source::{Fetched, Read, RuleAnswer, Source};
 
 /// A fuzz target: raw bytes in; a panic is a finding.
 pub type Target = fn(&[u8]);
@@ -400,9 +401,12 @@ pub fn bundle(data: &[u8]) {
         return;
     };
     let mut rulesets = Rulesets::default();
-    for (name, backend, family) in crate::sources::bundle::IPTABLES_FILES {
-        if let Some(bytes) = files.get(name) {
-            let backend = backend.unwrap_or(Backend::IptablesNft);
+    for dump in Input::IPTABLES {
+        let Input::Iptables { family, .. } = dump else {
+            continue;
+        };
+        if let Some(bytes) = files.get(dump.name()) {
+            let backend = dump.iptables_backend().unwrap_or(Backend::IptablesNft);
             rulesets.iptables.insert(
                 (backend, family),
                 IptablesRuleset::parse(&String::from_utf8_lossy(bytes)),
@@ -478,12 +482,13 @@ struct MemoryBundle {
 }
 
 impl Source for MemoryBundle {
-    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, R, F>(&self, input: Input, consume: F) -> Fetched<Read<T, R>>
     where
         T: Send + 'static,
+        R: RuleAnswer,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
     {
-        let Some(content) = self.files.get(name) else {
+        let Some(content) = input.file_name().and_then(|name| self.files.get(name)) else {
             return Fetched::not_present();
         };
         let state = if content.is_empty() {
@@ -493,7 +498,7 @@ impl Source for MemoryBundle {
         };
         Fetched {
             state: Some(state),
-            value: Some(consume(&mut Cursor::new(content.clone()))),
+            value: Some(consume(&mut Cursor::new(content.clone())).map(Read::Bytes)),
             notes: Vec::new(),
             bytes: Some(content.len() as u64),
             elapsed: None,

@@ -3,6 +3,7 @@
 use std::ops::RangeInclusive;
 
 use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::input::Input;
 use crate::heart::observed::Observed;
 
 use super::DetectConfig;
@@ -49,7 +50,7 @@ pub(super) fn port_range_overlap(observed: &Observed, config: &DetectConfig, out
             nodeports.end()
         ),
     );
-    f.rule_source = Some("proc/sys/net/ipv4/ip_local_port_range".into());
+    f.rule_source = Some(Input::LocalPortRange.name().into());
     f.evidence.push(format!(
         "unreserved: {}{}",
         ranges.join(", "),
