@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use crate::heart::acceptance::{Acceptance, Acceptances, IDLE_AFTER, idle_finding};
-use crate::heart::outcome::{ACCEPTANCES_SOURCE, ScanReport, SourceState, SourceStatus};
+use crate::heart::input::Input;
+use crate::heart::outcome::{InputStatus, ScanReport, SourceState};
 use crate::heart::visible::visible;
 
 /// How often the file is looked at: a ConfigMap edit reaches the mounted file within
@@ -99,13 +100,13 @@ impl AcceptanceFile {
 
     /// The file as a source of the scan: an error while it cannot be used, saying
     /// what still applies.
-    pub fn status(&self) -> SourceStatus {
+    pub fn status(&self) -> InputStatus {
         let state = if self.problem.is_some() {
             SourceState::Error
         } else {
             SourceState::Ok
         };
-        let mut status = SourceStatus::new(ACCEPTANCES_SOURCE, state);
+        let mut status = InputStatus::new(Input::Acceptances, state);
         status.origin = Some(self.path.display().to_string());
         status.items = self.good.as_ref().map(|(list, _)| list.accept.len());
         if let Some(problem) = &self.problem {

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::agent::watch::{ClusterView, ViewStatus};
 use crate::heart::desired::DesiredState;
-use crate::heart::outcome::API_SOURCE;
+use crate::heart::input::Input;
 
 pub use file::{ClusterFile, FileViewError};
 
@@ -66,10 +66,10 @@ impl DesiredView {
     }
 
     /// The report's name for this source, and where it was read (a file's path).
-    pub fn source(&self) -> (&'static str, Option<PathBuf>) {
+    pub fn source(&self) -> (Input, Option<PathBuf>) {
         match self {
-            DesiredView::Api(_) => (API_SOURCE, None),
-            DesiredView::File(file) => ("cluster.json", Some(file.path().to_path_buf())),
+            DesiredView::Api(_) => (Input::Api, None),
+            DesiredView::File(file) => (Input::ClusterState, Some(file.path().to_path_buf())),
         }
     }
 

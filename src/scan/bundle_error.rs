@@ -1,5 +1,5 @@
 //! Why a bundle could not be scanned or written at all: the error of reading any
-//! [`crate::sources::bundle::Source`] into a scan input and of capturing one.
+//! [`crate::sources::source::Source`] into a scan input and of capturing one.
 
 use std::io;
 use std::path::PathBuf;

@@ -10,12 +10,12 @@ use std::fs::{self, File};
 use std::io::{self, BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::heart::observed::SOCKET_FILES;
+use crate::heart::input::Input;
 use crate::heart::outcome::SourceState;
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::readers::read_node_name;
-use crate::sources::bundle::{CILIUM_MAP_FILES, IPTABLES_FILES, NODE_FACT_FILES};
-use crate::sources::bundle::{MANIFEST_FILE, Manifest, ManifestEntry, Source};
+use crate::sources::bundle::{Manifest, ManifestEntry};
+use crate::sources::source::Source;
 
 /// What `snapshot` was asked for.
 #[derive(Debug, Clone, Default)]
@@ -29,24 +29,31 @@ pub struct SnapshotOptions {
 /// The manifest's format version.
 const MANIFEST_VERSION: u32 = 1;
 
-/// Every file name a bundle may hold: with `--force` these are removed first, so no
-/// file of an older capture survives into the new one (an old `nft.txt` would be read
-/// in place of a missing `nft.json`).
-fn bundle_files() -> Vec<&'static str> {
-    let mut names: Vec<&str> = IPTABLES_FILES.iter().map(|(n, _, _)| *n).collect();
-    names.extend(["nft.json", "nft.txt", crate::sources::bundle::NFT_RULESET_FILE]);
-    names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
-    names.extend(NODE_FACT_FILES);
-    names.extend(["cluster.json", "node", MANIFEST_FILE]);
-    names.extend(CILIUM_MAP_FILES.iter().flat_map(|f| [f.dump, f.info]));
-    names
+/// Every file a bundle may hold: with `--force` these are removed first, so no file of
+/// an older capture survives into the new one (an old `nft.txt` would be read in place
+/// of a missing `nft.json`).
+fn bundle_files() -> impl Iterator<Item = &'static str> {
+    Input::all().filter_map(Input::file_name)
+}
+
+/// What a snapshot captures from its source, in the order its manifest lists them:
+/// not `nft.txt`, `ipvsadm.txt` or the header-only dumps, forms of what people paste.
+fn captured() -> impl Iterator<Item = Input> {
+    Input::IPTABLES[..4]
+        .iter()
+        .copied()
+        .chain([Input::NftJson, Input::NftRuleset])
+        .chain(Input::SOCKETS)
+        .chain(Input::NODE_FACTS)
+        .chain(Input::cilium_maps())
+        .chain([Input::ClusterState])
 }
 
 /// What one capture wrote.
 #[derive(Debug)]
 struct Teed {
     bytes: u64,
-    /// The marker of a table was seen (for `nft.json`).
+    /// The marker of a table was seen (for [`Input::NftJson`]).
     found: bool,
     /// Reading the source stopped with this error (the size limit, a broken pipe).
     read_error: Option<String>,
@@ -187,27 +194,20 @@ pub fn write_snapshot<S: Source>(
         node: None,
         sources: Vec::new(),
     };
-    let mut names: Vec<&str> = IPTABLES_FILES[..4].iter().map(|(n, _, _)| *n).collect();
-    names.push("nft.json");
-    names.push(crate::sources::bundle::NFT_RULESET_FILE);
-    names.extend(SOCKET_FILES.iter().map(|(n, _, _)| *n));
-    names.extend(NODE_FACT_FILES);
-    names.extend(CILIUM_MAP_FILES.iter().flat_map(|f| [f.info, f.dump]));
-    names.extend(["cluster.json"]);
-    for name in names {
-        if let Some(entry) = capture(src, out, name)? {
+    for input in captured() {
+        if let Some(entry) = capture(src, out, input)? {
             manifest.sources.push(entry);
         }
     }
 
     let node = opts.node.clone().or_else(|| read_node_name(src));
     if let Some(node) = &node {
-        let path = out.join("node");
+        let path = out.join(Input::Node.name());
         fs::write(&path, format!("{node}\n")).map_err(write_error(&path))?;
     }
     manifest.node = node;
 
-    let path = out.join(MANIFEST_FILE);
+    let path = out.join(Input::Manifest.name());
     let document = Document::new(
         DocumentKind::Snapshot,
         manifest.node.as_deref(),
@@ -220,12 +220,12 @@ pub fn write_snapshot<S: Source>(
     Ok(manifest)
 }
 
-/// Captures one bundle file. None when the source has nothing to say about it.
-fn capture<S: Source>(
-    src: &S,
-    out: &Path,
-    name: &'static str,
-) -> Result<Option<ManifestEntry>, SnapshotError> {
+/// Captures one bundle file. None when the source has nothing to say about it (or it
+/// is nothing a bundle holds).
+fn capture<S: Source>(src: &S, out: &Path, input: Input) -> Result<Option<ManifestEntry>, SnapshotError> {
+    let Some(name) = input.file_name() else {
+        return Ok(None);
+    };
     let dest = out.join(name);
     let parent = dest.parent().unwrap_or(out).to_path_buf();
     fs::create_dir_all(&parent).map_err(write_error(&parent))?;
@@ -233,9 +233,9 @@ fn capture<S: Source>(
         ".{}.partial",
         dest.file_name().unwrap_or_default().to_string_lossy()
     ));
-    let needle: Option<&'static [u8]> = (name == "nft.json").then_some(br#"{"table":"#);
+    let needle: Option<&'static [u8]> = (input == Input::NftJson).then_some(br#"{"table":"#);
     let tmp_for_consumer = tmp.clone();
-    let fetched = src.fetch(name, move |r| tee(r, &tmp_for_consumer, needle));
+    let fetched = src.fetch_bytes(input, move |r| tee(r, &tmp_for_consumer, needle));
     let Some(mut state) = fetched.state else {
         let _ = fs::remove_file(&tmp);
         return Ok(None);
@@ -276,7 +276,7 @@ fn capture<S: Source>(
     } else {
         let _ = fs::remove_file(&tmp);
     }
-    let label = src.label(name);
+    let label = src.label(input);
     Ok(Some(ManifestEntry {
         source: name.to_string(),
         origin: (label != name).then_some(label),

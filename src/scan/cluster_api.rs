@@ -9,8 +9,9 @@ use kube::Client;
 use thiserror::Error;
 
 use crate::heart::desired::DesiredState;
+use crate::heart::input::Input;
 use crate::heart::model::ProcessInfo;
-use crate::heart::outcome::{API_SOURCE, ScanInput, SourceState, SourceStatus};
+use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
 use crate::sources::block_on;
 use crate::sources::kube_client::{self, KubeTarget, WatchError};
 
@@ -66,7 +67,7 @@ pub fn list_cluster_from_api(api: &KubeTarget, node: Option<&str>, timeout: Dura
 /// source status, not a failed scan: the checks that need no cluster state still run,
 /// and the report says why the others did not.
 pub fn add_api_listing(input: &mut ScanInput, listing: ApiListing, api: &KubeTarget, timeout: Duration) {
-    let mut status = SourceStatus::new(API_SOURCE, SourceState::Ok);
+    let mut status = InputStatus::new(Input::Api, SourceState::Ok);
     match listing.loaded {
         Ok((desired, url)) => {
             // Pods are listed (on this node only) just when a squatter runs in one.

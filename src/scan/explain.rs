@@ -9,12 +9,11 @@ use crate::decode::explain::{iptables, nft};
 use crate::heart::detect::DetectConfig;
 use crate::heart::explain::explanation::{ExplainInput, Explanation, explain};
 use crate::heart::explain::model::{PortQuery, Rulesets};
+use crate::heart::input::{Input, SocketProtocol};
 use crate::heart::model::{Backend, Family, Listener, ProcessInfo, ProxyMode};
-use crate::heart::observed::SOCKET_FILES;
 use crate::heart::outcome::{ScanInput, ScanReport, SourceState, run_scan_keeping_inputs};
 use crate::scan::input::{BundleDir, Fetched, Source, read_bundle_with};
 use crate::scan::oneshot::{OneshotConfig, OneshotError, detect_config, read_live};
-use crate::sources::bundle::{IPTABLES_FILES, NFT_RULESET_FILE};
 use crate::sources::live::{LiveConfig, LiveNode};
 
 /// What `explain` is asked.
@@ -117,7 +116,7 @@ pub fn explain_input<S: Source>(
         _ => Ok(()),
     };
     let sockets_read = input.sources.iter().any(|s| {
-        SOCKET_FILES.iter().any(|(name, _, _)| *name == s.source)
+        matches!(s.source, Input::Sockets { .. })
             && matches!(
                 s.status,
                 SourceState::Ok | SourceState::Empty | SourceState::Partial
@@ -186,7 +185,10 @@ pub fn explain_with(
         );
     }
     if sockets.listeners.is_none() {
-        not_checked.push("the node's sockets (proc/net/tcp, udp) were not read: whether a process listens on the port is unknown".to_string());
+        let tcp = Input::sockets(SocketProtocol::Tcp, Family::Ipv4);
+        not_checked.push(format!(
+            "the node's sockets ({tcp}, udp) were not read: whether a process listens on the port is unknown"
+        ));
     }
     let mut explanation = explain(&ExplainInput {
         rules,
@@ -247,22 +249,26 @@ pub fn read_rulesets<S: Source>(src: &S, read_nft: Result<(), String>) -> (Rules
     let mut rules = Rulesets::default();
     let mut not_checked = Vec::new();
     let mut iptables_nft = Vec::new();
-    for (name, backend, family) in IPTABLES_FILES {
+    for dump in Input::IPTABLES {
+        let Input::Iptables { family, .. } = dump else {
+            continue;
+        };
         // A dump whose name does not tell its backend is told by its header.
-        let label = src.label(name);
-        let fetched = src.fetch(name, move |r| iptables::parse_save(r, &label, backend, family));
+        let backend = dump.iptables_backend();
+        let label = src.label(dump);
+        let fetched = src.fetch_bytes(dump, move |r| iptables::parse_save(r, &label, backend, family));
         match settle(fetched) {
             Settled::Absent => {}
             Settled::Failed(why) => not_checked.push(format!(
                 "{} could not be read ({why}): its rules are not in this path",
-                src.label(name)
+                src.label(dump)
             )),
             Settled::Read(read, notes) => {
                 if read.tables.iter().any(|t| t.backend == Backend::IptablesNft) {
                     iptables_nft.push(family);
                 }
                 for note in notes {
-                    not_checked.push(format!("{}: {note}", src.label(name)));
+                    not_checked.push(format!("{}: {note}", src.label(dump)));
                 }
                 rules.gaps.extend(read.gaps);
                 rules.tables.extend(read.tables);
@@ -284,9 +290,9 @@ pub fn read_rulesets<S: Source>(src: &S, read_nft: Result<(), String>) -> (Rules
         }
         theirs
     };
-    let read_nft = |name: &str| -> Option<Result<Rulesets, String>> {
-        let label = src.label(name);
-        let fetched = src.fetch(name, move |r| {
+    let read_nft = |ruleset: Input| -> Option<Result<Rulesets, String>> {
+        let label = src.label(ruleset);
+        let fetched = src.fetch_bytes(ruleset, move |r| {
             let mut bytes = Vec::new();
             r.read_to_end(&mut bytes)?;
             Ok(bytes)
@@ -299,13 +305,13 @@ pub fn read_rulesets<S: Source>(src: &S, read_nft: Result<(), String>) -> (Rules
             }
         }
     };
-    match read_nft(NFT_RULESET_FILE).or_else(|| read_nft("nft.json")) {
+    match read_nft(Input::NftRuleset).or_else(|| read_nft(Input::NftJson)) {
         Some(Ok(read)) => {
             if !iptables_nft.is_empty() && !seen_iptables_nft.get() {
-                not_checked.push(
-                    "the nftables ruleset read holds none of iptables-nft's tables, so it is a listing of some tables only (kube-proxy's, as `nft list table` prints them): other tables written with nft (firewalld, a CNI's) are not in this path; capture `nft -j list ruleset` as nft-ruleset.json"
-                        .to_string(),
-                );
+                not_checked.push(format!(
+                    "the nftables ruleset read holds none of iptables-nft's tables, so it is a listing of some tables only (kube-proxy's, as `nft list table` prints them): other tables written with nft (firewalld, a CNI's) are not in this path; capture `nft -j list ruleset` as {}",
+                    Input::NftRuleset
+                ));
             }
             rules.gaps.extend(read.gaps);
             rules.tables.extend(read.tables);
@@ -313,10 +319,11 @@ pub fn read_rulesets<S: Source>(src: &S, read_nft: Result<(), String>) -> (Rules
         Some(Err(why)) => not_checked.push(format!(
             "{why}: tables written with nft (kube-proxy's nftables mode, firewalld, a CNI's) are not in this path"
         )),
-        None => not_checked.push(
-            "no nftables ruleset was read (nft-ruleset.json or nft.json): tables written with nft (kube-proxy's nftables mode, firewalld, a CNI's) are not in this path"
-                .to_string(),
-        ),
+        None => not_checked.push(format!(
+            "no nftables ruleset was read ({} or {}): tables written with nft (kube-proxy's nftables mode, firewalld, a CNI's) are not in this path",
+            Input::NftRuleset,
+            Input::NftJson
+        )),
     }
     (rules, not_checked)
 }

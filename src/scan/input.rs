@@ -7,15 +7,14 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::heart::observed::{Observed, SOCKET_FILES};
-use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
+use crate::heart::input::Input;
+use crate::heart::observed::Observed;
+use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::readers::read_node_name;
-use crate::sources::bundle::IPTABLES_FILES;
 
-pub use crate::sources::bundle::{
-    BundleDir, Fetched, MANIFEST_FILE, Manifest, ManifestEntry, Source, fetch_file, fetch_required,
-};
+pub use crate::sources::bundle::{BundleDir, Manifest, ManifestEntry, fetch_file, fetch_required};
+pub use crate::sources::source::{Fetched, Source};
 pub use rule_cache::RuleCache;
 pub use rules::read_nftables_only;
 
@@ -59,7 +58,7 @@ pub fn read_bundle_with(
 /// Reads everything a scan needs from `src`. `node` overrides the source's `node`.
 ///
 /// Errors only when nothing at all could be read or the cluster state is unreadable;
-/// every other problem is a [`SourceStatus`] in the result.
+/// every other problem is an [`InputStatus`] in the result.
 pub fn read_input<S: Source>(src: &S, node: Option<&str>) -> Result<ScanInput, SnapshotError> {
     read_input_cached(src, node, &mut RuleCache::default())
 }
@@ -120,12 +119,12 @@ pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
 /// many the source said anything about.
 fn read_rules<S: Source>(src: &S, cache: &mut RuleCache, input: &mut ScanInput) -> usize {
     let mut present = 0;
-    for (name, backend, family) in IPTABLES_FILES {
-        present += usize::from(read_rules_cached(cache, name, input, |input| {
-            read_iptables(src, name, backend, family, input)
+    for dump in Input::IPTABLES {
+        present += usize::from(read_rules_cached(cache, dump, input, |input| {
+            read_iptables(src, dump, input)
         }));
     }
-    present += usize::from(read_rules_cached(cache, "nft.json", input, |input| {
+    present += usize::from(read_rules_cached(cache, Input::NftJson, input, |input| {
         read_nftables(src, input)
     }));
     present
@@ -137,8 +136,8 @@ fn read_rules<S: Source>(src: &S, cache: &mut RuleCache, input: &mut ScanInput) 
 fn read_node_facts<S: Source>(src: &S) -> (ScanInput, usize) {
     let mut input = ScanInput::default();
     let mut present = 0;
-    for (name, protocol, v6) in SOCKET_FILES {
-        present += usize::from(read_sockets(src, name, protocol, v6, &mut input));
+    for table in Input::SOCKETS {
+        present += usize::from(read_sockets(src, table, &mut input));
     }
     read_owners(src, &mut input);
     present += read_sysctls(src, &mut input);
@@ -151,7 +150,7 @@ fn read_node_facts<S: Source>(src: &S) -> (ScanInput, usize) {
 
 /// A fetch, settled into the status to report and the content to use.
 struct Settled<T> {
-    status: SourceStatus,
+    status: InputStatus,
     value: Option<T>,
     /// The content is complete as far as the source knows (not cut by a failure, a
     /// deadline or the size limit).
@@ -159,11 +158,11 @@ struct Settled<T> {
 }
 
 /// Turns a fetch into a status. None: not present, not reported.
-fn settle<T, S: Source>(src: &S, name: &str, fetched: Fetched<T>) -> Option<Settled<T>> {
+fn settle<T, S: Source>(src: &S, input: Input, fetched: Fetched<T>) -> Option<Settled<T>> {
     let state = fetched.state?;
-    let mut status = SourceStatus::new(name, state);
-    let label = src.label(name);
-    if label != name {
+    let mut status = InputStatus::new(input, state);
+    let label = src.label(input);
+    if label != input.name() {
         status.origin = Some(label);
     }
     status.notes = fetched.notes;

@@ -3,7 +3,8 @@
 //! node into a bundle (`portdrift snapshot`).
 
 use crate::heart::acceptance::{AcceptanceError, AcceptanceInput, Acceptances};
-use crate::heart::outcome::{ACCEPTANCES_SOURCE, SourceStatus};
+use crate::heart::input::Input;
+use crate::heart::outcome::InputStatus;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -109,7 +110,7 @@ pub fn run_oneshot(config: &OneshotConfig) -> Result<ScanReport, OneshotError> {
             path: path.clone(),
             source,
         })?;
-        let mut status = SourceStatus::new(ACCEPTANCES_SOURCE, SourceState::Ok);
+        let mut status = InputStatus::new(Input::Acceptances, SourceState::Ok);
         status.origin = Some(path.display().to_string());
         status.items = Some(accepted.accept.len());
         input.sources.push(status);
@@ -175,7 +176,7 @@ pub fn read_live(config: &OneshotConfig) -> Result<LiveInput, OneshotError> {
         && input
             .sources
             .iter()
-            .any(|s| s.source.starts_with("cluster") && s.status == SourceState::Ok);
+            .any(|s| s.source.is_cluster_state() && s.status == SourceState::Ok);
     Ok(LiveInput {
         input,
         cluster_listed,

@@ -3,7 +3,8 @@
 
 use std::io::{self, BufRead, Read};
 
-use crate::sources::bundle::Source;
+use crate::heart::input::Input;
+use crate::sources::source::Source;
 
 /// The largest sysctl, node name or health answer read.
 const SMALL_FILE: u64 = 64 << 10;
@@ -24,7 +25,7 @@ pub(crate) fn read_all(r: &mut dyn BufRead) -> io::Result<Vec<u8>> {
 
 /// The node's name as the source tells it (its `node` file); None when it tells none.
 pub(crate) fn read_node_name<S: Source>(src: &S) -> Option<String> {
-    let text = src.fetch("node", read_small).value?.ok()?;
+    let text = src.fetch_bytes(Input::Node, read_small).value?.ok()?;
     let name = text.trim();
     (!name.is_empty()).then(|| name.to_string())
 }

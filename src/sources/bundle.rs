@@ -1,124 +1,16 @@
-//! Where a scan's inputs come from: a [`Source`] answers bundle file names. A bundle
-//! directory ([`BundleDir`]) answers them from its files; the live node
-//! (`sources::live::LiveNode`) from the tools, `/proc` and kube-proxy. The reading
-//! logic in the parent module serves both, so a live scan and an offline scan of a
-//! snapshot of the same node read the same bytes the same way.
+//! A bundle directory as a [`Source`] ([`BundleDir`]): the files a snapshot captured, or
+//! that people put together by hand, each read as the [`Input`] its name is; with
+//! `snapshot.json`, the record of how the capture of each went.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read as _};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::heart::cilium::MapKind;
-use crate::heart::model::{Backend, Family, Lookup};
-use crate::heart::outcome::SourceState;
-
-/// One input as a source delivered it.
-#[derive(Debug)]
-pub struct Fetched<T> {
-    /// How getting it went. None: the source has no such input and says nothing about
-    /// it (an optional bundle file that is not there): it is not reported at all.
-    pub state: Option<SourceState>,
-    /// What the consumer returned; None when it never ran.
-    pub value: Option<io::Result<T>>,
-    /// What the source said about it (a tool's warnings, a recorded failure).
-    pub notes: Vec<String>,
-    /// Bytes handed to the consumer.
-    pub bytes: Option<u64>,
-    /// How long getting it took.
-    pub elapsed: Option<Duration>,
-}
-
-impl<T> Fetched<T> {
-    /// Not there, nothing to say.
-    pub fn not_present() -> Fetched<T> {
-        Fetched {
-            state: None,
-            value: None,
-            notes: Vec::new(),
-            bytes: None,
-            elapsed: None,
-        }
-    }
-
-    /// A state with a note and no content.
-    pub fn with_state(state: SourceState, note: impl Into<String>) -> Fetched<T> {
-        Fetched {
-            state: Some(state),
-            notes: vec![note.into()],
-            ..Fetched::not_present()
-        }
-    }
-}
-
-/// A provider of bundle files by name (`iptables-nft-save.txt`, `proc/net/tcp`, ...).
-///
-/// Shared, not exclusive: a scan reads the rule dumps, the node's other files and the
-/// cluster state at once, from threads of its own, so its wall time is the longest read
-/// rather than their sum. A source with state between reads keeps it behind a lock.
-pub trait Source: Sync {
-    /// Reads the input `name`, streaming its content into `consume`. The consumer may
-    /// run on another thread while a tool prints, hence `Send + 'static`.
-    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static;
-
-    /// What `name` is called in messages and findings (`iptables-nft-save.txt:99` for
-    /// a bundle file, `iptables-nft-save:99` for the live tool).
-    fn label(&self, name: &str) -> String {
-        name.to_string()
-    }
-
-    /// How findings cite the rules it gives: by line of a file the reader holds, or on
-    /// the live node by chain, rule number and handle (nothing keeps the listing read).
-    fn lookup(&self) -> Lookup {
-        Lookup::Lines
-    }
-
-    /// Whether its iptables dumps show every table the kernel has (the live node runs
-    /// the tools without `-t`). A bundle's file may have been captured a table at a time.
-    fn dumps_whole(&self) -> bool {
-        false
-    }
-
-    /// Whether reading an input again may give another answer (the live node, whose
-    /// maps change while they are walked): the reader then reads Cilium's maps twice.
-    fn rereads_may_differ(&self) -> bool {
-        false
-    }
-
-    /// Statuses about the source itself (an unreadable manifest), for the report.
-    fn own_statuses(&self) -> Vec<crate::heart::outcome::SourceStatus> {
-        Vec::new()
-    }
-
-    /// kube-proxy's nftables tables read another way than as `nft.json` bytes (the
-    /// live node reads them from the kernel over netlink). None: read `nft.json`;
-    /// Some(Err(why)): that way failed, and `nft.json` is read instead.
-    fn nftables_direct(&self) -> Option<Result<Fetched<Vec<crate::heart::model::RuleSource>>, String>> {
-        None
-    }
-
-    /// An iptables-nft dump (`iptables-nft-save.txt`, `ip6tables-nft-save.txt`) read
-    /// and parsed another way than as the tool's text (the live node reads the tables
-    /// over netlink). None: read the dump; Some(Err(why)): that way failed, and the
-    /// dump is read instead. An Ok(None) value: the family has no iptables-nft table.
-    fn iptables_direct(
-        &self,
-        _name: &str,
-    ) -> Option<Result<Fetched<Option<crate::heart::model::RuleSource>>, String>> {
-        None
-    }
-
-    /// The processes that own these socket inodes, where the source can tell (the
-    /// live node can; a bundle records no processes).
-    fn owners(&self, _inodes: &std::collections::HashSet<u64>) -> Option<crate::sources::owners::Owners> {
-        None
-    }
-}
+use crate::heart::input::Input;
+use crate::heart::outcome::{InputStatus, SourceState};
+use crate::sources::source::{Fetched, Read, RuleAnswer, Source};
 
 /// A reader that counts what passes through it.
 pub(crate) struct Counting<R> {
@@ -126,7 +18,7 @@ pub(crate) struct Counting<R> {
     pub count: u64,
 }
 
-impl<R: Read> Read for Counting<R> {
+impl<R: io::Read> io::Read for Counting<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.count += n as u64;
@@ -192,9 +84,6 @@ where
 
 // ------------------------------------------------------------------ the manifest
 
-/// The manifest file a snapshot writes beside the captured files.
-pub const MANIFEST_FILE: &str = "snapshot.json";
-
 /// `snapshot.json`: how the capture of each source went, so that a bundle records what
 /// could not be read (an absent tool, one that failed or hung) and a scan of the bundle
 /// reports it as the live scan did.
@@ -220,6 +109,8 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ManifestEntry {
     /// The bundle file name (`iptables-nft-save.txt`).
+    // Text, not an `Input`: a manifest may list a file this version does not read,
+    // which is left alone.
     pub source: String,
     /// What it was read from (`iptables-nft-save`, `/proc/net/tcp`).
     #[serde(default)]
@@ -258,7 +149,7 @@ pub struct BundleDir {
 impl BundleDir {
     /// Opens `dir`. `cluster_state` replaces the bundle's `cluster.json`.
     pub fn new(dir: &Path, cluster_state: Option<PathBuf>) -> BundleDir {
-        let (manifest, manifest_problem) = match read_manifest(&dir.join(MANIFEST_FILE)) {
+        let (manifest, manifest_problem) = match read_manifest(&dir.join(Input::Manifest.name())) {
             Ok(m) => (m, None),
             Err(e) => (None, Some(e)),
         };
@@ -278,7 +169,8 @@ impl BundleDir {
         self.manifest.as_ref()
     }
 
-    fn recorded(&self, name: &str) -> Option<&ManifestEntry> {
+    fn recorded(&self, input: Input) -> Option<&ManifestEntry> {
+        let name = input.file_name()?;
         self.manifest.as_ref()?.sources.iter().find(|e| e.source == name)
     }
 }
@@ -298,21 +190,25 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>, String> {
         .map_err(|e| format!("not a portdrift snapshot manifest: {e}"))
 }
 
-impl Source for BundleDir {
-    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
+impl BundleDir {
+    /// `input`'s file, with the capture's record of it applied.
+    fn read_file<T, F>(&self, input: Input, consume: F) -> Fetched<T>
     where
-        T: Send + 'static,
-        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+        F: FnOnce(&mut dyn BufRead) -> io::Result<T>,
     {
-        if name == "cluster.json"
+        if input == Input::ClusterState
             && let Some(path) = &self.cluster_state
         {
             return fetch_required(path, consume);
         }
+        let Some(name) = input.file_name() else {
+            return Fetched::not_present();
+        };
         let mut fetched = fetch_file(&self.dir.join(name), consume);
-        let Some(rec) = self.recorded(name) else {
+        let Some(rec) = self.recorded(input) else {
             return fetched;
         };
+        let manifest = Input::Manifest;
         match fetched.state {
             // Not in the bundle: report what the capture saw.
             None => {
@@ -321,7 +217,7 @@ impl Source for BundleDir {
                 if rec.file {
                     fetched.state = Some(SourceState::Error);
                     fetched.notes.push(format!(
-                        "{MANIFEST_FILE} lists {name} as captured, but the file is missing"
+                        "{manifest} lists {name} as captured, but the file is missing"
                     ));
                 }
             }
@@ -337,7 +233,7 @@ impl Source for BundleDir {
                     SourceState::Error => SourceState::Error,
                     SourceState::Absent | SourceState::Empty => {
                         fetched.notes.push(format!(
-                            "{MANIFEST_FILE} says the capture found it {}, but the file is present; reading the file",
+                            "{manifest} says the capture found it {}, but the file is present; reading the file",
                             rec.status
                         ));
                         read
@@ -347,11 +243,23 @@ impl Source for BundleDir {
         }
         fetched
     }
+}
 
-    fn own_statuses(&self) -> Vec<crate::heart::outcome::SourceStatus> {
+/// A bundle holds text: every input is its file's bytes, never rules read otherwise.
+impl Source for BundleDir {
+    fn fetch<T, R, F>(&self, input: Input, consume: F) -> Fetched<Read<T, R>>
+    where
+        T: Send + 'static,
+        R: RuleAnswer,
+        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+    {
+        self.read_file(input, consume).map(Read::Bytes)
+    }
+
+    fn own_statuses(&self) -> Vec<InputStatus> {
         match &self.manifest_problem {
             Some(p) => {
-                let mut s = crate::heart::outcome::SourceStatus::new(MANIFEST_FILE, SourceState::Error);
+                let mut s = InputStatus::new(Input::Manifest, SourceState::Error);
                 s.notes.push(format!("ignored: {p}"));
                 vec![s]
             }
@@ -378,112 +286,3 @@ where
     }
     fetched
 }
-
-/// The iptables dumps a bundle may hold, with what their names say.
-pub const IPTABLES_FILES: [(&str, Option<Backend>, Family); 6] = [
-    ("iptables-nft-save.txt", Some(Backend::IptablesNft), Family::Ipv4),
-    (
-        "iptables-legacy-save.txt",
-        Some(Backend::IptablesLegacy),
-        Family::Ipv4,
-    ),
-    ("ip6tables-nft-save.txt", Some(Backend::IptablesNft), Family::Ipv6),
-    (
-        "ip6tables-legacy-save.txt",
-        Some(Backend::IptablesLegacy),
-        Family::Ipv6,
-    ),
-    // A dump whose backend only its header tells.
-    ("iptables-save.txt", None, Family::Ipv4),
-    ("ip6tables-save.txt", None, Family::Ipv6),
-];
-
-/// `net.ipv4.ip_local_port_range`, as the bundle holds it.
-pub const LOCAL_PORT_RANGE_FILE: &str = "proc/sys/net/ipv4/ip_local_port_range";
-/// `net.ipv4.ip_local_reserved_ports`, as the bundle holds it.
-pub const RESERVED_PORTS_FILE: &str = "proc/sys/net/ipv4/ip_local_reserved_ports";
-/// The body of kube-proxy's `/healthz` answer.
-pub const HEALTHZ_FILE: &str = "kube-proxy-healthz.json";
-/// The body of kube-proxy's `/proxyMode` answer (`iptables`, `ipvs`, `nftables`).
-pub const PROXY_MODE_FILE: &str = "kube-proxy-mode.txt";
-/// The node's interfaces (IPVS mode's `kube-ipvs0` among them).
-pub const NET_DEV_FILE: &str = "proc/net/dev";
-/// The kernel's IPVS virtual servers (present while the `ip_vs` module is loaded).
-pub const IP_VS_FILE: &str = "proc/net/ip_vs";
-/// `ipvsadm -Ln` as a bundle may hold it (a paste): read when `proc/net/ip_vs` is not.
-pub const IPVSADM_FILE: &str = "ipvsadm.txt";
-/// Every nftables table (`nft -j list ruleset`), for `portdrift explain`: other
-/// components' tables (firewalld, a CNI's) act on NodePort connections too. A bundle
-/// without it offers its `nft.json`.
-pub const NFT_RULESET_FILE: &str = "nft-ruleset.json";
-/// The node's facts besides rules and sockets, in the order a bundle lists them.
-pub const NODE_FACT_FILES: [&str; 7] = [
-    LOCAL_PORT_RANGE_FILE,
-    RESERVED_PORTS_FILE,
-    HEALTHZ_FILE,
-    PROXY_MODE_FILE,
-    NET_DEV_FILE,
-    IP_VS_FILE,
-    IPVSADM_FILE,
-];
-
-/// One of Cilium's service maps in a bundle: its entries as `bpftool -j map dump
-/// pinned` prints them, and its type and sizes as `bpftool -j map show pinned` does.
-#[derive(Debug, Clone, Copy)]
-pub struct CiliumMapFiles {
-    pub kind: MapKind,
-    pub dump: &'static str,
-    pub info: &'static str,
-}
-
-/// Cilium's service maps, under `bpf/` in a bundle, services first in each family.
-pub const CILIUM_MAP_FILES: [CiliumMapFiles; 6] = [
-    CiliumMapFiles {
-        kind: MapKind::Services4,
-        dump: "bpf/cilium_lb4_services_v2.json",
-        info: "bpf/cilium_lb4_services_v2.info.json",
-    },
-    CiliumMapFiles {
-        kind: MapKind::Backends4,
-        dump: "bpf/cilium_lb4_backends_v3.json",
-        info: "bpf/cilium_lb4_backends_v3.info.json",
-    },
-    CiliumMapFiles {
-        kind: MapKind::RevNat4,
-        dump: "bpf/cilium_lb4_reverse_nat.json",
-        info: "bpf/cilium_lb4_reverse_nat.info.json",
-    },
-    CiliumMapFiles {
-        kind: MapKind::Services6,
-        dump: "bpf/cilium_lb6_services_v2.json",
-        info: "bpf/cilium_lb6_services_v2.info.json",
-    },
-    CiliumMapFiles {
-        kind: MapKind::Backends6,
-        dump: "bpf/cilium_lb6_backends_v3.json",
-        info: "bpf/cilium_lb6_backends_v3.info.json",
-    },
-    CiliumMapFiles {
-        kind: MapKind::RevNat6,
-        dump: "bpf/cilium_lb6_reverse_nat.json",
-        info: "bpf/cilium_lb6_reverse_nat.info.json",
-    },
-];
-
-/// The map a `bpf/` file name holds, and whether it is the `.info.json` form.
-pub fn cilium_map_file(name: &str) -> Option<(MapKind, bool)> {
-    CILIUM_MAP_FILES.iter().find_map(|f| {
-        if f.dump == name {
-            Some((f.kind, false))
-        } else if f.info == name {
-            Some((f.kind, true))
-        } else {
-            None
-        }
-    })
-}
-
-/// The rule dumps whose every change the kernel announces on the nf_tables netlink
-/// group: iptables-nft's and kube-proxy's nftables tables. The legacy backend's are not
-/// among them and are read every time.
-pub const NF_TABLES_DUMPS: [&str; 3] = ["iptables-nft-save.txt", "ip6tables-nft-save.txt", "nft.json"];

@@ -1,5 +1,5 @@
 //! Reading the running node, as a DaemonSet pod with `hostNetwork` sees it:
-//! [`LiveNode`] answers each bundle file's name with the dump tool
+//! [`LiveNode`] answers each [`Input`] with the dump tool
 //! ([`crate::sources::tools`]), the netlink read, the `/proc` file or kube-proxy's HTTP
 //! endpoint ([`crate::sources::kube_proxy_http`]) a capture would have copied into it,
 //! so a live scan and a snapshot read the node through the same code as an offline
@@ -7,31 +7,28 @@
 
 mod bpf_maps;
 mod following;
+mod rule_reads;
 
 use crate::decode::proc_process::ArgvEvidence;
 use bpf_maps::bpftool_args;
-use following::{Following, NFT_AT};
+use following::Following;
 use std::io::{self, BufRead, Cursor};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::heart::model::{Family, Lookup, RuleSource};
+use crate::heart::input::{Input, IptablesBackend, MapForm};
+use crate::heart::model::Family::{self, Ipv4, Ipv6};
+use crate::heart::model::Lookup;
 use crate::heart::outcome::SourceState;
-use crate::sources::bundle::{
-    Fetched, HEALTHZ_FILE, PROXY_MODE_FILE, Source, cilium_map_file, fetch_file, fetch_required,
-};
+use crate::sources::bundle::{fetch_file, fetch_required};
 use crate::sources::kube_proxy_http::{
     DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS, HEALTHZ_TIMEOUT, HttpError, http_get,
 };
-use crate::sources::netlink::NetlinkLimits;
-use crate::sources::netlink::follow::ReadKind;
-use crate::sources::netlink::iptables::read_rules_following;
-use crate::sources::netlink::nftables::{
-    ConstantMaps, read_tables_following, read_tables_netlink, read_tables_netlink_keeping,
-};
+use crate::sources::netlink::nftables::ConstantMaps;
 use crate::sources::rule_changes::ChangeJournal;
+use crate::sources::source::{Fetched, Read, RuleAnswer, Source};
 use crate::sources::tools::{ToolLimits, ToolOutcome, run_tool, stderr_notes};
 
 /// Where and how to read the live node.
@@ -122,8 +119,8 @@ pub fn host_name(proc_root: &std::path::Path) -> Option<String> {
     Some(name.trim().to_string()).filter(|n| !n.is_empty())
 }
 
-/// The running node as a [`Source`] of bundle files: each bundle name is answered by
-/// the tool or file that a capture would have copied into it.
+/// The running node as a [`Source`]: each input is answered by the tool, netlink read or
+/// file that a capture would have copied into a bundle.
 ///
 /// Its rule reads keep state between reads behind locks: a [`Source`] is read from
 /// several threads at once, and only the rule reads, one after another, take them.
@@ -154,15 +151,21 @@ fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The tool that prints each iptables dump of the bundle. Never `-t`: the legacy tools
-/// create the table they are asked to print.
-fn tool_for(name: &str) -> Option<(&'static str, &'static [&'static str])> {
-    Some(match name {
-        "iptables-nft-save.txt" => ("iptables-nft-save", &[]),
-        "iptables-legacy-save.txt" => ("iptables-legacy-save", &[]),
-        "ip6tables-nft-save.txt" => ("ip6tables-nft-save", &[]),
-        "ip6tables-legacy-save.txt" => ("ip6tables-legacy-save", &[]),
-        crate::sources::bundle::NFT_RULESET_FILE => ("nft", &["-j", "list", "ruleset"]),
+/// The tool that prints each iptables dump of the bundle, and the whole nftables
+/// ruleset. Never `-t`: the legacy tools create the table they are asked to print.
+fn tool_for(input: Input) -> Option<(&'static str, &'static [&'static str])> {
+    use IptablesBackend::{Legacy, Nft};
+    Some(match input {
+        Input::Iptables {
+            backend: Some(backend),
+            family,
+        } => match (backend, family) {
+            (Nft, Ipv4) => ("iptables-nft-save", &[]),
+            (Legacy, Ipv4) => ("iptables-legacy-save", &[]),
+            (Nft, Ipv6) => ("ip6tables-nft-save", &[]),
+            (Legacy, Ipv6) => ("ip6tables-legacy-save", &[]),
+        },
+        Input::NftRuleset => ("nft", &["-j", "list", "ruleset"]),
         _ => return None,
     })
 }
@@ -215,66 +218,8 @@ impl LiveNode {
         lock(&self.constant_maps).as_ref().map(look)
     }
 
-    fn proc_path(&self, name: &str) -> Option<PathBuf> {
-        let rel = name.strip_prefix("proc/")?;
-        Some(self.config.proc_root.join(rel))
-    }
-
-    /// One read over netlink, within the tool limits, as a fetch (`present`: whether
-    /// it found anything); Err(why) when it failed and the caller falls back.
-    fn read_netlink<T>(
-        &self,
-        read: impl FnOnce(NetlinkLimits) -> Result<(T, u64), crate::sources::netlink::NetlinkError>,
-        present: impl FnOnce(&T) -> bool,
-    ) -> Result<Fetched<T>, String> {
-        let start = Instant::now();
-        let limits = NetlinkLimits {
-            timeout: self.config.limits.timeout,
-            max_bytes: self.config.limits.max_output,
-        };
-        let (value, bytes) = read(limits).map_err(|e| e.to_string())?;
-        Ok(Fetched {
-            state: Some(if present(&value) {
-                SourceState::Ok
-            } else {
-                SourceState::Empty
-            }),
-            value: Some(Ok(value)),
-            notes: vec!["read from the kernel over netlink".to_string()],
-            bytes: Some(bytes),
-            elapsed: Some(start.elapsed()),
-        })
-    }
-
-    /// [`Self::read_netlink`] of a reader that follows the notifications: the read at
-    /// `at` of [`Following`], noted and logged as it read.
-    fn read_following<T>(
-        &self,
-        following: &mut Following,
-        at: usize,
-        read: impl FnOnce(
-            NetlinkLimits,
-            &mut Following,
-            &mut bool,
-        ) -> Result<(T, u64, ReadKind), crate::sources::netlink::NetlinkError>,
-        present: impl FnOnce(&T) -> bool,
-    ) -> Result<Fetched<T>, String> {
-        // Cleared by a whole read that completes; churn can keep one from completing.
-        let mut whole = following.whole_next[at];
-        let mut kind = None;
-        let mut fetched = self.read_netlink(
-            |limits| {
-                let (value, bytes, how) = read(limits, &mut *following, &mut whole)?;
-                kind = Some(how);
-                Ok((value, bytes))
-            },
-            present,
-        );
-        following.whole_next[at] = whole;
-        if let (Ok(fetched), Some(kind)) = (&mut fetched, kind) {
-            following.note(at, fetched, kind);
-        }
-        fetched
+    fn proc_path(&self, input: Input) -> Option<PathBuf> {
+        Some(self.config.proc_root.join(input.proc_path()?))
     }
 
     fn run<T, F>(&self, program: &str, args: &[&str], consume: F) -> Fetched<T>
@@ -404,30 +349,31 @@ impl LiveNode {
         fetched.elapsed = Some(start.elapsed());
         fetched
     }
-}
 
-impl Source for LiveNode {
-    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
+    /// `input`'s bytes, from the tool or file a capture would copy.
+    fn read_bytes<T, F>(&self, input: Input, consume: F) -> Fetched<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
     {
-        if let Some((program, args)) = tool_for(name) {
+        if let Some((program, args)) = tool_for(input) {
             return self.run(program, args, consume);
         }
-        if let Some((kind, info)) = cilium_map_file(name) {
-            return self.cilium_map(kind, info, consume);
-        }
-        match name {
-            "nft.json" => self.nft_tables(consume),
-            HEALTHZ_FILE => self.kube_proxy_get(self.config.kube_proxy_healthz, "/healthz", consume),
-            PROXY_MODE_FILE => self.kube_proxy_get(self.config.kube_proxy_metrics, "/proxyMode", consume),
-            "cluster.json" => match &self.config.cluster_state {
+        match input {
+            Input::CiliumMap { kind, form } => self.cilium_map(kind, form == MapForm::Info, consume),
+            Input::NftJson => self.nft_tables(consume),
+            Input::KubeProxyHealthz => {
+                self.kube_proxy_get(self.config.kube_proxy_healthz, "/healthz", consume)
+            }
+            Input::KubeProxyMode => {
+                self.kube_proxy_get(self.config.kube_proxy_metrics, "/proxyMode", consume)
+            }
+            Input::ClusterState => match &self.config.cluster_state {
                 Some(path) => fetch_required(path, consume),
                 None => Fetched::not_present(),
             },
-            "node" => fetch_file(&self.config.proc_root.join("sys/kernel/hostname"), consume),
-            _ => match self.proc_path(name) {
+            Input::Node => fetch_file(&self.config.proc_root.join("sys/kernel/hostname"), consume),
+            _ => match self.proc_path(input) {
                 Some(path) => {
                     let fetched = fetch_file(&path, consume);
                     if fetched.state.is_none() {
@@ -444,6 +390,41 @@ impl Source for LiveNode {
             },
         }
     }
+}
+
+impl Source for LiveNode {
+    /// Reads kube-proxy's nftables tables and iptables-nft's over netlink for a reader
+    /// that takes rules (on a large node the tools cost far more, docs/performance.md),
+    /// and the tool's text when that fails; every other input from its tool or file.
+    fn fetch<T, R, F>(&self, input: Input, consume: F) -> Fetched<Read<T, R>>
+    where
+        T: Send + 'static,
+        R: RuleAnswer,
+        F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
+    {
+        let mut fallback = None;
+        if let Some(answer) = R::FROM_RULES
+            && let Some(read) = self.read_rules(input)
+        {
+            match read {
+                Ok(rules) => return rules.map(|rules| Read::Rules(answer(rules))),
+                Err(why) => {
+                    let tool = match input {
+                        Input::NftJson => "nft -j".to_string(),
+                        _ => self.label(input),
+                    };
+                    fallback = Some(format!(
+                        "reading over netlink failed ({why}); read with {tool} instead"
+                    ));
+                }
+            }
+        }
+        let mut fetched = self.read_bytes(input, consume);
+        if let Some(note) = fallback {
+            fetched.notes.insert(0, note);
+        }
+        fetched.map(Read::Bytes)
+    }
 
     fn lookup(&self) -> Lookup {
         Lookup::Chains
@@ -458,97 +439,36 @@ impl Source for LiveNode {
         true
     }
 
-    fn label(&self, name: &str) -> String {
-        if let Some((kind, info)) = cilium_map_file(name) {
-            return format!("bpftool {}", bpftool_args(&self.pin_path(kind), info).join(" "));
+    fn label(&self, input: Input) -> String {
+        if let Input::CiliumMap { kind, form } = input {
+            return format!(
+                "bpftool {}",
+                bpftool_args(&self.pin_path(kind), form == MapForm::Info).join(" ")
+            );
         }
-        if let Some((program, args)) = tool_for(name) {
+        if let Some((program, args)) = tool_for(input) {
             return [&[program][..], args].concat().join(" ");
         }
-        match name {
-            "nft.json" => "nft -j list table ip|ip6 kube-proxy".to_string(),
-            HEALTHZ_FILE => match self.config.kube_proxy_healthz {
+        let name = input.name();
+        match input {
+            Input::NftJson => "nft -j list table ip|ip6 kube-proxy".to_string(),
+            Input::KubeProxyHealthz => match self.config.kube_proxy_healthz {
                 Some(addr) => format!("GET http://{addr}/healthz"),
                 None => name.to_string(),
             },
-            PROXY_MODE_FILE => match self.config.kube_proxy_metrics {
+            Input::KubeProxyMode => match self.config.kube_proxy_metrics {
                 Some(addr) => format!("GET http://{addr}/proxyMode"),
                 None => name.to_string(),
             },
-            "cluster.json" => match &self.config.cluster_state {
+            Input::ClusterState => match &self.config.cluster_state {
                 Some(path) => path.display().to_string(),
                 None => name.to_string(),
             },
-            _ => match self.proc_path(name) {
+            _ => match self.proc_path(input) {
                 Some(path) => path.display().to_string(),
                 None => name.to_string(),
             },
         }
-    }
-
-    fn nftables_direct(&self) -> Option<Result<Fetched<Vec<RuleSource>>, String>> {
-        if self.config.nftables_via != NftablesVia::Netlink {
-            return None;
-        }
-        let mut maps = lock(&self.constant_maps);
-        let mut following = lock(&self.following);
-        let read = match following.as_mut() {
-            Some(following) => {
-                let mut scratch = ConstantMaps::default();
-                self.read_following(
-                    following,
-                    NFT_AT,
-                    |limits, f, whole| {
-                        read_tables_following(
-                            NFT_NETLINK_LABEL,
-                            limits,
-                            &f.journal,
-                            &mut f.nft,
-                            maps.as_mut().unwrap_or(&mut scratch),
-                            whole,
-                        )
-                    },
-                    |sources| !sources.is_empty(),
-                )
-            }
-            None => self.read_netlink(
-                |limits| match maps.as_mut() {
-                    Some(maps) => read_tables_netlink_keeping(NFT_NETLINK_LABEL, limits, maps),
-                    None => read_tables_netlink(NFT_NETLINK_LABEL, limits),
-                },
-                |sources| !sources.is_empty(),
-            ),
-        };
-        Some(read)
-    }
-
-    fn iptables_direct(&self, name: &str) -> Option<Result<Fetched<Option<RuleSource>>, String>> {
-        let family = match name {
-            "iptables-nft-save.txt" => Family::Ipv4,
-            "ip6tables-nft-save.txt" => Family::Ipv6,
-            _ => return None,
-        };
-        if self.config.iptables_via != IptablesVia::Netlink {
-            return None;
-        }
-        let label = iptables_netlink_label(family);
-        let mut following = lock(&self.following);
-        let Some(following) = following.as_mut() else {
-            return Some(self.read_netlink(
-                |limits| crate::sources::netlink::iptables::read_rules_netlink(family, label, limits),
-                Option::is_some,
-            ));
-        };
-        let at = usize::from(family == Family::Ipv6);
-        let read = self.read_following(
-            following,
-            at,
-            |limits, f, whole| {
-                read_rules_following(family, label, limits, &f.journal, &mut f.kept[at], whole)
-            },
-            Option::is_some,
-        );
-        Some(read)
     }
 
     fn owners(&self, inodes: &std::collections::HashSet<u64>) -> Option<crate::sources::owners::Owners> {

@@ -1,5 +1,5 @@
 //! All I/O that reads the node: the kernel over netlink, the dump tools, `/proc`,
-//! kube-proxy's HTTP endpoints and bundle files, behind one [`bundle::Source`] trait;
+//! kube-proxy's HTTP endpoints and bundle files, behind one [`source::Source`] trait;
 //! and the fleet's agents, Prometheus and manifest files for the cluster-wide views.
 
 pub mod bundle;
@@ -13,6 +13,7 @@ pub mod netlink;
 pub mod owners;
 pub mod rule_changes;
 pub mod self_usage;
+pub mod source;
 pub mod tools;
 
 /// Runs `future` to its end for a blocking caller of the async clients (kube, hyper),

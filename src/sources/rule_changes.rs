@@ -19,6 +19,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::decode::netlink::changes::{Changes, TableChanges};
+use crate::heart::input::{Input, IptablesBackend};
+use crate::heart::model::Family;
 use crate::sources::netlink::{Conn, NetlinkLimits};
 
 mod quiet;
@@ -26,6 +28,15 @@ use quiet::Quiet;
 
 /// `NFNLGRP_NFTABLES` from `linux/netfilter/nfnetlink.h`.
 const NFNLGRP_NFTABLES: u32 = 7;
+
+/// The rule dumps whose every change the kernel announces on the nf_tables netlink
+/// group: iptables-nft's and kube-proxy's nftables tables. The legacy backend's are not
+/// among them and are read every time.
+pub const NF_TABLES_DUMPS: [Input; 3] = [
+    Input::iptables(Some(IptablesBackend::Nft), Family::Ipv4),
+    Input::iptables(Some(IptablesBackend::Nft), Family::Ipv6),
+    Input::NftJson,
+];
 
 /// Room for a burst of notifications: a kube-proxy sync that rewrites KUBE-NODEPORTS
 /// at 10,000 Services notifies about 10,000 datagrams, 30 MB, at once

@@ -17,13 +17,14 @@ use portdrift::decode::sockets::{WordOrder, parse_proc_net_with};
 use portdrift::heart::desired::{DesiredPort, DesiredState, FamilyEndpoints};
 use portdrift::heart::detect::DetectConfig;
 use portdrift::heart::finding::Kind;
+use portdrift::heart::input::Input;
 use portdrift::heart::ipvs::ipvs_findings;
 use portdrift::heart::model::{Backend, Family, Protocol, ServicePortRef};
 use portdrift::heart::outcome::{SourceState, run_scan};
 use portdrift::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
 use portdrift::heart::repair::ruleset::IptablesRuleset;
 use portdrift::scan::input::read_input;
-use portdrift::sources::bundle::{Fetched, Source};
+use portdrift::sources::source::{Fetched, Read, RuleAnswer, Source};
 
 /// A fuzz target: raw bytes in; a panic is a finding.
 pub type Target = fn(&[u8]);
@@ -404,9 +405,12 @@ pub fn bundle(data: &[u8]) {
         return;
     };
     let mut rulesets = Rulesets::default();
-    for (name, backend, family) in portdrift::sources::bundle::IPTABLES_FILES {
-        if let Some(bytes) = files.get(name) {
-            let backend = backend.unwrap_or(Backend::IptablesNft);
+    for dump in Input::IPTABLES {
+        let Input::Iptables { family, .. } = dump else {
+            continue;
+        };
+        if let Some(bytes) = files.get(dump.name()) {
+            let backend = dump.iptables_backend().unwrap_or(Backend::IptablesNft);
             rulesets.iptables.insert(
                 (backend, family),
                 IptablesRuleset::parse(&String::from_utf8_lossy(bytes)),
@@ -482,12 +486,13 @@ struct MemoryBundle {
 }
 
 impl Source for MemoryBundle {
-    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, R, F>(&self, input: Input, consume: F) -> Fetched<Read<T, R>>
     where
         T: Send + 'static,
+        R: RuleAnswer,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
     {
-        let Some(content) = self.files.get(name) else {
+        let Some(content) = input.file_name().and_then(|name| self.files.get(name)) else {
             return Fetched::not_present();
         };
         let state = if content.is_empty() {
@@ -497,7 +502,7 @@ impl Source for MemoryBundle {
         };
         Fetched {
             state: Some(state),
-            value: Some(consume(&mut Cursor::new(content.clone()))),
+            value: Some(consume(&mut Cursor::new(content.clone())).map(Read::Bytes)),
             notes: Vec::new(),
             bytes: Some(content.len() as u64),
             elapsed: None,

@@ -13,12 +13,11 @@ use crate::agent::watch;
 use crate::heart::acceptance::{AcceptanceInput, Acceptances};
 use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, Grace};
-use crate::heart::outcome::{ScanReport, SourceState, SourceStatus, run_scan_keeping_inputs};
+use crate::heart::outcome::{InputStatus, ScanReport, SourceState, run_scan_keeping_inputs};
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::input::{RuleCache, read_input_cached};
-use crate::sources::bundle::NF_TABLES_DUMPS;
 use crate::sources::live::LiveNode;
-use crate::sources::rule_changes::ChangeJournal;
+use crate::sources::rule_changes::{ChangeJournal, NF_TABLES_DUMPS};
 
 /// Even without any announced change the nf_tables dumps are read again this often, and
 /// whole: the notifications are trusted, not blindly. Not more often: a large node's full read is
@@ -120,7 +119,7 @@ pub(super) type ScanOutcome = Result<(ScanReport, ScanStats), ScanError>;
 
 /// The acceptances file's entries that apply, and the file as a source (None: no
 /// `--accept`; the Services' own acceptances apply either way).
-pub(super) type FileAcceptances = (Acceptances, Option<SourceStatus>);
+pub(super) type FileAcceptances = (Acceptances, Option<InputStatus>);
 
 /// One scan on a blocking thread. The node reader is moved in and handed back.
 pub(super) async fn scan_once(
@@ -151,7 +150,7 @@ struct ScanJob {
     grace: Duration,
     range: RangeInclusive<u16>,
     accepted: Acceptances,
-    accepted_from: Option<SourceStatus>,
+    accepted_from: Option<InputStatus>,
 }
 
 impl ScanJob {
@@ -210,9 +209,9 @@ impl ScanJob {
 
 /// The desired state as a source of the report: where it came from, what it holds,
 /// and whether it was stale.
-fn cluster_source(view: &DesiredView, desired: &DesiredState, stale: bool) -> SourceStatus {
+fn cluster_source(view: &DesiredView, desired: &DesiredState, stale: bool) -> InputStatus {
     let (source, path) = view.source();
-    let mut status = SourceStatus::new(source, SourceState::Ok);
+    let mut status = InputStatus::new(source, SourceState::Ok);
     status.origin = path.map(|p| p.display().to_string());
     status.describe_cluster_state(desired);
     if stale {
@@ -224,7 +223,7 @@ fn cluster_source(view: &DesiredView, desired: &DesiredState, stale: bool) -> So
 /// Adds the agent's desired state to the node's sources. The node's own read of
 /// cluster.json found none (the agent's comes from here): one source, not an absent
 /// one beside it.
-fn add_cluster_source(sources: &mut Vec<SourceStatus>, cluster: SourceStatus) {
+fn add_cluster_source(sources: &mut Vec<InputStatus>, cluster: InputStatus) {
     sources.retain(|s| !(s.source == cluster.source && s.status == SourceState::Absent));
     sources.push(cluster);
 }

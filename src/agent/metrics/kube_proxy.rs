@@ -8,8 +8,8 @@ use prometheus_client::registry::Unit;
 use super::described::Described;
 use super::labels::{NoLabels, SourceLabel};
 use super::last_scan::LastScanGauge;
+use crate::heart::input::Input;
 use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth};
-use crate::sources::bundle::{HEALTHZ_FILE, PROXY_MODE_FILE};
 
 pub(super) struct KubeProxyMetrics {
     healthy: LastScanGauge<NoLabels>,
@@ -62,14 +62,14 @@ impl KubeProxyMetrics {
         self.reachable.replace(
             // Named as the report's sources table and portdrift_source_up name them.
             [
-                (HEALTHZ_FILE, answered.healthz),
-                (PROXY_MODE_FILE, answered.proxy_mode),
+                (Input::KubeProxyHealthz, answered.healthz),
+                (Input::KubeProxyMode, answered.proxy_mode),
             ]
             .into_iter()
             .filter_map(|(source, answered)| {
                 Some((
                     SourceLabel {
-                        source: source.into(),
+                        source: source.name().into(),
                     },
                     i64::from(answered?),
                 ))

@@ -154,9 +154,9 @@ impl LabelNames for NoLabels {
     const LABELS: &'static [&'static str] = &[];
 }
 
-pub(super) fn socket_label(protocol: Protocol, v6: bool) -> ProtocolFamilyLabel {
+pub(super) fn socket_label(protocol: Protocol, family: IpFamily) -> ProtocolFamilyLabel {
     ProtocolFamilyLabel {
         protocol: protocol.as_str(),
-        family: if v6 { IpFamily::Ipv6 } else { IpFamily::Ipv4 }.as_str(),
+        family: family.as_str(),
     }
 }

@@ -19,12 +19,8 @@ use prometheus_client::registry::Registry;
 
 use crate::agent::kube_report::ReportMetrics;
 use crate::agent::watch::ViewStatus;
-use crate::heart::observed::SOCKET_FILES;
-use crate::heart::outcome::{ACCEPTANCES_SOURCE, API_SOURCE, ScanReport};
-use crate::sources::bundle::{
-    HEALTHZ_FILE, IP_VS_FILE, IPTABLES_FILES, LOCAL_PORT_RANGE_FILE, MANIFEST_FILE, NET_DEV_FILE,
-    PROXY_MODE_FILE, RESERVED_PORTS_FILE,
-};
+use crate::heart::input::Input;
+use crate::heart::outcome::ScanReport;
 
 mod api;
 mod coverage;
@@ -64,31 +60,21 @@ pub const NO_BACKEND: &str = "none";
 /// node, few enough that a thousand nodes stay cheap for Prometheus.
 pub const DEFAULT_MAX_SERIES: usize = 200;
 
-/// The source label a report's source name is exported under: its own name when it is
-/// one the scan knows (a fixed set), `other` for anything else, so no label value can
-/// grow without bound.
-pub fn bounded_source(name: &str) -> &'static str {
-    const OTHERS: [&str; 13] = [
-        "nft.json",
-        "nft.txt",
-        "socket owners",
-        LOCAL_PORT_RANGE_FILE,
-        RESERVED_PORTS_FILE,
-        HEALTHZ_FILE,
-        PROXY_MODE_FILE,
-        NET_DEV_FILE,
-        IP_VS_FILE,
-        "cluster.json",
-        API_SOURCE,
-        ACCEPTANCES_SOURCE,
-        MANIFEST_FILE,
-    ];
-    IPTABLES_FILES
-        .iter()
-        .map(|(n, _, _)| *n)
-        .chain(SOCKET_FILES.iter().map(|(n, _, _)| *n))
-        .chain(OTHERS)
-        .chain(SCAN_ERROR_SOURCES)
+/// The source label an input of the report is exported under: its name, a fixed set.
+/// Cilium's map files and `ipvsadm.txt` are `other`, as they have been since they were
+/// first read: a dashboard's series keep their labels.
+pub fn bounded_source(input: Input) -> &'static str {
+    match input {
+        Input::CiliumMap { .. } | Input::Ipvsadm => "other",
+        _ => input.name(),
+    }
+}
+
+/// The source label of a scan that failed as a whole: one of [`SCAN_ERROR_SOURCES`],
+/// `other` for anything else, so no label value can grow without bound.
+fn scan_error_source(name: &str) -> &'static str {
+    SCAN_ERROR_SOURCES
+        .into_iter()
         .find(|known| *known == name)
         .unwrap_or("other")
 }
@@ -139,7 +125,7 @@ impl Metrics {
         self.findings.record(&report.findings);
         // Each part of a source that failed is a scan error too.
         for failed in report.sources.iter().filter(|s| s.status.is_failure()) {
-            self.scans.failed(&failed.source);
+            self.scans.failed(bounded_source(failed.source));
         }
         self.sources.record(&report.sources);
         self.kube_proxy
@@ -148,9 +134,9 @@ impl Metrics {
         self.scans.record(times, finished_unix);
     }
 
-    /// Counts a scan that could not read `source` (bounded by [`bounded_source`]).
+    /// Counts a scan that could not read `source`, one of [`SCAN_ERROR_SOURCES`].
     pub fn scan_failed(&self, source: &str) {
-        self.scans.failed(source);
+        self.scans.failed(scan_error_source(source));
     }
 
     /// The API view's state.

@@ -11,9 +11,9 @@ use super::labels::{BackendFamilyLabel, ProtocolFamilyLabel, SourceLabel, socket
 use super::last_scan::LastScanGauge;
 use super::series::at_zero;
 use super::{bounded_source, count};
+use crate::heart::input::Input;
 use crate::heart::model::{Backend, Family as IpFamily};
-use crate::heart::observed::SOCKET_FILES;
-use crate::heart::outcome::SourceStatus;
+use crate::heart::outcome::InputStatus;
 
 /// The backends and families `portdrift_nodeport_rules` always has a series for.
 const RULE_BACKENDS: [Backend; 3] = [Backend::IptablesNft, Backend::IptablesLegacy, Backend::Nftables];
@@ -35,9 +35,10 @@ fn rule_labels() -> impl Iterator<Item = BackendFamilyLabel> {
 }
 
 fn listener_labels() -> impl Iterator<Item = ProtocolFamilyLabel> {
-    SOCKET_FILES
-        .into_iter()
-        .map(|(_, protocol, v6)| socket_label(protocol, v6))
+    Input::SOCKETS.into_iter().filter_map(|input| match input {
+        Input::Sockets { protocol, family } => Some(socket_label(protocol.protocol(), family)),
+        _ => None,
+    })
 }
 
 impl SourceMetrics {
@@ -70,18 +71,18 @@ impl SourceMetrics {
     }
 
     /// Sets each source's up/down, and the rules and listeners they held.
-    pub(super) fn record(&self, sources: &[SourceStatus]) {
+    pub(super) fn record(&self, sources: &[InputStatus]) {
         self.record_up(sources);
         self.record_rules(sources);
         self.record_listeners(sources);
     }
 
-    fn record_up(&self, sources: &[SourceStatus]) {
+    fn record_up(&self, sources: &[InputStatus]) {
         // A name can appear more than once (nft.json holds an IPv4 and an IPv6 table):
         // it is up only when every part of it is.
         let mut up: BTreeMap<&'static str, bool> = BTreeMap::new();
         for s in sources {
-            *up.entry(bounded_source(&s.source)).or_insert(true) &= !s.status.is_failure();
+            *up.entry(bounded_source(s.source)).or_insert(true) &= !s.status.is_failure();
         }
         self.up.replace(up.into_iter().map(|(source, up)| {
             (
@@ -93,7 +94,7 @@ impl SourceMetrics {
         }));
     }
 
-    fn record_rules(&self, sources: &[SourceStatus]) {
+    fn record_rules(&self, sources: &[InputStatus]) {
         let mut rules: BTreeMap<(&'static str, &'static str), usize> = BTreeMap::new();
         for s in sources {
             if let (Some(backend), Some(family)) = (s.backend, s.family) {
@@ -106,11 +107,11 @@ impl SourceMetrics {
         }
     }
 
-    fn record_listeners(&self, sources: &[SourceStatus]) {
+    fn record_listeners(&self, sources: &[InputStatus]) {
         let mut listeners: BTreeMap<(&'static str, &'static str), usize> = BTreeMap::new();
         for s in sources {
-            if let Some((_, protocol, v6)) = SOCKET_FILES.iter().find(|(name, _, _)| *name == s.source) {
-                let label = socket_label(*protocol, *v6);
+            if let Input::Sockets { protocol, family } = s.source {
+                let label = socket_label(protocol.protocol(), family);
                 *listeners.entry((label.protocol, label.family)).or_default() += s.items.unwrap_or(0);
             }
         }

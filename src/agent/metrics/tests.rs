@@ -4,9 +4,10 @@ use super::*;
 use crate::agent::watch::WatchStatus;
 use crate::heart::coverage::Coverage;
 use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::input::Input;
 use crate::heart::model::{Backend, Family as IpFamily, Protocol};
 use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth};
-use crate::heart::outcome::{SourceState, SourceStatus};
+use crate::heart::outcome::{InputStatus, SourceState};
 
 fn finding(kind: Kind, severity: Severity, port: Option<u16>) -> Finding {
     let mut f = Finding::new(kind, severity, "test");
@@ -259,8 +260,9 @@ fn the_cap_keeps_the_most_severe_lowest_ports_and_counts_the_rest() {
     assert!(text.contains("portdrift_findings_not_detailed 1"), "{text}");
 }
 
-fn status(source: &str, state: SourceState, items: Option<usize>) -> SourceStatus {
-    let mut s = SourceStatus::new(source, state);
+fn status(source: &str, state: SourceState, items: Option<usize>) -> InputStatus {
+    let input = Input::all().find(|i| i.name() == source).unwrap();
+    let mut s = InputStatus::new(input, state);
     s.items = items;
     s
 }
@@ -285,8 +287,8 @@ fn sources_rules_and_listeners_are_exported_with_bounded_labels() {
         status("proc/net/tcp", SourceState::Ok, Some(7)),
         status("proc/net/udp6", SourceState::Ok, Some(1)),
         status("ip6tables-legacy-save.txt", SourceState::Absent, None),
-        status("/some/unexpected path", SourceState::Failed, None),
-        status(API_SOURCE, SourceState::Ok, Some(5)),
+        status("bpf/cilium_lb4_services_v2.json", SourceState::Failed, None),
+        status("cluster (API server)", SourceState::Ok, Some(5)),
     ];
     r.kube_proxy = Some(KubeProxyHealth {
         healthy: false,
@@ -317,7 +319,7 @@ fn sources_rules_and_listeners_are_exported_with_bounded_labels() {
     ] {
         assert!(text.contains(needle), "no {needle:?} in:\n{text}");
     }
-    assert!(!text.contains("unexpected"), "{text}");
+    assert!(!text.contains("bpf/"), "{text}");
     assert_promtool(&text);
 
     // A scan without kube-proxy's answer or those sources drops their series.

@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::heart::finding::Severity;
+use crate::heart::input::Input;
 use crate::heart::model::Protocol;
-use crate::heart::outcome::{SourceStatus, Summary};
+use crate::heart::outcome::{InputStatus, Summary};
 
 fn stale_rule() -> Finding {
     let mut f = Finding::new(Kind::StaleNodeport, Severity::Warning, "stale");
@@ -18,7 +19,7 @@ fn stale_rule() -> Finding {
 }
 
 fn report(findings: Vec<Finding>, status: SourceState) -> ScanReport {
-    let mut source = SourceStatus::new("iptables-nft-save.txt", status);
+    let mut source = InputStatus::new(Input::IPTABLES[0], status);
     source.backend = Some(Backend::IptablesNft);
     source.family = Some(Family::Ipv4);
     ScanReport {

@@ -8,10 +8,11 @@ use std::io;
 use crate::decode::cilium::{
     FamilyDumps, MapDump, family_maps, layout_mismatch, parse_bpftool_show, read_bpftool_dump,
 };
-use crate::heart::cilium::{CiliumMaps, MapRead, MapStats};
-use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
+use crate::heart::cilium::{CiliumMaps, MapKind, MapRead, MapStats};
+use crate::heart::input::{Input, MapForm};
+use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
 use crate::scan::readers::read_all;
-use crate::sources::bundle::{CILIUM_MAP_FILES, CiliumMapFiles, Source};
+use crate::sources::source::Source;
 
 use super::settle;
 
@@ -35,13 +36,13 @@ pub(super) fn read_cilium_maps<S: Source>(src: &S, input: &mut ScanInput) -> usi
     present
 }
 
-fn read_maps<S: Source>(src: &S) -> (CiliumMaps, Vec<SourceStatus>) {
+fn read_maps<S: Source>(src: &S) -> (CiliumMaps, Vec<InputStatus>) {
     let mut maps = CiliumMaps::default();
     let mut statuses = Vec::new();
-    for family_files in CILIUM_MAP_FILES.chunks(3) {
+    for kinds in Input::CILIUM_MAPS {
         let mut dumps: Vec<Option<Entries>> = Vec::new();
-        for files in family_files {
-            let read = read_map(src, files);
+        for kind in kinds {
+            let read = read_map(src, kind);
             if let Some((status, map_read, dump)) = read {
                 statuses.push(status);
                 maps.reads.push(map_read);
@@ -59,7 +60,7 @@ fn read_maps<S: Source>(src: &S) -> (CiliumMaps, Vec<SourceStatus>) {
         if services.is_none() {
             continue;
         }
-        let family = family_files[0].kind.family();
+        let family = kinds[0].family();
         maps.families.insert(
             family,
             family_maps(FamilyDumps {
@@ -74,17 +75,23 @@ fn read_maps<S: Source>(src: &S) -> (CiliumMaps, Vec<SourceStatus>) {
 
 /// One map: its status, its read, and its entries when they were read (with whether
 /// whole). None when the source does not have the map.
-fn read_map<S: Source>(src: &S, files: &CiliumMapFiles) -> Option<(SourceStatus, MapRead, Option<Entries>)> {
-    let kind = files.kind;
-    let stats = read_stats(src, files);
-    let fetched = src.fetch(files.dump, move |r| {
+fn read_map<S: Source>(src: &S, kind: MapKind) -> Option<(InputStatus, MapRead, Option<Entries>)> {
+    let entries = Input::CiliumMap {
+        kind,
+        form: MapForm::Entries,
+    };
+    let stats = read_stats(src, kind);
+    let fetched = src.fetch_bytes(entries, move |r| {
         read_bpftool_dump(r, kind).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
     });
-    let settled = settle(src, files.dump, fetched)?;
+    let settled = settle(src, entries, fetched)?;
     let mut status = settled.status;
     let mut read = MapRead {
         kind,
-        origin: status.origin.clone().unwrap_or_else(|| files.dump.to_string()),
+        origin: status
+            .origin
+            .clone()
+            .unwrap_or_else(|| entries.name().to_string()),
         stats: None,
         entries: 0,
         unreadable: Vec::new(),
@@ -104,9 +111,13 @@ fn read_map<S: Source>(src: &S, files: &CiliumMapFiles) -> Option<(SourceStatus,
             read.stats = Some(stats);
         }
         Some(Err(why)) => status.notes.push(format!("its size limit is unknown: {why}")),
-        None => status
-            .notes
-            .push(format!("its size limit is unknown: {} was not read", files.info)),
+        None => status.notes.push(format!(
+            "its size limit is unknown: {} was not read",
+            Input::CiliumMap {
+                kind,
+                form: MapForm::Info
+            }
+        )),
     }
     let Some(dump) = settled.value else {
         read.unreadable.push(
@@ -114,7 +125,7 @@ fn read_map<S: Source>(src: &S, files: &CiliumMapFiles) -> Option<(SourceStatus,
                 .notes
                 .first()
                 .cloned()
-                .unwrap_or_else(|| format!("{} could not be read", files.dump)),
+                .unwrap_or_else(|| format!("{entries} could not be read")),
         );
         return Some((status, read, None));
     };
@@ -137,9 +148,13 @@ fn read_map<S: Source>(src: &S, files: &CiliumMapFiles) -> Option<(SourceStatus,
 }
 
 /// The map's type and sizes; None when the source does not have them.
-fn read_stats<S: Source>(src: &S, files: &CiliumMapFiles) -> Option<Result<MapStats, String>> {
-    let fetched = src.fetch(files.info, |r| read_all(r));
-    let settled = settle(src, files.info, fetched)?;
+fn read_stats<S: Source>(src: &S, kind: MapKind) -> Option<Result<MapStats, String>> {
+    let info = Input::CiliumMap {
+        kind,
+        form: MapForm::Info,
+    };
+    let fetched = src.fetch_bytes(info, |r| read_all(r));
+    let settled = settle(src, info, fetched)?;
     Some(match settled.value {
         Some(bytes) => parse_bpftool_show(&bytes).map_err(|e| e.to_string()),
         None => Err(settled
@@ -147,6 +162,6 @@ fn read_stats<S: Source>(src: &S, files: &CiliumMapFiles) -> Option<Result<MapSt
             .notes
             .first()
             .cloned()
-            .unwrap_or_else(|| format!("{} could not be read", files.info))),
+            .unwrap_or_else(|| format!("{info} could not be read"))),
     })
 }

@@ -4,16 +4,17 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::decode::cluster;
-use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
+use crate::heart::input::Input;
+use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
 use crate::scan::bundle_error::SnapshotError;
-use crate::sources::bundle::Source;
+use crate::sources::source::Source;
 
 /// Reads the cluster state. Unreadable cluster state fails the scan: without it the
 /// findings would silently lose every check that needs it.
 pub(super) fn read_cluster<S: Source>(src: &S, input: &mut ScanInput) -> Result<bool, SnapshotError> {
     let node = input.node.clone();
-    let label = src.label("cluster.json");
-    let fetched = src.fetch("cluster.json", move |r| {
+    let label = src.label(Input::ClusterState);
+    let fetched = src.fetch_bytes(Input::ClusterState, move |r| {
         Ok(cluster::read_cluster_state(r, node.as_deref()))
     });
     let cluster_error = |source| SnapshotError::ClusterState {
@@ -23,11 +24,11 @@ pub(super) fn read_cluster<S: Source>(src: &S, input: &mut ScanInput) -> Result<
     let state = fetched.state;
     let desired = match (state, fetched.value) {
         (None, _) => {
-            let mut status = SourceStatus::new("cluster.json", SourceState::Absent);
-            status.notes.push(
-                "no cluster state: no cluster.json in the bundle and no --cluster-state; only checks that need none ran"
-                    .into(),
-            );
+            let mut status = InputStatus::new(Input::ClusterState, SourceState::Absent);
+            status.notes.push(format!(
+                "no cluster state: no {} in the bundle and no --cluster-state; only checks that need none ran",
+                Input::ClusterState
+            ));
             input.sources.push(status);
             return Ok(false);
         }
@@ -40,9 +41,9 @@ pub(super) fn read_cluster<S: Source>(src: &S, input: &mut ScanInput) -> Result<
             ))));
         }
     };
-    let mut status = SourceStatus::new("cluster.json", SourceState::Ok);
-    let label = src.label("cluster.json");
-    if label != "cluster.json" {
+    let mut status = InputStatus::new(Input::ClusterState, SourceState::Ok);
+    let label = src.label(Input::ClusterState);
+    if label != Input::ClusterState.name() {
         status.origin = Some(label);
     }
     status.describe_cluster_state(&desired);

@@ -3,10 +3,11 @@
 use std::collections::HashSet;
 
 use crate::decode::sockets;
-use crate::heart::model::Protocol;
-use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
+use crate::heart::input::Input;
+use crate::heart::model::Family;
+use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
 use crate::scan::readers::read_all;
-use crate::sources::bundle::Source;
+use crate::sources::source::Source;
 
 use super::settle;
 
@@ -19,7 +20,7 @@ pub(super) fn read_owners<S: Source>(src: &S, input: &mut ScanInput) {
     let Some(owners) = src.owners(&inodes) else {
         return;
     };
-    let mut status = SourceStatus::new("socket owners", SourceState::Ok);
+    let mut status = InputStatus::new(Input::SocketOwners, SourceState::Ok);
     status.items = Some(owners.by_inode.len());
     if owners.by_inode.len() < inodes.len() && !owners.notes.is_empty() {
         status.status = SourceState::Partial;
@@ -30,21 +31,19 @@ pub(super) fn read_owners<S: Source>(src: &S, input: &mut ScanInput) {
 }
 
 /// Reads one socket table.
-pub(super) fn read_sockets<S: Source>(
-    src: &S,
-    name: &str,
-    protocol: Protocol,
-    v6: bool,
-    input: &mut ScanInput,
-) -> bool {
-    let origin = src.label(name);
-    let fetched = src.fetch(name, read_all);
-    let Some(settled) = settle(src, name, fetched) else {
+pub(super) fn read_sockets<S: Source>(src: &S, table: Input, input: &mut ScanInput) -> bool {
+    let Input::Sockets { protocol, family } = table else {
+        return false;
+    };
+    let origin = src.label(table);
+    let fetched = src.fetch_bytes(table, read_all);
+    let Some(settled) = settle(src, table, fetched) else {
         return false;
     };
     let mut status = settled.status;
     if let Some(bytes) = settled.value {
-        let (listeners, unparsed) = sockets::parse_proc_net(&bytes, protocol, v6, &origin);
+        let (listeners, unparsed) =
+            sockets::parse_proc_net(&bytes, protocol.protocol(), family == Family::Ipv6, &origin);
         if !unparsed.is_empty() && status.status == SourceState::Ok {
             status.status = SourceState::Partial;
         }

@@ -4,14 +4,12 @@
 use std::io::BufRead;
 
 use crate::decode::{ipvs, node};
+use crate::heart::input::Input;
 use crate::heart::ipvs::{IpvsRead, IpvsTable};
 use crate::heart::observed::{IpvsTraces, KubeProxyHealth, NodeSysctls};
 use crate::heart::outcome::{ScanInput, SourceState};
 use crate::scan::readers::read_small;
-use crate::sources::bundle::{
-    HEALTHZ_FILE, IP_VS_FILE, IPVSADM_FILE, LOCAL_PORT_RANGE_FILE, NET_DEV_FILE, PROXY_MODE_FILE,
-    RESERVED_PORTS_FILE, Source,
-};
+use crate::sources::source::Source;
 
 use super::settle;
 
@@ -21,8 +19,8 @@ pub(super) fn read_sysctls<S: Source>(src: &S, input: &mut ScanInput) -> usize {
     let mut sysctls = NodeSysctls::default();
     let mut read_any = false;
 
-    let fetched = src.fetch(LOCAL_PORT_RANGE_FILE, read_small);
-    if let Some(settled) = settle(src, LOCAL_PORT_RANGE_FILE, fetched) {
+    let fetched = src.fetch_bytes(Input::LocalPortRange, read_small);
+    if let Some(settled) = settle(src, Input::LocalPortRange, fetched) {
         present += 1;
         let mut status = settled.status;
         if let Some(text) = settled.value {
@@ -41,8 +39,8 @@ pub(super) fn read_sysctls<S: Source>(src: &S, input: &mut ScanInput) -> usize {
         input.sources.push(status);
     }
 
-    let fetched = src.fetch(RESERVED_PORTS_FILE, read_small);
-    if let Some(settled) = settle(src, RESERVED_PORTS_FILE, fetched) {
+    let fetched = src.fetch_bytes(Input::ReservedPorts, read_small);
+    if let Some(settled) = settle(src, Input::ReservedPorts, fetched) {
         present += 1;
         let mut status = settled.status;
         if let Some(text) = settled.value {
@@ -85,8 +83,8 @@ pub(super) fn read_sysctls<S: Source>(src: &S, input: &mut ScanInput) -> usize {
 
 /// Reads kube-proxy's health answer.
 pub(super) fn read_healthz<S: Source>(src: &S, input: &mut ScanInput) -> bool {
-    let fetched = src.fetch(HEALTHZ_FILE, read_small);
-    let Some(settled) = settle(src, HEALTHZ_FILE, fetched) else {
+    let fetched = src.fetch_bytes(Input::KubeProxyHealthz, read_small);
+    let Some(settled) = settle(src, Input::KubeProxyHealthz, fetched) else {
         return false;
     };
     input.observed.kube_proxy_answered.healthz = Some(settled.value.is_some());
@@ -115,8 +113,8 @@ pub(super) fn read_healthz<S: Source>(src: &S, input: &mut ScanInput) -> bool {
 
 /// Reads kube-proxy's `/proxyMode` answer.
 pub(super) fn read_proxy_mode<S: Source>(src: &S, input: &mut ScanInput) -> bool {
-    let fetched = src.fetch(PROXY_MODE_FILE, read_small);
-    let Some(settled) = settle(src, PROXY_MODE_FILE, fetched) else {
+    let fetched = src.fetch_bytes(Input::KubeProxyMode, read_small);
+    let Some(settled) = settle(src, Input::KubeProxyMode, fetched) else {
         return false;
     };
     input.observed.kube_proxy_answered.proxy_mode = Some(settled.value.is_some());
@@ -143,7 +141,7 @@ pub(super) fn read_proxy_mode<S: Source>(src: &S, input: &mut ScanInput) -> bool
 /// Keeps a read IPVS table, with its status.
 fn keep_ipvs_table<S: Source>(
     src: &S,
-    name: &str,
+    from: Input,
     settled: super::Settled<IpvsTable>,
     traces: &mut IpvsTraces,
     input: &mut ScanInput,
@@ -164,7 +162,7 @@ fn keep_ipvs_table<S: Source>(
                 .map(|u| format!("line {}: {}", u.line, u.reason)),
         );
         input.observed.ipvs_table = Some(IpvsRead {
-            origin: src.label(name),
+            origin: src.label(from),
             table,
             whole: settled.trusted,
         });
@@ -178,14 +176,14 @@ pub(super) fn read_ipvs_traces<S: Source>(src: &S, input: &mut ScanInput) -> usi
     let mut present = 0;
     let mut traces = IpvsTraces::default();
     let mut read_any = false;
-    let fetched = src.fetch(NET_DEV_FILE, |r| {
+    let fetched = src.fetch_bytes(Input::NetDev, |r| {
         let mut found = false;
         for line in r.lines() {
             found |= node::net_dev_has(&line?, node::IPVS_INTERFACE);
         }
         Ok(found)
     });
-    if let Some(settled) = settle(src, NET_DEV_FILE, fetched) {
+    if let Some(settled) = settle(src, Input::NetDev, fetched) {
         present += 1;
         let mut status = settled.status;
         if let Some(found) = settled.value {
@@ -198,24 +196,25 @@ pub(super) fn read_ipvs_traces<S: Source>(src: &S, input: &mut ScanInput) -> usi
         input.sources.push(status);
     }
     // A node without the ip_vs module has no such file: that is no news.
-    let fetched = src.fetch(IP_VS_FILE, |r| ipvs::parse_proc_ip_vs(r));
-    if let Some(settled) = settle(src, IP_VS_FILE, fetched).filter(|s| s.status.status != SourceState::Absent)
+    let fetched = src.fetch_bytes(Input::IpVs, |r| ipvs::parse_proc_ip_vs(r));
+    if let Some(settled) =
+        settle(src, Input::IpVs, fetched).filter(|s| s.status.status != SourceState::Absent)
     {
         present += 1;
         read_any |= settled.value.is_some();
-        keep_ipvs_table(src, IP_VS_FILE, settled, &mut traces, input);
+        keep_ipvs_table(src, Input::IpVs, settled, &mut traces, input);
     }
     // A bundle may hold `ipvsadm -Ln` instead (what people paste); the kernel's own
     // file wins when both are there.
-    let fetched = src.fetch(IPVSADM_FILE, |r| ipvs::parse_ipvsadm(r));
-    if let Some(settled) = settle(src, IPVSADM_FILE, fetched) {
+    let fetched = src.fetch_bytes(Input::Ipvsadm, |r| ipvs::parse_ipvsadm(r));
+    if let Some(settled) = settle(src, Input::Ipvsadm, fetched) {
         present += 1;
         if input.observed.ipvs_table.is_none() {
             read_any |= settled.value.is_some();
-            keep_ipvs_table(src, IPVSADM_FILE, settled, &mut traces, input);
+            keep_ipvs_table(src, Input::Ipvsadm, settled, &mut traces, input);
         } else {
             let mut status = settled.status;
-            status.notes.push(format!("not used: {IP_VS_FILE} was read"));
+            status.notes.push(format!("not used: {} was read", Input::IpVs));
             input.sources.push(status);
         }
     }

@@ -1,8 +1,9 @@
 //! The rule dumps of the last read, kept so that a dump the kernel says has not
 //! changed is not read again.
 
+use crate::heart::input::Input;
 use crate::heart::model::{Backend, Family, RuleSource};
-use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
+use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
 
 /// What the last read of each rule dump gave, so an unchanged dump is not read again:
 /// on a large node a dump costs far more CPU than the rest of the scan. Reuse only what
@@ -11,40 +12,40 @@ use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
 #[derive(Debug, Default)]
 pub struct RuleCache {
     /// The dumps whose reads are kept at all.
-    keepable: Vec<&'static str>,
-    reuse: Vec<&'static str>,
-    entries: Vec<(&'static str, CachedRead)>,
+    keepable: Vec<Input>,
+    reuse: Vec<Input>,
+    entries: Vec<(Input, CachedRead)>,
     /// Where the last read put each kept dump's sources in `observed.sources`.
-    lent: Vec<(&'static str, std::ops::Range<usize>)>,
+    lent: Vec<(Input, std::ops::Range<usize>)>,
 }
 
 #[derive(Debug, Clone)]
 struct CachedRead {
     present: bool,
-    statuses: Vec<SourceStatus>,
+    statuses: Vec<InputStatus>,
     /// None while lent to a scan, or when the scan never gave them back.
     sources: Option<Vec<RuleSource>>,
 }
 
 impl RuleCache {
     /// A cache that keeps the reads of these dumps (and no others).
-    pub fn keeping(names: &[&'static str]) -> RuleCache {
+    pub fn keeping(dumps: &[Input]) -> RuleCache {
         RuleCache {
-            keepable: names.to_vec(),
+            keepable: dumps.to_vec(),
             ..RuleCache::default()
         }
     }
 
     /// The next read may reuse these dumps' last results instead of reading them.
-    pub fn allow_reuse(&mut self, names: &[&'static str]) {
+    pub fn allow_reuse(&mut self, dumps: &[Input]) {
         self.reuse.clear();
-        self.reuse.extend_from_slice(names);
+        self.reuse.extend_from_slice(dumps);
     }
 
     /// Takes back the rule sources of the read that last used this cache, from the
     /// finished scan (in the order the read produced them).
     pub fn keep(&mut self, mut sources: Vec<RuleSource>) {
-        for (name, range) in std::mem::take(&mut self.lent) {
+        for (dump, range) in std::mem::take(&mut self.lent) {
             if range.end > sources.len() {
                 continue;
             }
@@ -55,7 +56,7 @@ impl RuleCache {
                         .take(range.len()),
                 )
                 .collect();
-            if let Some((_, read)) = self.entries.iter_mut().find(|(n, _)| *n == name) {
+            if let Some((_, read)) = self.entries.iter_mut().find(|(n, _)| *n == dump) {
                 read.sources = Some(taken);
             }
         }
@@ -66,23 +67,23 @@ impl RuleCache {
         self.lent.clear();
     }
 
-    fn reusable(&mut self, name: &str) -> Option<&mut CachedRead> {
-        if !self.reuse.contains(&name) {
+    fn reusable(&mut self, dump: Input) -> Option<&mut CachedRead> {
+        if !self.reuse.contains(&dump) {
             return None;
         }
         self.entries
             .iter_mut()
-            .find(|(n, read)| *n == name && read.sources.is_some())
+            .find(|(n, read)| *n == dump && read.sources.is_some())
             .map(|(_, read)| read)
     }
 
-    fn forget(&mut self, name: &str) {
-        self.entries.retain(|(n, _)| *n != name);
+    fn forget(&mut self, dump: Input) {
+        self.entries.retain(|(n, _)| *n != dump);
     }
 
     /// Keeps `read` for the next scan; false when it is not kept.
-    fn store(&mut self, name: &'static str, read: CachedRead) -> bool {
-        self.forget(name);
+    fn store(&mut self, dump: Input, read: CachedRead) -> bool {
+        self.forget(dump);
         // A dump that could not be read whole is read again next time, whatever the
         // kernel says: its failure may have been passing.
         let whole = read.statuses.iter().all(|s| {
@@ -91,9 +92,9 @@ impl RuleCache {
                 SourceState::Ok | SourceState::Empty | SourceState::Absent
             )
         });
-        let keep = whole && self.keepable.contains(&name);
+        let keep = whole && self.keepable.contains(&dump);
         if keep {
-            self.entries.push((name, read));
+            self.entries.push((dump, read));
         }
         keep
     }
@@ -103,12 +104,12 @@ impl RuleCache {
 /// may be reused.
 pub(super) fn read_rules_cached(
     cache: &mut RuleCache,
-    name: &'static str,
+    dump: Input,
     input: &mut ScanInput,
     read: impl FnOnce(&mut ScanInput) -> bool,
 ) -> bool {
     let start = input.observed.sources.len();
-    if let Some(last) = cache.reusable(name) {
+    if let Some(last) = cache.reusable(dump) {
         let present = last.present;
         for mut status in last.statuses.clone() {
             status
@@ -121,16 +122,16 @@ pub(super) fn read_rules_cached(
             .sources
             .extend(last.sources.take().unwrap_or_default());
         let end = input.observed.sources.len();
-        cache.lent.push((name, start..end));
+        cache.lent.push((dump, start..end));
         return present;
     }
     // The last read goes before this one starts: holding both would add a large
     // node's whole rule set to the read's peak.
-    cache.forget(name);
+    cache.forget(dump);
     let statuses_before = input.sources.len();
     let present = read(input);
     let kept = cache.store(
-        name,
+        dump,
         CachedRead {
             present,
             statuses: input.sources[statuses_before..].to_vec(),
@@ -138,7 +139,7 @@ pub(super) fn read_rules_cached(
         },
     );
     if kept {
-        cache.lent.push((name, start..input.observed.sources.len()));
+        cache.lent.push((dump, start..input.observed.sources.len()));
     }
     present
 }

@@ -5,91 +5,28 @@ use std::io;
 
 use crate::decode::iptables::{self, SourceHint};
 use crate::decode::nftables;
+use crate::heart::input::Input;
 use crate::heart::model::{Backend, Family, Lookup, RuleSource};
-use crate::heart::outcome::{ScanInput, SourceState, SourceStatus};
+use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
 use crate::scan::readers::read_all;
-use crate::sources::bundle::{Fetched, Source};
-use crate::sources::live::{NFT_NETLINK_LABEL, iptables_netlink_label};
+use crate::sources::source::{Fetched, Read, Rules, Source};
 
 use super::settle;
 
-/// Reads one iptables dump. Returns whether the source said anything about it.
-pub(super) fn read_iptables<S: Source>(
-    src: &S,
-    name: &str,
-    backend: Option<Backend>,
-    family: Family,
-    input: &mut ScanInput,
-) -> bool {
-    let fallback = match src.iptables_direct(name) {
-        None => None,
-        Some(Ok(direct)) => {
-            let lookup = src.lookup();
-            return read_iptables_direct(name, backend, family, direct, lookup, input);
-        }
-        Some(Err(why)) => Some(format!(
-            "reading over netlink failed ({why}); read with {} instead",
-            src.label(name)
-        )),
+/// Reads one iptables dump: rules the source read itself, or the dump's text. Returns
+/// whether the source said anything about it.
+pub(super) fn read_iptables<S: Source>(src: &S, dump: Input, input: &mut ScanInput) -> bool {
+    let backend = dump.iptables_backend();
+    let Input::Iptables { family, .. } = dump else {
+        return false;
     };
-    noting_fallback(input, fallback, |input| {
-        read_iptables_dump(src, name, backend, family, input)
-    })
-}
-
-/// Runs `read`, putting `fallback` (why the direct way was not used) first in the
-/// notes of every status it adds.
-fn noting_fallback(
-    input: &mut ScanInput,
-    fallback: Option<String>,
-    read: impl FnOnce(&mut ScanInput) -> bool,
-) -> bool {
-    let before = input.sources.len();
-    let present = read(input);
-    if let Some(note) = fallback {
-        for status in &mut input.sources[before..] {
-            status.notes.insert(0, note.clone());
-        }
-    }
-    present
-}
-
-/// An iptables dump as a source read it itself.
-fn read_iptables_direct(
-    name: &str,
-    backend: Option<Backend>,
-    family: Family,
-    direct: Fetched<Option<RuleSource>>,
-    lookup: Lookup,
-    input: &mut ScanInput,
-) -> bool {
-    let mut status = SourceStatus::new(name, direct.state.unwrap_or(SourceState::Ok));
-    status.origin = Some(iptables_netlink_label(family).to_string());
-    status.backend = backend;
-    status.family = Some(family);
-    status.notes = direct.notes;
-    match direct.value {
-        Some(Ok(Some(parsed))) => push_rule_source(input, parsed, status, lookup),
-        _ => input.sources.push(status),
-    }
-    true
-}
-
-/// Reads one iptables dump's text.
-fn read_iptables_dump<S: Source>(
-    src: &S,
-    name: &str,
-    backend: Option<Backend>,
-    family: Family,
-    input: &mut ScanInput,
-) -> bool {
-    let origin = src.label(name);
+    let origin = src.label(dump);
     let hint = SourceHint {
         backend,
         family: Some(family),
         whole: src.dumps_whole(),
     };
-    let fetched = src.fetch(name, move |r| {
+    let fetched = src.fetch::<_, Rules, _>(dump, move |r| {
         // Another kind of listing (nft text or JSON, `iptables -L`, a tool's error) is
         // refused whole, in one sentence, rather than read as lines not understood.
         if let Some(foreign) = iptables::sniff_foreign(r.fill_buf()?) {
@@ -103,7 +40,52 @@ fn read_iptables_dump<S: Source>(
         }
         Ok((parsed, counting.count))
     });
-    let Some(settled) = settle(src, name, fetched) else {
+    match fetched.split() {
+        Read::Rules(rules) => keep_rules(dump, backend, Some(family), rules, src.lookup(), input),
+        Read::Bytes(fetched) => keep_iptables_dump(src, dump, backend, family, fetched, input),
+    }
+}
+
+/// Rule dumps as a source read them itself.
+fn keep_rules(
+    dump: Input,
+    backend: Option<Backend>,
+    family: Option<Family>,
+    read: Fetched<Rules>,
+    lookup: Lookup,
+    input: &mut ScanInput,
+) -> bool {
+    let mut status = InputStatus::new(dump, read.state.unwrap_or(SourceState::Ok));
+    status.backend = backend;
+    status.family = family;
+    status.notes = read.notes;
+    let sources = match read.value {
+        Some(Ok(rules)) => {
+            status.origin = Some(rules.origin);
+            rules.sources
+        }
+        _ => Vec::new(),
+    };
+    if sources.is_empty() {
+        input.sources.push(status);
+        return true;
+    }
+    for source in sources {
+        push_rule_source(input, source, status.clone(), lookup);
+    }
+    true
+}
+
+/// Keeps one iptables dump's text, parsed.
+fn keep_iptables_dump<S: Source>(
+    src: &S,
+    dump: Input,
+    backend: Option<Backend>,
+    family: Family,
+    fetched: Fetched<(RuleSource, u64)>,
+    input: &mut ScanInput,
+) -> bool {
+    let Some(settled) = settle(src, dump, fetched) else {
         return false;
     };
     let mut status = settled.status;
@@ -122,7 +104,7 @@ fn read_iptables_dump<S: Source>(
     true
 }
 
-fn push_rule_source(input: &mut ScanInput, mut source: RuleSource, mut status: SourceStatus, lookup: Lookup) {
+fn push_rule_source(input: &mut ScanInput, mut source: RuleSource, mut status: InputStatus, lookup: Lookup) {
     source.lookup = lookup;
     if !source.complete && status.status == SourceState::Ok {
         status.status = SourceState::Partial;
@@ -153,50 +135,27 @@ pub fn read_nftables_only<S: Source>(src: &S) -> ScanInput {
     input
 }
 
-/// Reads kube-proxy's nftables tables the source's own way when it has one (the live
-/// node: netlink), else from `nft.json`, or `nft.txt` when there is no JSON.
+/// Reads kube-proxy's nftables tables: rules the source read itself (the live node:
+/// netlink), else `nft.json`, or `nft.txt` when there is no JSON.
 pub(super) fn read_nftables<S: Source>(src: &S, input: &mut ScanInput) -> bool {
-    let fallback = match src.nftables_direct() {
-        None => None,
-        Some(Ok(direct)) => {
+    let (dump, fetched) = match src.fetch::<_, Rules, _>(Input::NftJson, read_all).split() {
+        Read::Rules(rules) => {
             let lookup = src.lookup();
-            return read_nftables_direct(direct, lookup, input);
+            return keep_rules(
+                Input::NftJson,
+                Some(Backend::Nftables),
+                None,
+                rules,
+                lookup,
+                input,
+            );
         }
-        Some(Err(why)) => Some(format!(
-            "reading over netlink failed ({why}); read with nft -j instead"
-        )),
+        Read::Bytes(fetched) if fetched.state.is_some() => (Input::NftJson, fetched),
+        Read::Bytes(_) => (Input::NftText, src.fetch_bytes(Input::NftText, read_all)),
     };
-    noting_fallback(input, fallback, |input| read_nftables_dump(src, input))
-}
-
-/// The tables as a source read them itself.
-fn read_nftables_direct(direct: Fetched<Vec<RuleSource>>, lookup: Lookup, input: &mut ScanInput) -> bool {
-    let mut status = SourceStatus::new("nft.json", direct.state.unwrap_or(SourceState::Ok));
-    status.origin = Some(NFT_NETLINK_LABEL.to_string());
-    status.backend = Some(Backend::Nftables);
-    status.notes = direct.notes;
-    match direct.value {
-        Some(Ok(sources)) if !sources.is_empty() => {
-            for source in sources {
-                push_rule_source(input, source, status.clone(), lookup);
-            }
-        }
-        _ => input.sources.push(status),
-    }
-    true
-}
-
-/// Reads `nft.json`, or `nft.txt` when there is no JSON.
-fn read_nftables_dump<S: Source>(src: &S, input: &mut ScanInput) -> bool {
-    let mut name = "nft.json";
-    let mut fetched = src.fetch(name, read_all);
-    let json = fetched.state.is_some();
-    if !json {
-        name = "nft.txt";
-        fetched = src.fetch(name, read_all);
-    }
-    let origin = src.label(name);
-    let Some(settled) = settle(src, name, fetched) else {
+    let json = dump == Input::NftJson;
+    let origin = src.label(dump);
+    let Some(settled) = settle(src, dump, fetched) else {
         return false;
     };
     let mut status = settled.status;

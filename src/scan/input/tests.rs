@@ -12,8 +12,13 @@ use crate::heart::observed::NodeSysctls;
 use crate::heart::outcome::run_scan;
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::capture::{SnapshotOptions, write_snapshot};
-use crate::sources::bundle::NF_TABLES_DUMPS;
-use crate::sources::bundle::{HEALTHZ_FILE, LOCAL_PORT_RANGE_FILE, RESERVED_PORTS_FILE};
+use crate::sources::rule_changes::NF_TABLES_DUMPS;
+use crate::sources::source::{Read, RuleAnswer};
+
+const HEALTHZ_FILE: &str = "kube-proxy-healthz.json";
+const LOCAL_PORT_RANGE_FILE: &str = "proc/sys/net/ipv4/ip_local_port_range";
+const RESERVED_PORTS_FILE: &str = "proc/sys/net/ipv4/ip_local_reserved_ports";
+const MANIFEST_FILE: &str = "snapshot.json";
 
 /// A source that answers from a table: name → (state, content, notes).
 #[derive(Default)]
@@ -34,15 +39,17 @@ impl Scripted {
 }
 
 impl Source for Scripted {
-    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, R, F>(&self, input: Input, consume: F) -> Fetched<Read<T, R>>
     where
         T: Send + 'static,
+        R: RuleAnswer,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
     {
-        let Some((state, content, notes)) = self.answers.get(name).cloned() else {
+        let Some((state, content, notes)) = self.answers.get(input.name()).cloned() else {
             return Fetched::not_present();
         };
-        let value = (state != SourceState::Absent).then(|| consume(&mut Cursor::new(content.clone())));
+        let value = (state != SourceState::Absent)
+            .then(|| consume(&mut Cursor::new(content.clone())).map(Read::Bytes));
         Fetched {
             state: Some(state),
             value,
@@ -52,8 +59,8 @@ impl Source for Scripted {
         }
     }
 
-    fn label(&self, name: &str) -> String {
-        format!("live:{name}")
+    fn label(&self, input: Input) -> String {
+        format!("live:{input}")
     }
 }
 
@@ -67,11 +74,11 @@ fn testdata(bundle: &str, file: &str) -> Vec<u8> {
     .unwrap()
 }
 
-fn status<'a>(input: &'a ScanInput, name: &str) -> &'a SourceStatus {
+fn status<'a>(input: &'a ScanInput, name: &str) -> &'a InputStatus {
     input
         .sources
         .iter()
-        .find(|s| s.source == name)
+        .find(|s| s.source.name() == name)
         .unwrap_or_else(|| panic!("no status for {name}: {:#?}", input.sources))
 }
 
@@ -124,11 +131,13 @@ struct Meeting {
 const MEETING: [&str; 3] = ["iptables-nft-save.txt", "proc/net/tcp", "cluster.json"];
 
 impl Source for Meeting {
-    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, R, F>(&self, input: Input, consume: F) -> Fetched<Read<T, R>>
     where
         T: Send + 'static,
+        R: RuleAnswer,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
     {
+        let name = input.name();
         if MEETING.contains(&name) {
             let mut arrived = self.arrived.lock().unwrap();
             *arrived += 1;
@@ -148,7 +157,7 @@ impl Source for Meeting {
                 };
             }
         }
-        self.node.fetch(name, consume)
+        self.node.fetch(input, consume)
     }
 }
 
@@ -170,7 +179,7 @@ fn the_rules_the_node_and_the_cluster_state_are_read_at_once() {
     }
     assert!(input.desired.is_some());
     // Put together in one order whatever finished first: rules, the node, the cluster.
-    let order: Vec<&str> = input.sources.iter().map(|s| s.source.as_str()).collect();
+    let order: Vec<&str> = input.sources.iter().map(|s| s.source.name()).collect();
     let at = |name: &str| order.iter().position(|n| *n == name).unwrap();
     assert!(at("nft.json") < at("proc/net/tcp"), "{order:?}");
     assert!(at(HEALTHZ_FILE) < at("cluster.json"), "{order:?}");
@@ -288,7 +297,7 @@ fn states(input: &ScanInput) -> Vec<(String, SourceState)> {
     input
         .sources
         .iter()
-        .map(|s| (s.source.clone(), s.status))
+        .map(|s| (s.source.to_string(), s.status))
         .collect()
 }
 
@@ -337,7 +346,7 @@ fn a_snapshot_reads_back_as_the_source_it_captured() {
     let ip6 = offline
         .sources
         .iter()
-        .find(|s| s.source == "ip6tables-legacy-save.txt")
+        .find(|s| s.source.name() == "ip6tables-legacy-save.txt")
         .unwrap();
     assert_eq!(
         ip6.notes,
@@ -450,7 +459,7 @@ fn a_bundle_manifest_is_applied_and_a_bad_one_is_reported() {
         input
             .sources
             .iter()
-            .all(|s| s.source != "iptables-legacy-save.txt")
+            .all(|s| s.source.name() != "iptables-legacy-save.txt")
     );
 }
 
@@ -579,20 +588,21 @@ fn a_dump_not_read_whole_is_never_replayed() {
 struct KubeProxyOnly(crate::sources::live::LiveNode);
 
 impl Source for KubeProxyOnly {
-    fn fetch<T, F>(&self, name: &str, consume: F) -> Fetched<T>
+    fn fetch<T, R, F>(&self, input: Input, consume: F) -> Fetched<Read<T, R>>
     where
         T: Send + 'static,
+        R: RuleAnswer,
         F: FnOnce(&mut dyn BufRead) -> io::Result<T> + Send + 'static,
     {
-        if name == HEALTHZ_FILE || name == crate::sources::bundle::PROXY_MODE_FILE {
-            self.0.fetch(name, consume)
+        if matches!(input, Input::KubeProxyHealthz | Input::KubeProxyMode) {
+            self.0.fetch(input, consume)
         } else {
             Fetched::not_present()
         }
     }
 
-    fn label(&self, name: &str) -> String {
-        self.0.label(name)
+    fn label(&self, input: Input) -> String {
+        self.0.label(input)
     }
 }
 

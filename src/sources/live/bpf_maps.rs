@@ -4,7 +4,7 @@ use std::io::{self, BufRead};
 use std::path::PathBuf;
 
 use crate::heart::cilium::MapKind;
-use crate::sources::bundle::Fetched;
+use crate::sources::source::Fetched;
 
 use super::LiveNode;
 

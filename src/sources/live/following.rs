@@ -2,12 +2,12 @@
 //! notifications (the agent), and how it says which way each read went.
 
 use crate::heart::model::Family;
-use crate::sources::bundle::Fetched;
 use crate::sources::live::{NFT_NETLINK_LABEL, iptables_netlink_label};
 use crate::sources::netlink::follow::ReadKind;
 use crate::sources::netlink::kept::KeptFamily;
 use crate::sources::netlink::nftables::KeptNft;
 use crate::sources::rule_changes::ChangeJournal;
+use crate::sources::source::Fetched;
 
 /// What a reader that follows the notifications keeps: iptables-nft's tables per family
 /// (IPv4, IPv6), then kube-proxy's nftables tables (both families in one read).

@@ -11,11 +11,11 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use crate::heart::desired::DesiredState;
+use crate::heart::input::Input;
+use crate::heart::input_status::{InputStatus, SourceState};
 use crate::heart::model::{Backend, Family, ProxyMode};
 use crate::heart::observed::Observed;
-use crate::heart::observed::SOCKET_FILES;
 use crate::heart::proxy_mode::{Datapath, ProxyDecision};
-use crate::heart::source_status::{SourceState, SourceStatus};
 use crate::heart::words::count_of;
 
 /// The `coverage` object of the JSON report (a contract: fields may be added, never
@@ -48,7 +48,7 @@ impl Coverage {
 
 /// Everything a coverage is judged from.
 pub struct CoverageInput<'a> {
-    pub sources: &'a [SourceStatus],
+    pub sources: &'a [InputStatus],
     pub observed: &'a Observed,
     pub desired: Option<&'a DesiredState>,
     pub proxy: &'a ProxyDecision,
@@ -125,11 +125,7 @@ pub fn assess(input: &CoverageInput<'_>) -> Coverage {
 fn cluster_state(input: &CoverageInput<'_>, out: &mut Vec<String>) -> bool {
     const NEEDS: &str = "stale and missing rules and endpoints, squatters on Services' ports and nodePort collisions were not checked";
     // A live scan tries a file, then the API: the last attempt says why.
-    let status = input
-        .sources
-        .iter()
-        .rev()
-        .find(|s| s.source.starts_with("cluster"));
+    let status = input.sources.iter().rev().find(|s| s.source.is_cluster_state());
     let Some(desired) = input.desired else {
         let why = status
             .and_then(|s| s.notes.first())
@@ -137,7 +133,7 @@ fn cluster_state(input: &CoverageInput<'_>, out: &mut Vec<String>) -> bool {
                 let n = n.split(';').next().unwrap_or(n).trim();
                 n.strip_prefix("no cluster state: ").unwrap_or(n).to_string()
             })
-            .unwrap_or_else(|| "no cluster.json, --cluster-state or API server".to_string());
+            .unwrap_or_else(|| format!("no {}, --cluster-state or API server", Input::ClusterState));
         out.push(format!("The cluster state was not read ({why}): {NEEDS}."));
         return false;
     };
@@ -192,9 +188,9 @@ fn families(input: &CoverageInput<'_>) -> BTreeSet<Family> {
 /// Every rule source that could not be read whole, and, in a mode portdrift reads,
 /// every backend and family that was not read at all.
 fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
-    let rule_statuses: Vec<&SourceStatus> = input.sources.iter().filter(|s| s.is_rule_dump()).collect();
+    let rule_statuses: Vec<&InputStatus> = input.sources.iter().filter(|s| s.is_rule_dump()).collect();
     for s in &rule_statuses {
-        let name = s.origin.as_deref().unwrap_or(&s.source);
+        let name = s.origin.as_deref().unwrap_or(s.source.name());
         let why = s.notes.first().map(|n| format!(": {n}")).unwrap_or_default();
         match s.status {
             state if state.is_failure() => out.push(format!(
@@ -236,7 +232,7 @@ fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
                 .any(|s| s.backend == Some(backend) && s.family == Some(family) && s.status.is_failure());
             if !read(backend, family) && !failed {
                 unread.push(match backend {
-                    Backend::Nftables => format!("{backend} (nft.json or nft.txt)"),
+                    Backend::Nftables => format!("{backend} ({} or {})", Input::NftJson, Input::NftText),
                     _ => format!("{backend} {family}"),
                 });
             }
@@ -252,11 +248,12 @@ fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
 }
 
 /// The listening sockets: all four tables read.
-fn sockets(sources: &[SourceStatus], out: &mut Vec<String>) {
+fn sockets(sources: &[InputStatus], out: &mut Vec<String>) {
     let mut unread = Vec::new();
     let mut partial = Vec::new();
-    for (name, _, _) in SOCKET_FILES {
-        match sources.iter().find(|s| s.source == name).map(|s| s.status) {
+    for input in Input::SOCKETS {
+        let name = input.name();
+        match sources.iter().find(|s| s.source == input).map(|s| s.status) {
             Some(SourceState::Ok | SourceState::Empty) => {}
             Some(SourceState::Partial) => partial.push(name),
             _ => unread.push(name),

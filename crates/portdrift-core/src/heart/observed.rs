@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::heart::model::{Listener, ProcessInfo, Protocol, ProxyMode, RuleSource};
+use crate::heart::model::{Listener, ProcessInfo, ProxyMode, RuleSource};
 
 /// Everything read from one node.
 #[derive(Debug, Clone, Default)]
@@ -133,12 +133,3 @@ pub fn friendly(d: Duration) -> String {
         Err(_) => format!("{d:?}"),
     }
 }
-
-/// The kernel's four socket tables, as a bundle names them: the listeners are complete
-/// only when every one was read.
-pub const SOCKET_FILES: [(&str, Protocol, bool); 4] = [
-    ("proc/net/tcp", Protocol::Tcp, false),
-    ("proc/net/tcp6", Protocol::Tcp, true),
-    ("proc/net/udp", Protocol::Udp, false),
-    ("proc/net/udp6", Protocol::Udp, true),
-];

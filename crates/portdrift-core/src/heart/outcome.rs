@@ -7,15 +7,10 @@ use crate::heart::coverage::{self, Coverage, CoverageInput};
 use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, examine};
 use crate::heart::finding::{Finding, Severity};
+use crate::heart::input::Input;
+pub use crate::heart::input_status::{InputStatus, SourceState};
 use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth, Observed};
-pub use crate::heart::source_status::{SourceState, SourceStatus};
 use crate::heart::words::count_of;
-
-/// The source name of a cluster state read from the API server (a live scan, the agent).
-pub const API_SOURCE: &str = "cluster (API server)";
-
-/// The source name of the acceptances file (`--accept`).
-pub const ACCEPTANCES_SOURCE: &str = "acceptances";
 
 /// Counts of findings by severity; accepted ones are counted apart, in none of these.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -45,7 +40,7 @@ pub struct ScanReport {
     pub node: Option<String>,
     pub summary: Summary,
     pub findings: Vec<Finding>,
-    pub sources: Vec<SourceStatus>,
+    pub sources: Vec<InputStatus>,
     /// What could be checked, and what not.
     pub coverage: Coverage,
     /// What kube-proxy's `/healthz` said, for the agent's metrics. Not in the JSON:
@@ -68,7 +63,7 @@ pub struct ScanInput {
     pub node: Option<String>,
     pub desired: Option<DesiredState>,
     pub observed: Observed,
-    pub sources: Vec<SourceStatus>,
+    pub sources: Vec<InputStatus>,
 }
 
 /// Runs the detector over what was read.
@@ -127,7 +122,7 @@ fn apply_acceptances(
     accept: &AcceptanceInput,
     desired: Option<&DesiredState>,
     findings: &mut [Finding],
-    sources: &mut Vec<SourceStatus>,
+    sources: &mut Vec<InputStatus>,
 ) -> Vec<(Acceptance, bool)> {
     let mut all = accept.file.clone();
     if let Some(desired) = desired {
@@ -141,10 +136,10 @@ fn apply_acceptances(
     }
     // Said where the acceptances are listed, so an exception that lapsed or never
     // took is noticed.
-    let at = match sources.iter().position(|s| s.source == ACCEPTANCES_SOURCE) {
+    let at = match sources.iter().position(|s| s.source == Input::Acceptances) {
         Some(at) => at,
         None => {
-            sources.push(SourceStatus::new(ACCEPTANCES_SOURCE, SourceState::Ok));
+            sources.push(InputStatus::new(Input::Acceptances, SourceState::Ok));
             sources.len() - 1
         }
     };

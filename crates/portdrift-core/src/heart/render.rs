@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::input::Input;
 use crate::heart::model::{ProcessInfo, Protocol};
 use crate::heart::outcome::{ScanReport, SourceState, Summary};
 use crate::heart::visible::{into_visible_lines, visible as v};
@@ -263,8 +264,8 @@ fn render_sources(out: &mut String, report: &ScanReport) {
     let _ = writeln!(out, "\nsources:");
     // As wide as the longest name (a live read's are long: "netlink: nf_tables ip
     // (iptables-nft)"), so the columns stay aligned.
-    fn name(s: &crate::heart::outcome::SourceStatus) -> &str {
-        s.origin.as_deref().unwrap_or(&s.source)
+    fn name(s: &crate::heart::outcome::InputStatus) -> &str {
+        s.origin.as_deref().unwrap_or(s.source.name())
     }
     let width = report
         .sources
@@ -282,16 +283,14 @@ fn render_sources(out: &mut String, report: &ScanReport) {
             let _ = write!(line, " {f}");
         }
         if let Some(n) = s.items {
-            let what = if s.source == "proc/net/ip_vs" || s.source == "ipvsadm.txt" {
-                "virtual server"
-            } else if s.source.starts_with("proc/") {
-                "listener"
-            } else if s.source == "cluster.json" || s.source == crate::heart::outcome::API_SOURCE {
-                "Service port"
-            } else if s.source.starts_with("bpf/") {
-                "map entry"
-            } else {
-                "NodePort rule"
+            let what = match s.source {
+                Input::IpVs | Input::Ipvsadm => "virtual server",
+                Input::Sockets { .. } => "listener",
+                Input::ClusterState | Input::Api => "Service port",
+                Input::CiliumMap { .. } => "map entry",
+                // The rule dumps; and the socket owners' count, said so since it was
+                // first reported (the report's bytes are a contract).
+                _ => "NodePort rule",
             };
             let _ = write!(line, "  {}", count_of(n, what));
         }

@@ -4,6 +4,7 @@ use std::ops::RangeInclusive;
 
 use crate::heart::citation::Citation;
 use crate::heart::finding::{Finding, Kind, Severity};
+use crate::heart::input::Input;
 use crate::heart::observed::Observed;
 
 use super::DetectConfig;
@@ -50,7 +51,7 @@ pub(super) fn port_range_overlap(observed: &Observed, config: &DetectConfig, out
             nodeports.end()
         ),
     );
-    f.rule_source = Some(Citation::file("proc/sys/net/ipv4/ip_local_port_range"));
+    f.rule_source = Some(Citation::file(Input::LocalPortRange.name()));
     f.evidence.push(format!(
         "unreserved: {}{}",
         ranges.join(", "),

@@ -474,7 +474,7 @@ fn sources(out: &mut String, report: &ScanReport) {
         "<h2>Sources</h2>\n<table><thead><tr><th>source</th><th>status</th><th>items</th><th>not understood</th><th>notes</th></tr></thead><tbody>"
     );
     for s in &report.sources {
-        let name = s.origin.as_deref().unwrap_or(&s.source);
+        let name = s.origin.as_deref().unwrap_or(s.source.name());
         let _ = write!(out, "<tr><td>{}", e(name));
         let context: Vec<&str> = s
             .backend

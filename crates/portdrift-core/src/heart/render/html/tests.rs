@@ -2,9 +2,10 @@ use super::*;
 use crate::heart::citation::Citation;
 use crate::heart::coverage::Coverage;
 use crate::heart::finding::Accepted;
+use crate::heart::input::Input;
+use crate::heart::input_status::InputStatus;
 use crate::heart::model::{Backend, Family, ProcessInfo, Protocol, ProxyMode};
 use crate::heart::outcome::{ScanReport, SourceState, Summary};
-use crate::heart::source_status::SourceStatus;
 
 const INJECTED: &str = "<script>alert(1)</script>";
 
@@ -219,7 +220,10 @@ fn the_counts_view_names_no_address_rule_process_or_service() {
         vec!["1 object of the cluster state could not be read (first: Service shop/web at 10.96.4.4)".into()];
     coverage.proxy_mode_evidence = "kube-proxy at 10.0.0.7 said iptables".into();
     let mut r = report(vec![injected(), squatter()], coverage);
-    r.sources = vec![SourceStatus::new("proc/net/udp", SourceState::Ok)];
+    r.sources = vec![InputStatus::new(
+        Input::from_file_name("proc/net/udp").unwrap(),
+        SourceState::Ok,
+    )];
     let page = render_page(&r, &context(View::CountsOnly));
     assert_inert(&page);
     for secret in [

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::heart::desired::DesiredState;
+use crate::heart::input::Input;
 use crate::heart::model::{Backend, Family};
 
 /// How reading one source went: "absent" (fine) differs from "error" (not). Only
@@ -64,9 +65,11 @@ impl std::fmt::Display for SourceState {
 
 /// The status of one input, for the report and `/findings`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct SourceStatus {
+#[schemars(rename = "SourceStatus")]
+pub struct InputStatus {
     /// The file or command (`iptables-nft-save.txt`, `proc/net/tcp`, `cluster.json`).
-    pub source: String,
+    #[schemars(with = "String")]
+    pub source: Input,
     pub status: SourceState,
     /// Where it was really read from when that is not the bundle file `source` names:
     /// the command or path on a live node (`iptables-nft-save`, `/proc/net/tcp`).
@@ -82,7 +85,7 @@ pub struct SourceStatus {
     pub notes: Vec<String>,
 }
 
-impl SourceStatus {
+impl InputStatus {
     /// Records what a cluster state holds: its Service ports, and the objects that
     /// could not be read (which make the source partial).
     pub fn describe_cluster_state(&mut self, desired: &DesiredState) {
@@ -104,9 +107,9 @@ impl SourceStatus {
         self.backend.is_some() || self.family.is_some()
     }
 
-    pub fn new(source: impl Into<String>, status: SourceState) -> SourceStatus {
-        SourceStatus {
-            source: source.into(),
+    pub fn new(source: Input, status: SourceState) -> InputStatus {
+        InputStatus {
+            source,
             status,
             origin: None,
             backend: None,
