@@ -12,7 +12,7 @@ use crate::decode::netlink::nftables::{
     KeptEntries, MapEntries, NFT_SET_ANONYMOUS, NFT_SET_MAP, RawElement, SetInfo, element_ir, inline_entries,
 };
 use crate::decode::nftables::{MapIr, TableIr};
-use crate::heart::model::Unparsed;
+use crate::heart::model::{Family, Unparsed};
 use crate::sources::netlink::blocks::{Held, Plan, read_in_order};
 use crate::sources::netlink::{Conn, NetlinkError};
 
@@ -94,7 +94,7 @@ impl<'s> FirstHalf<'s> {
             lookahead: usize::MAX,
             budget: usize::MAX,
         };
-        let nfproto = at.nfproto;
+        let family = at.family;
         let mut chains = Vec::new();
         read_in_order(
             conn,
@@ -102,7 +102,7 @@ impl<'s> FirstHalf<'s> {
             &self.fetches,
             everything,
             &|conn, fetch: &Fetch<'_>, out: &mut Fetched<'_>| {
-                *out = fetch_one(conn, nfproto, fetch)?;
+                *out = fetch_one(conn, family, fetch)?;
                 Ok(())
             },
             &mut |out: &mut Fetched<'_>| {
@@ -128,14 +128,14 @@ impl<'s> FirstHalf<'s> {
 }
 
 /// One dump of the first half.
-fn fetch_one<'s>(conn: &mut Conn, nfproto: u8, fetch: &Fetch<'s>) -> Result<Fetched<'s>, NetlinkError> {
+fn fetch_one<'s>(conn: &mut Conn, family: Family, fetch: &Fetch<'s>) -> Result<Fetched<'s>, NetlinkError> {
     Ok(match *fetch {
         Fetch::Chains => {
-            let (names, problems) = read_chains(conn, nfproto)?;
+            let (names, problems) = read_chains(conn, family)?;
             Fetched::Chains(names, problems)
         }
         Fetch::Elements(set) => {
-            let (elements, problems) = read_elements(conn, nfproto, set)?;
+            let (elements, problems) = read_elements(conn, family, set)?;
             Fetched::Elements(set, elements, problems)
         }
     })

@@ -200,7 +200,7 @@ fn update_tables(
         if !changes.sets.is_empty() {
             update_maps(conn, meta, table, changes, maps)?;
         }
-        let reread = update_chains(conn, *nfproto, table, changes)?;
+        let reread = update_chains(conn, family, table, changes)?;
         read_rules(conn, readers, meta, table, &reread, maps)?;
         table.settle();
         read += reread.len();
@@ -227,7 +227,7 @@ fn update_maps(
     maps: &mut ConstantMaps,
 ) -> Result<(), Stale> {
     let nfproto = nfproto_of(meta.family);
-    let (sets, problems) = read_sets(conn, nfproto)?;
+    let (sets, problems) = read_sets(conn, meta.family)?;
     undecodable(&problems)?;
     let mut old: HashMap<String, KeptMap> = table
         .take_maps()
@@ -241,7 +241,7 @@ fn update_maps(
         match old.remove(set.name.as_str()) {
             Some(map) if !changes.sets.contains(set.name.as_str()) => table.push_map(map),
             _ => {
-                let (elements, problems) = read_elements(conn, nfproto, set)?;
+                let (elements, problems) = read_elements(conn, meta.family, set)?;
                 undecodable(&problems)?;
                 table.push_map_ir(MapIr {
                     name: Cow::Owned(set.name.clone()),
@@ -264,7 +264,7 @@ fn update_maps(
 /// the chain list the list is read again and the kept chains are put in its order.
 fn update_chains(
     conn: &mut Conn,
-    nfproto: u8,
+    family: Family,
     table: &mut KeptTable,
     changes: &TableChanges,
 ) -> Result<Vec<usize>, Stale> {
@@ -282,7 +282,7 @@ fn update_chains(
         reread.sort_unstable();
         return Ok(reread);
     }
-    let (names, problems) = read_chains(conn, nfproto)?;
+    let (names, problems) = read_chains(conn, family)?;
     undecodable(&problems)?;
     // A renamed chain is notified under its new name only; the rules that jump to it,
     // kept, would still name the old one.

@@ -11,12 +11,10 @@ use crate::decode::netlink::nftables::{
     NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, collect_elements, compare_keys,
     inline_entries, lookups, sort_unique,
 };
-use crate::decode::netlink::{
-    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS,
-    NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NLA_F_NESTED,
-};
-use crate::heart::model::Unparsed;
-use crate::sources::netlink::{Conn, NetlinkError, push_attr};
+use crate::decode::netlink::request;
+use crate::decode::nftables::KUBE_PROXY_TABLE;
+use crate::heart::model::{Family, Unparsed};
+use crate::sources::netlink::{Conn, NetlinkError};
 
 /// The elements of kube-proxy's anonymous verdict maps, kept from one read to the next
 /// by a reader that reads the same node again (the agent).
@@ -173,7 +171,7 @@ pub(super) fn fetch_map(
         return Ok(());
     }
     let by_key = match map.keys {
-        Some(keys) => match read_elements_by_key(conn, context.nfproto, set, keys) {
+        Some(keys) => match read_elements_by_key(conn, context.rules.family, set, keys) {
             Ok(read) => Some(read),
             // A key the map does not hold (ENOENT), or a kernel that does not look up
             // elements: the map is read whole, as it is.
@@ -190,7 +188,7 @@ pub(super) fn fetch_map(
         }
         None => {
             context.counts.dumped.fetch_add(1, AtomicOrdering::Relaxed);
-            read_elements(conn, context.nfproto, set)?
+            read_elements(conn, context.rules.family, set)?
         }
     };
     out.extend(problems.into_iter().map(Err));
@@ -217,24 +215,14 @@ pub(super) fn fetch_map(
 /// (see [`sort_unique`]).
 pub(super) fn read_elements(
     conn: &mut Conn,
-    nfproto: u8,
+    family: Family,
     set: &SetInfo,
 ) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
-    let mut set_name = set.name.as_bytes().to_vec();
-    set_name.push(0);
-    let filter = [
-        (NFTA_SET_ELEM_LIST_TABLE, &b"kube-proxy\0"[..]),
-        (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
-    ];
     let mut read = (Vec::new(), Vec::new());
-    conn.exchange(
-        "the elements",
-        NFT_MSG_GETSETELEM,
-        true,
-        nfproto,
-        &filter,
-        |attrs| Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?),
-    )?;
+    let request = request::set_elements(family, KUBE_PROXY_TABLE, &set.name);
+    conn.exchange("the elements", &request, |attrs| {
+        Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?)
+    })?;
     if !sort_unique(set, &mut read.0) {
         return Err(NetlinkError::Unstable(1));
     }
@@ -245,30 +233,13 @@ pub(super) fn read_elements(
 /// request, in key order; refused (ENOENT) when one of them is missing.
 fn read_elements_by_key(
     conn: &mut Conn,
-    nfproto: u8,
+    family: Family,
     set: &SetInfo,
     keys: u32,
 ) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
-    let mut set_name = set.name.as_bytes().to_vec();
-    set_name.push(0);
-    let mut list = Vec::with_capacity(keys as usize * 16);
-    let (mut value, mut key) = (Vec::with_capacity(8), Vec::with_capacity(12));
-    for k in 0..keys {
-        value.clear();
-        key.clear();
-        // numgen leaves its number in the register in host order, and the map's keys
-        // are the register's bytes.
-        push_attr(&mut value, NFTA_DATA_VALUE, &k.to_ne_bytes());
-        push_attr(&mut key, NFTA_SET_ELEM_KEY | NLA_F_NESTED, &value);
-        push_attr(&mut list, NFTA_LIST_ELEM | NLA_F_NESTED, &key);
-    }
-    let request = [
-        (NFTA_SET_ELEM_LIST_TABLE, &b"kube-proxy\0"[..]),
-        (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
-        (NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, &list[..]),
-    ];
     let mut read = (Vec::new(), Vec::new());
-    conn.exchange_acked("the elements", NFT_MSG_GETSETELEM, nfproto, &request, |attrs| {
+    let request = request::set_elements_by_key(family, KUBE_PROXY_TABLE, &set.name, keys);
+    conn.exchange("the elements", &request, |attrs| {
         Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?)
     })?;
     if read.0.len() != keys as usize {

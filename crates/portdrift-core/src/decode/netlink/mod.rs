@@ -16,6 +16,8 @@ pub mod changes;
 pub mod iptables;
 pub mod message;
 pub mod nftables;
+pub mod reply;
+pub mod request;
 
 pub use attrs::{
     Attrs, ExprAttrs, align4, attr_map, be32, be64, data_value, expressions, name, prefix_len, read_verdict,
