@@ -34,8 +34,7 @@ use self::first_half::FirstHalf;
 pub use self::following::{KeptNft, read_tables_following};
 pub use self::maps::{ConstantMaps, MapFetches};
 use self::maps::{
-    FetchCounts, FetchedMaps, MapKey, MapReuse, WantedMap, fetch_map, is_constant_map, maps_wanted,
-    read_elements,
+    FetchCounts, FetchedMaps, MapKey, MapReuse, WantedMap, fetch_map, maps_wanted, read_elements,
 };
 
 /// What one read gave.
@@ -220,7 +219,7 @@ impl FamilyRead<'_> {
     /// How [`ConstantMaps`] keys `set`, when it keeps it.
     fn constant_key(&self, set: &SetInfo) -> Option<MapKey> {
         match (self.handle, set.handle) {
-            (Some(table), Some(handle)) if is_constant_map(set) => Some((self.nfproto, table, handle)),
+            (Some(table), Some(handle)) if set.is_constant_map() => Some((self.nfproto, table, handle)),
             _ => None,
         }
     }

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 use super::maps::{MapReuse, may_read_by_key, read_elements};
 use super::{FamilyRead, read_chains};
 use crate::decode::netlink::nftables::{
-    KeptEntries, MapEntries, NFT_SET_ANONYMOUS, NFT_SET_MAP, RawElement, SetInfo, element_ir, inline_entries,
+    KeptEntries, MapEntries, RawElement, SetInfo, element_ir, inline_entries,
 };
 use crate::decode::nftables::{MapIr, TableIr};
 use crate::heart::model::{Family, Unparsed};
@@ -57,7 +57,7 @@ impl<'s> FirstHalf<'s> {
             deferred: HashMap::new(),
             inline_maps: HashMap::new(),
         };
-        for set in sets.iter().filter(|s| s.flags & NFT_SET_MAP != 0) {
+        for set in sets.iter().filter(|s| s.is_map()) {
             let kept = at
                 .constant_key(set)
                 .and_then(|key| Some((key, reuse.as_deref()?.previous.get(&key)?)));
@@ -159,7 +159,7 @@ fn add_elements(
     elements: Vec<RawElement>,
     reuse: Option<&mut MapReuse<'_>>,
 ) {
-    if set.flags & NFT_SET_ANONYMOUS == 0 {
+    if !set.is_anonymous() {
         table.maps.push(MapIr {
             name: Cow::Owned(set.name.clone()),
             elements: elements.into_iter().map(|e| element_ir(set, e)).collect(),

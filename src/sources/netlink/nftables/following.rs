@@ -24,9 +24,7 @@ use super::{
 };
 use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::nfproto as nfproto_of;
-use crate::decode::netlink::nftables::{
-    DecodedRule, NFT_SET_ANONYMOUS, NFT_SET_MAP, RuleContext, SetInfo, element_ir,
-};
+use crate::decode::netlink::nftables::{DecodedRule, RuleContext, SetInfo, element_ir};
 use crate::decode::nftables::{
     KUBE_PROXY_TABLE, KeptMap, KeptTable, MapIr, ParsedRuleset, RuleGraph, build_rule_sources, build_sources,
     table_label,
@@ -234,9 +232,7 @@ fn update_maps(
         .into_iter()
         .map(|m| (m.name().to_string(), m))
         .collect();
-    let named_maps = sets
-        .iter()
-        .filter(|s| s.flags & NFT_SET_MAP != 0 && s.flags & NFT_SET_ANONYMOUS == 0);
+    let named_maps = sets.iter().filter(|s| s.is_map() && !s.is_anonymous());
     for set in named_maps {
         match old.remove(set.name.as_str()) {
             Some(map) if !changes.sets.contains(set.name.as_str()) => table.push_map(map),
@@ -314,7 +310,7 @@ fn read_rules(
     let deferred: HashMap<&str, &SetInfo> = meta
         .sets
         .iter()
-        .filter(|s| s.flags & NFT_SET_MAP != 0 && s.flags & NFT_SET_ANONYMOUS != 0)
+        .filter(|s| s.is_map() && s.is_anonymous())
         .map(|s| (s.name.as_str(), s))
         .collect();
     let inline_maps = Mutex::new(HashMap::new());

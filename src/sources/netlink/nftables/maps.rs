@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ReadContext;
 use crate::decode::netlink::nftables::{
-    DecodedRule, KeptEntries, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL,
-    NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, collect_elements, compare_keys,
-    inline_entries, lookups, sort_unique,
+    DecodedRule, Elements, KeptEntries, RawElement, SetInfo, inline_entries, lookups,
 };
 use crate::decode::netlink::request;
 use crate::decode::nftables::KUBE_PROXY_TABLE;
@@ -93,12 +91,6 @@ pub(super) struct MapReuse<'m> {
     pub(super) reused: usize,
 }
 
-/// A set whose elements cannot change while it exists (see [`ConstantMaps`]).
-pub(super) fn is_constant_map(set: &SetInfo) -> bool {
-    let all = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP;
-    set.flags & all == all && set.flags & (NFT_SET_TIMEOUT | NFT_SET_EVAL) == 0
-}
-
 /// The most keys asked for in one request: the request stays one small message, and
 /// a Service with more endpoints than this has its map dumped.
 const MAX_KEYS: u32 = 1024;
@@ -118,8 +110,8 @@ const MAX_KEYS: u32 = 1024;
 /// element is not counted against the size; in such a map no number the `numgen` draws
 /// can reach it, so it is left out.)
 pub(super) fn may_read_by_key(set: &SetInfo) -> bool {
-    is_constant_map(set)
-        && set.flags & (NFT_SET_INTERVAL | NFT_SET_CONCAT) == 0
+    set.is_constant_map()
+        && set.has_single_keys()
         && set.key_len == 4
         && set.size.is_some_and(|n| (1..=MAX_KEYS).contains(&n))
 }
@@ -158,7 +150,7 @@ pub(super) fn fetch_map(
         .zip(set.handle)
         .map(|((table, _), handle)| (context.nfproto, table, handle));
     if let Some(kept) = key
-        .filter(|_| is_constant_map(set))
+        .filter(|_| set.is_constant_map())
         .and_then(|key| context.reuse?.get(&key))
     {
         context.counts.reused.fetch_add(1, AtomicOrdering::Relaxed);
@@ -212,21 +204,16 @@ pub(super) fn fetch_map(
 }
 
 /// Every element of `set`, in key order; a dump that holds a key twice is read again
-/// (see [`sort_unique`]).
+/// (see [`Elements::finish_dump`]).
 pub(super) fn read_elements(
     conn: &mut Conn,
     family: Family,
     set: &SetInfo,
 ) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
-    let mut read = (Vec::new(), Vec::new());
+    let mut read = Elements::new(set);
     let request = request::set_elements(family, KUBE_PROXY_TABLE, &set.name);
-    conn.exchange("the elements", &request, |attrs| {
-        Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?)
-    })?;
-    if !sort_unique(set, &mut read.0) {
-        return Err(NetlinkError::Unstable(1));
-    }
-    Ok(read)
+    conn.exchange("the elements", &request, |attrs| Ok(read.take(attrs)?))?;
+    read.finish_dump().ok_or(NetlinkError::Unstable(1))
 }
 
 /// The elements with keys 0 to `keys` - 1 of a map with 32-bit keys, asked for in one
@@ -237,18 +224,15 @@ fn read_elements_by_key(
     set: &SetInfo,
     keys: u32,
 ) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
-    let mut read = (Vec::new(), Vec::new());
+    let mut read = Elements::new(set);
     let request = request::set_elements_by_key(family, KUBE_PROXY_TABLE, &set.name, keys);
-    conn.exchange("the elements", &request, |attrs| {
-        Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?)
-    })?;
-    if read.0.len() != keys as usize {
+    conn.exchange("the elements", &request, |attrs| Ok(read.take(attrs)?))?;
+    if read.len() != keys as usize {
         return Err(NetlinkError::Malformed(format!(
             "{} elements of map {} answered for {keys} keys",
-            read.0.len(),
+            read.len(),
             set.name
         )));
     }
-    read.0.sort_by(|a, b| compare_keys(&a.key, &b.key));
-    Ok(read)
+    Ok(read.finish())
 }

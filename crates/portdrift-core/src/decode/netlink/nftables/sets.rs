@@ -9,13 +9,13 @@ use crate::decode::netlink::{
 };
 use crate::decode::nftables::{KUBE_PROXY_TABLE, unparsed};
 
-pub const NFT_SET_ANONYMOUS: u32 = 1;
-pub const NFT_SET_CONSTANT: u32 = 2;
-pub const NFT_SET_INTERVAL: u32 = 4;
-pub const NFT_SET_MAP: u32 = 8;
-pub const NFT_SET_TIMEOUT: u32 = 0x10;
-pub const NFT_SET_EVAL: u32 = 0x20;
-pub const NFT_SET_CONCAT: u32 = 0x80;
+pub(crate) const NFT_SET_ANONYMOUS: u32 = 1;
+pub(crate) const NFT_SET_CONSTANT: u32 = 2;
+pub(crate) const NFT_SET_INTERVAL: u32 = 4;
+pub(crate) const NFT_SET_MAP: u32 = 8;
+pub(crate) const NFT_SET_TIMEOUT: u32 = 0x10;
+pub(crate) const NFT_SET_EVAL: u32 = 0x20;
+pub(crate) const NFT_SET_CONCAT: u32 = 0x80;
 pub(crate) const NFT_SET_ELEM_INTERVAL_END: u32 = 1;
 /// libnftnl's user-data tag for a rule's or an element's comment.
 pub(crate) const UDATA_COMMENT: u8 = 0;
@@ -67,6 +67,30 @@ pub struct SetInfo {
     pub key_len: u32,
     /// The most elements it may hold, when declared.
     pub size: Option<u32>,
+}
+
+impl SetInfo {
+    /// A map (its elements hold data), not a plain set.
+    pub fn is_map(&self) -> bool {
+        self.flags & NFT_SET_MAP != 0
+    }
+
+    /// Anonymous: made by nft for one rule, which alone refers to it.
+    pub fn is_anonymous(&self) -> bool {
+        self.flags & NFT_SET_ANONYMOUS != 0
+    }
+
+    /// An anonymous constant map without timeouts or updates from the packet path:
+    /// its elements cannot change while it exists.
+    pub fn is_constant_map(&self) -> bool {
+        let all = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP;
+        self.flags & all == all && self.flags & (NFT_SET_TIMEOUT | NFT_SET_EVAL) == 0
+    }
+
+    /// Its keys are single values: neither ranges nor concatenations.
+    pub fn has_single_keys(&self) -> bool {
+        self.flags & (NFT_SET_INTERVAL | NFT_SET_CONCAT) == 0
+    }
 }
 
 /// Why a set's message could not be read; its message is the reason the set's
@@ -124,7 +148,7 @@ pub struct RawElement {
 /// elements a transaction is still preparing, invisible to the dump yet shifting where
 /// each continuation resumes, without the generation moving.) An interval set's range
 /// ends may meet the next range's start, so only other sets are judged.
-pub fn sort_unique(set: &SetInfo, elements: &mut [RawElement]) -> bool {
+pub(crate) fn sort_unique(set: &SetInfo, elements: &mut [RawElement]) -> bool {
     elements.sort_by(|a, b| super::compare_keys(&a.key, &b.key));
     set.flags & NFT_SET_INTERVAL != 0
         || elements
@@ -144,8 +168,53 @@ pub enum ElementData {
     None,
 }
 
+/// A set's elements gathered from the messages that answer a request for them, with
+/// what could not be read of them.
+pub struct Elements<'s> {
+    set: &'s SetInfo,
+    elements: Vec<RawElement>,
+    problems: Vec<crate::heart::model::Unparsed>,
+}
+
+impl<'s> Elements<'s> {
+    pub fn new(set: &'s SetInfo) -> Self {
+        Elements {
+            set,
+            elements: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// The elements of one answer message.
+    pub fn take(&mut self, attrs: &[u8]) -> Result<(), DecodeError> {
+        collect_elements(self.set, attrs, &mut self.elements, &mut self.problems)
+    }
+
+    /// How many were read.
+    pub fn len(&self) -> usize {
+        self.elements.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.elements.is_empty()
+    }
+
+    /// A dump's elements in key order, with the problems; None when a key came twice
+    /// and the dump is to be read again (see [`sort_unique`]).
+    pub fn finish_dump(mut self) -> Option<(Vec<RawElement>, Vec<crate::heart::model::Unparsed>)> {
+        sort_unique(self.set, &mut self.elements).then_some((self.elements, self.problems))
+    }
+
+    /// The elements in key order, with the problems: an answer to given keys, which
+    /// holds each once.
+    pub fn finish(mut self) -> (Vec<RawElement>, Vec<crate::heart::model::Unparsed>) {
+        self.elements.sort_by(|a, b| super::compare_keys(&a.key, &b.key));
+        (self.elements, self.problems)
+    }
+}
+
 /// The elements of one answer message.
-pub fn collect_elements(
+pub(crate) fn collect_elements(
     set: &SetInfo,
     attrs: &[u8],
     elements: &mut Vec<RawElement>,
