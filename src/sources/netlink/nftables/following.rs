@@ -264,27 +264,16 @@ fn update_chains(
     table: &mut KeptTable,
     changes: &TableChanges,
 ) -> Result<Vec<usize>, Stale> {
-    if !changes.chain_list {
-        let mut reread = Vec::with_capacity(changes.chains.len());
-        for name in &changes.chains {
-            let Some(at) = table.find_chain(name) else {
-                return Err(Stale::Whole(format!(
-                    "the rules of chain {name} changed, which the last read did not list"
-                )));
-            };
-            table.clear_rules(at);
-            reread.push(at);
-        }
-        reread.sort_unstable();
-        return Ok(reread);
-    }
-    let (names, problems) = read_chains(conn, family)?;
-    undecodable(&problems)?;
-    // A renamed chain is notified under its new name only; the rules that jump to it,
-    // kept, would still name the old one.
+    let list = if changes.chain_list {
+        let (names, problems) = read_chains(conn, family)?;
+        undecodable(&problems)?;
+        Some(names)
+    } else {
+        None
+    };
     table
-        .relist(names, |name| changes.chains.contains(name))
-        .map_err(|unlisted| Stale::Whole(unlisted.to_string()))
+        .begin_update(&changes.chains, list)
+        .map_err(|e| Stale::Whole(e.to_string()))
 }
 
 /// The rules of the chains at `reread`, read as a whole read reads them, with the
