@@ -9,7 +9,6 @@
 //! maps that changed; a changed chain list re-reads the chain list. Anything the
 //! notifications cannot place reads the tables whole.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,9 +23,9 @@ use super::{
 };
 use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::nfproto as nfproto_of;
-use crate::decode::netlink::nftables::{DecodedRule, RuleContext, SetInfo, element_ir};
+use crate::decode::netlink::nftables::{DecodedRule, RuleContext, SetInfo};
 use crate::decode::nftables::{
-    KUBE_PROXY_TABLE, KeptMap, KeptTable, MapIr, ParsedRuleset, RuleGraph, build_rule_sources, build_sources,
+    KUBE_PROXY_TABLE, KeptMap, KeptTable, ParsedRuleset, RuleGraph, build_rule_sources, build_sources,
     table_label,
 };
 use crate::heart::model::{Family, RuleSource, Unparsed};
@@ -239,10 +238,7 @@ fn update_maps(
             _ => {
                 let (elements, problems) = read_elements(conn, meta.family, set)?;
                 undecodable(&problems)?;
-                table.push_map_ir(MapIr {
-                    name: Cow::Owned(set.name.clone()),
-                    elements: elements.into_iter().map(|e| element_ir(set, e)).collect(),
-                });
+                table.push_map_ir(elements.into_map_ir());
             }
         }
     }

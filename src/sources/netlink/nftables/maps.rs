@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ReadContext;
-use crate::decode::netlink::nftables::{
-    DecodedRule, Elements, KeptEntries, RawElement, SetInfo, inline_entries, lookups,
-};
+use crate::decode::netlink::nftables::{DecodedRule, Elements, KeptEntries, MapElements, SetInfo, lookups};
 use crate::decode::netlink::request;
 use crate::decode::nftables::KUBE_PROXY_TABLE;
 use crate::heart::model::{Family, Unparsed};
@@ -186,13 +184,13 @@ pub(super) fn fetch_map(
     out.extend(problems.into_iter().map(Err));
     let entries = match (context.keep, key) {
         (Some((_, kept)), Some(key)) => {
-            let (keep, entries) = KeptEntries::of(set, elements);
+            let (keep, entries) = elements.into_kept();
             kept.lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push((key, keep));
             entries
         }
-        _ => inline_entries(set, elements),
+        _ => elements.into_inline(),
     };
     context
         .rules
@@ -205,11 +203,11 @@ pub(super) fn fetch_map(
 
 /// Every element of `set`, in key order; a dump that holds a key twice is read again
 /// (see [`Elements::finish_dump`]).
-pub(super) fn read_elements(
+pub(super) fn read_elements<'s>(
     conn: &mut Conn,
     family: Family,
-    set: &SetInfo,
-) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
+    set: &'s SetInfo,
+) -> Result<(MapElements<'s>, Vec<Unparsed>), NetlinkError> {
     let mut read = Elements::new(set);
     let request = request::set_elements(family, KUBE_PROXY_TABLE, &set.name);
     conn.exchange("the elements", &request, |attrs| Ok(read.take(attrs)?))?;
@@ -218,12 +216,12 @@ pub(super) fn read_elements(
 
 /// The elements with keys 0 to `keys` - 1 of a map with 32-bit keys, asked for in one
 /// request, in key order; refused (ENOENT) when one of them is missing.
-fn read_elements_by_key(
+fn read_elements_by_key<'s>(
     conn: &mut Conn,
     family: Family,
-    set: &SetInfo,
+    set: &'s SetInfo,
     keys: u32,
-) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
+) -> Result<(MapElements<'s>, Vec<Unparsed>), NetlinkError> {
     let mut read = Elements::new(set);
     let request = request::set_elements_by_key(family, KUBE_PROXY_TABLE, &set.name, keys);
     conn.exchange("the elements", &request, |attrs| Ok(read.take(attrs)?))?;

@@ -22,7 +22,7 @@ pub enum KeptEntries {
 
 impl KeptEntries {
     /// `set`'s elements (in key order) as kept, and as their rule shows them.
-    pub fn of(set: &SetInfo, elements: Vec<RawElement>) -> (KeptEntries, MapEntries) {
+    pub(crate) fn of(set: &SetInfo, elements: Vec<RawElement>) -> (KeptEntries, MapEntries) {
         let numbered = numbered(&elements);
         let entries = inline_entries(set, elements);
         let kept = numbered.unwrap_or_else(|| KeptEntries::Entries(entries.clone()));

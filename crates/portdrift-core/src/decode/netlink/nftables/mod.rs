@@ -14,8 +14,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub use kept_entries::KeptEntries;
-pub use sets::{ElementData, Elements, RawElement, SetError, SetInfo, chain_of_table, read_set};
-pub use values::element_ir;
+pub(crate) use sets::RawElement;
+pub use sets::{ElementData, Elements, MapElements, SetError, SetInfo, chain_of_table, read_set};
+pub(crate) use values::element_ir;
 pub(crate) use values::{compare_keys, key_expr};
 
 use self::delinearize::{
@@ -109,7 +110,7 @@ pub fn decode_rule(
 }
 
 /// An anonymous map's elements as its rule shows them inline.
-pub fn inline_entries(set: &SetInfo, elements: Vec<RawElement>) -> MapEntries {
+pub(crate) fn inline_entries(set: &SetInfo, elements: Vec<RawElement>) -> MapEntries {
     elements
         .into_iter()
         .map(|e| (key_expr(set, &e.key), e.data))

@@ -1,13 +1,16 @@
 //! A table's sets and their elements, as their messages give them: what reading a
 //! map's elements needs to know of it, and each element's key, data and comment.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::{KeptEntries, MapEntries, compare_keys, element_ir, inline_entries};
 use crate::decode::netlink::{
     Attrs, DecodeError, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_DATA_VALUE, NFTA_DATA_VERDICT,
     NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, be32, be64, data_value, name, read_verdict,
 };
-use crate::decode::nftables::{KUBE_PROXY_TABLE, unparsed};
+use crate::decode::nftables::{KUBE_PROXY_TABLE, MapIr, unparsed};
+use crate::heart::model::Unparsed;
 
 pub(crate) const NFT_SET_ANONYMOUS: u32 = 1;
 pub(crate) const NFT_SET_CONSTANT: u32 = 2;
@@ -137,7 +140,7 @@ pub fn read_set(attrs: &[u8]) -> Result<SetInfo, SetError> {
 }
 
 /// One element as the kernel holds it.
-pub struct RawElement {
+pub(crate) struct RawElement {
     pub key: Vec<u8>,
     pub data: ElementData,
     pub comment: Option<String>,
@@ -173,7 +176,7 @@ pub enum ElementData {
 pub struct Elements<'s> {
     set: &'s SetInfo,
     elements: Vec<RawElement>,
-    problems: Vec<crate::heart::model::Unparsed>,
+    problems: Vec<Unparsed>,
 }
 
 impl<'s> Elements<'s> {
@@ -201,15 +204,56 @@ impl<'s> Elements<'s> {
 
     /// A dump's elements in key order, with the problems; None when a key came twice
     /// and the dump is to be read again (see [`sort_unique`]).
-    pub fn finish_dump(mut self) -> Option<(Vec<RawElement>, Vec<crate::heart::model::Unparsed>)> {
-        sort_unique(self.set, &mut self.elements).then_some((self.elements, self.problems))
+    pub fn finish_dump(mut self) -> Option<(MapElements<'s>, Vec<Unparsed>)> {
+        let unique = sort_unique(self.set, &mut self.elements);
+        unique.then(|| self.finished())
     }
 
     /// The elements in key order, with the problems: an answer to given keys, which
     /// holds each once.
-    pub fn finish(mut self) -> (Vec<RawElement>, Vec<crate::heart::model::Unparsed>) {
-        self.elements.sort_by(|a, b| super::compare_keys(&a.key, &b.key));
-        (self.elements, self.problems)
+    pub fn finish(mut self) -> (MapElements<'s>, Vec<Unparsed>) {
+        self.elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
+        self.finished()
+    }
+
+    fn finished(self) -> (MapElements<'s>, Vec<Unparsed>) {
+        let elements = MapElements {
+            set: self.set,
+            elements: self.elements,
+        };
+        (elements, self.problems)
+    }
+}
+
+/// A map's elements read, in key order, to be taken in the form its use needs.
+pub struct MapElements<'s> {
+    set: &'s SetInfo,
+    elements: Vec<RawElement>,
+}
+
+impl<'s> MapElements<'s> {
+    pub fn set(&self) -> &'s SetInfo {
+        self.set
+    }
+
+    /// A named map's, as the table holds them.
+    pub fn into_map_ir(self) -> MapIr<'static> {
+        let set = self.set;
+        MapIr {
+            name: Cow::Owned(set.name.clone()),
+            elements: self.elements.into_iter().map(|e| element_ir(set, e)).collect(),
+        }
+    }
+
+    /// An anonymous map's, as its rule shows them inline.
+    pub fn into_inline(self) -> MapEntries {
+        inline_entries(self.set, self.elements)
+    }
+
+    /// A constant anonymous map's, as kept for the next read and as its rule shows
+    /// them.
+    pub fn into_kept(self) -> (KeptEntries, MapEntries) {
+        KeptEntries::of(self.set, self.elements)
     }
 }
 
@@ -218,7 +262,7 @@ pub(crate) fn collect_elements(
     set: &SetInfo,
     attrs: &[u8],
     elements: &mut Vec<RawElement>,
-    problems: &mut Vec<crate::heart::model::Unparsed>,
+    problems: &mut Vec<Unparsed>,
 ) -> Result<(), DecodeError> {
     for attr in Attrs::new(attrs) {
         let (kind, list) = attr?;

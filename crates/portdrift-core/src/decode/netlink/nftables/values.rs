@@ -168,7 +168,7 @@ pub(crate) fn verdict_statement(code: i32, chain: Option<&str>) -> Expr<'static>
     }
 }
 
-pub fn element_ir(set: &SetInfo, element: RawElement) -> ElementIr<'static> {
+pub(crate) fn element_ir(set: &SetInfo, element: RawElement) -> ElementIr<'static> {
     let verdict = match &element.data {
         ElementData::Verdict {
             code: -4,
