@@ -29,7 +29,7 @@ impl KeptEntries {
         (kept, entries)
     }
 
-    /// The elements as their rule shows them (what [`inline_entries`] gave for them).
+    /// The elements as their rule shows them (what [`MapElements::into_inline`](super::MapElements::into_inline) gave for them).
     pub fn entries(&self, set: &SetInfo) -> MapEntries {
         match self {
             KeptEntries::Numbered { code, chains } => chains

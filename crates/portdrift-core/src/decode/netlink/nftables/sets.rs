@@ -202,8 +202,8 @@ impl<'s> Elements<'s> {
         self.elements.is_empty()
     }
 
-    /// A dump's elements in key order, with the problems; None when a key came twice
-    /// and the dump is to be read again (see [`sort_unique`]).
+    /// A dump's elements in key order, with the problems; None when a key came twice,
+    /// which a set never holds: the dump was disturbed and is to be read again.
     pub fn finish_dump(mut self) -> Option<(MapElements<'s>, Vec<Unparsed>)> {
         let unique = sort_unique(self.set, &mut self.elements);
         unique.then(|| self.finished())
