@@ -23,10 +23,8 @@ use crate::decode::netlink::iptables::{
     ChainInfo, SAVE_FOOTER, TABLES, declare_chains, read_chain, render_rule, rule_handle, save_header,
     split_handle,
 };
-use crate::decode::netlink::{
-    NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETTABLE, NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NFTA_TABLE_NAME,
-    nfproto,
-};
+use crate::decode::netlink::nfproto;
+use crate::decode::netlink::request;
 use crate::heart::model::{Backend, Family, RuleSource};
 use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
 use crate::sources::netlink::follow::{ATTEMPTS, Named, Stale, Stamp, follow};
@@ -128,36 +126,26 @@ const BUDGET: usize = 8 << 20;
 fn render_chain(
     conn: &mut Conn,
     family: Family,
-    table_attr: &[u8],
+    table: &str,
     chain: &str,
     out: &mut String,
 ) -> Result<(), NetlinkError> {
     // One dump per chain, not one for the table: the kernel resumes a table-wide rule
     // dump by walking every rule before the resume point again, once per datagram,
     // which is quadratic, where it finds each chain by hash.
-    let mut chain_attr = chain.as_bytes().to_vec();
-    chain_attr.push(0);
-    let filter = [(NFTA_RULE_TABLE, table_attr), (NFTA_RULE_CHAIN, &chain_attr[..])];
     let mut failed = None;
-    conn.exchange(
-        "the rules",
-        NFT_MSG_GETRULE,
-        true,
-        nfproto(family),
-        &filter,
-        |attrs| {
-            if let Some(handle) = rule_handle(attrs) {
-                let _ = write!(out, "{handle} ");
+    conn.exchange("the rules", &request::rules(family, table, chain), |attrs| {
+        if let Some(handle) = rule_handle(attrs) {
+            let _ = write!(out, "{handle} ");
+        }
+        match render_rule(out, family, chain, attrs) {
+            Ok(()) => out.push('\n'),
+            Err(e) => {
+                failed.get_or_insert(e);
             }
-            match render_rule(out, family, chain, attrs) {
-                Ok(()) => out.push('\n'),
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            }
-            Ok(())
-        },
-    )?;
+        }
+        Ok(())
+    })?;
     failed.map_or(Ok(()), |e| Err(e.into()))
 }
 
@@ -168,7 +156,7 @@ fn render_rules(
     conn: &mut Conn,
     readers: Readers<'_>,
     family: Family,
-    table_attr: &[u8],
+    table: &str,
     chains: &[ChainInfo],
     sink: &mut dyn FnMut(Option<NonZeroU64>, &str),
     mut keep: Option<&mut Vec<KeptBlock>>,
@@ -184,9 +172,7 @@ fn render_rules(
         readers,
         chains,
         plan,
-        &|conn, chain: &ChainInfo, text: &mut String| {
-            render_chain(conn, family, table_attr, &chain.name, text)
-        },
+        &|conn, chain: &ChainInfo, text: &mut String| render_chain(conn, family, table, &chain.name, text),
         &mut |text: &mut String| {
             // Blocks come in order, BLOCK chains each (all of them when they fit one).
             let count = BLOCK.min(chains.len() - handed);
@@ -216,19 +202,9 @@ fn render_family(
     sink: &mut dyn FnMut(Option<NonZeroU64>, &str),
     mut keep: Option<&mut Vec<KeptTable>>,
 ) -> Result<(), NetlinkError> {
-    let nfproto = nfproto(family);
     let mut present = Vec::new();
     for table in TABLES {
-        let mut attr = table.as_bytes().to_vec();
-        attr.push(0);
-        match conn.exchange(
-            "the table",
-            NFT_MSG_GETTABLE,
-            false,
-            nfproto,
-            &[(NFTA_TABLE_NAME, &attr)],
-            |_| Ok(()),
-        ) {
+        match conn.exchange("the table", &request::table(family, table), |_| Ok(())) {
             Err(NetlinkError::Refused { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => return Err(e),
             Ok(()) => present.push(table),
@@ -240,7 +216,7 @@ fn render_family(
     // One chain dump for the family (the kernel filters chain dumps by family only),
     // sorted into the tables.
     let mut chains: Vec<Vec<ChainInfo>> = present.iter().map(|_| Vec::new()).collect();
-    conn.exchange("the chains", NFT_MSG_GETCHAIN, true, nfproto, &[], |attrs| {
+    conn.exchange("the chains", &request::chains(family), |attrs| {
         let (table, chain) = read_chain(attrs)?;
         if let Some(i) = present.iter().position(|t| *t == table) {
             chains[i].push(chain);
@@ -250,27 +226,17 @@ fn render_family(
     sink(None, &save_header(family));
     for (table, mut chains) in present.into_iter().zip(chains) {
         declare_chains(table, &mut chains, &mut |line| sink(None, line))?;
-        let mut table_attr = table.as_bytes().to_vec();
-        table_attr.push(0);
         match keep.as_deref_mut() {
             Some(tables) => {
                 let mut blocks = Vec::new();
-                render_rules(
-                    conn,
-                    readers,
-                    family,
-                    &table_attr,
-                    &chains,
-                    sink,
-                    Some(&mut blocks),
-                )?;
+                render_rules(conn, readers, family, table, &chains, sink, Some(&mut blocks))?;
                 tables.push(KeptTable {
                     name: table,
                     chains,
                     blocks,
                 });
             }
-            None => render_rules(conn, readers, family, &table_attr, &chains, sink, None)?,
+            None => render_rules(conn, readers, family, table, &chains, sink, None)?,
         }
         sink(None, "COMMIT");
     }
@@ -341,11 +307,10 @@ fn update_family(
     {
         return Err(Stale::Whole(format!("table {table} was created")));
     }
-    let nfproto = nfproto(family);
     let mut fresh: Option<Vec<(String, ChainInfo)>> = None;
     if named.iter().any(|(_, _, c)| c.chain_list && !c.whole) {
         let mut list = Vec::new();
-        conn.exchange("the chains", NFT_MSG_GETCHAIN, true, nfproto, &[], |attrs| {
+        conn.exchange("the chains", &request::chains(family), |attrs| {
             list.push(read_chain(attrs)?);
             Ok(())
         })?;
@@ -365,10 +330,9 @@ fn update_family(
             ),
             _ => None,
         };
-        let mut table_attr = table.name.as_bytes().to_vec();
-        table_attr.push(0);
+        let name = table.name;
         read += update_table(table, list, changes, &mut |chain, out| {
-            render_chain(conn, family, &table_attr, chain, out)
+            render_chain(conn, family, name, chain, out)
         })?;
     }
     Ok(read)

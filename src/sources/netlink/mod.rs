@@ -4,7 +4,8 @@
 //! [`crate::decode::netlink`].
 //!
 //! `netlink-sys` (already here for the change notifications) gives the socket; the
-//! requests are encoded here.
+//! requests are built and the answers taken apart by
+//! [`crate::decode::netlink::request`] and [`crate::decode::netlink::reply`].
 
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,10 +14,9 @@ use std::time::{Duration, Instant};
 use netlink_sys::Socket;
 use netlink_sys::protocols::NETLINK_NETFILTER;
 
-use crate::decode::netlink::{
-    Attrs, DecodeError, NFNL_SUBSYS_NFTABLES, NFT_MSG_GETGEN, NFTA_GEN_ID, NLM_F_ACK, NLM_F_DUMP,
-    NLM_F_DUMP_INTR, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, align4, be32, nft_attrs, split_message,
-};
+use crate::decode::netlink::DecodeError;
+use crate::decode::netlink::reply::{self, Body, split_reply};
+use crate::decode::netlink::request::{self, Answer, Request};
 
 pub(crate) mod blocks;
 pub mod follow;
@@ -128,65 +128,28 @@ impl Conn {
     /// The ruleset's generation: it moves with every committed change.
     pub(crate) fn generation(&mut self) -> Result<u32, NetlinkError> {
         let mut id = None;
-        self.exchange("the generation", NFT_MSG_GETGEN, false, 0, &[], |attrs| {
-            for attr in Attrs::new(attrs) {
-                let (kind, value) = attr?;
-                if kind == NFTA_GEN_ID {
-                    id = Some(be32(value)?);
-                }
-            }
+        self.exchange("the generation", &request::generation(), |attrs| {
+            id = reply::generation(attrs)?;
             Ok(())
         })?;
         id.ok_or_else(|| NetlinkError::Malformed("a generation message without an id".into()))
     }
 
     /// Sends one request and hands the attributes of every answer to `each`, until the
-    /// end of the dump (or the single answer of a plain request).
+    /// answer ends as the request asked: the end of a dump, the single answer of a
+    /// plain request, or the kernel's acknowledgement (a refusal ends it as an error,
+    /// after the messages sent before it).
     pub(crate) fn exchange(
         &mut self,
         what: &'static str,
-        message: u8,
-        dump: bool,
-        family: u8,
-        attrs: &[(u16, &[u8])],
-        each: impl FnMut(&[u8]) -> Result<(), NetlinkError>,
-    ) -> Result<(), NetlinkError> {
-        let answer = if dump { Answer::Dump } else { Answer::One };
-        self.request(what, message, answer, family, attrs, each)
-    }
-
-    /// Sends a plain request that the kernel answers with any number of messages, and
-    /// hands each to `each` until the kernel's acknowledgement closes the answer (a
-    /// refusal ends it as an error, after the messages sent before it).
-    pub(crate) fn exchange_acked(
-        &mut self,
-        what: &'static str,
-        message: u8,
-        family: u8,
-        attrs: &[(u16, &[u8])],
-        each: impl FnMut(&[u8]) -> Result<(), NetlinkError>,
-    ) -> Result<(), NetlinkError> {
-        self.request(what, message, Answer::UntilAck, family, attrs, each)
-    }
-
-    fn request(
-        &mut self,
-        what: &'static str,
-        message: u8,
-        answer: Answer,
-        family: u8,
-        attrs: &[(u16, &[u8])],
+        request: &Request,
         mut each: impl FnMut(&[u8]) -> Result<(), NetlinkError>,
     ) -> Result<(), NetlinkError> {
         self.seq = self.seq.wrapping_add(1);
-        let flags = NLM_F_REQUEST
-            | match answer {
-                Answer::Dump => NLM_F_DUMP,
-                Answer::One => 0,
-                Answer::UntilAck => NLM_F_ACK,
-            };
-        let request = encode_request(message, flags, family, self.seq, attrs);
-        self.socket.send(&request, 0).map_err(NetlinkError::Io)?;
+        let answer = request.answer();
+        self.socket
+            .send(&request.encode(self.seq), 0)
+            .map_err(NetlinkError::Io)?;
         let mut interrupted = false;
         let outcome = self.answers(what, answer, &mut each, &mut interrupted);
         match outcome {
@@ -223,19 +186,15 @@ impl Conn {
             let n = self.receive()?;
             let mut datagram = &self.buf[..n];
             while !datagram.is_empty() {
-                let (header, payload, rest) = split_message(datagram)?;
-                let message = &datagram[..datagram.len() - rest.len()];
+                let (reply, rest) = split_reply(datagram)?;
                 datagram = rest;
-                if header.seq != self.seq {
+                if reply.seq != self.seq {
                     continue; // A late answer to an earlier, abandoned request.
                 }
-                match header.kind {
-                    NLMSG_DONE => return Ok(()),
-                    NLMSG_ERROR => {
-                        let code = payload
-                            .get(..4)
-                            .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-                            .ok_or_else(|| NetlinkError::Malformed("a short error message".into()))?;
+                let (interrupted_here, attrs) = match reply.body {
+                    Body::Done => return Ok(()),
+                    Body::Error(code) => {
+                        let code = code?;
                         if code == 0 {
                             return Ok(());
                         }
@@ -249,9 +208,9 @@ impl Conn {
                             source: io::Error::from_raw_os_error(code.saturating_neg()),
                         });
                     }
-                    _ => {}
-                }
-                if header.flags & NLM_F_DUMP_INTR != 0 {
+                    Body::Message { interrupted, attrs } => (interrupted, attrs),
+                };
+                if interrupted_here {
                     if answer == Answer::Dump {
                         return Err(NetlinkError::Unstable(1));
                     }
@@ -260,9 +219,9 @@ impl Conn {
                 if *interrupted {
                     continue;
                 }
-                let attrs = nft_attrs(payload)?;
+                let attrs = attrs?;
                 if let Some(recording) = &self.recording {
-                    recording.push(message);
+                    recording.push(reply.message);
                 }
                 each(attrs)?;
                 if answer == Answer::One {
@@ -310,48 +269,6 @@ fn open_socket(limits: NetlinkLimits) -> Result<Socket, NetlinkError> {
     )
     .map_err(|e| NetlinkError::Socket(e.into()))?;
     Ok(socket)
-}
-
-/// How the kernel answers a request.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Answer {
-    /// A dump: messages until `NLMSG_DONE`.
-    Dump,
-    /// One message (or a refusal).
-    One,
-    /// Messages until the acknowledgement the request asked for.
-    UntilAck,
-}
-
-/// One attribute as the kernel reads it: length, type, value, padded to four bytes.
-pub(crate) fn push_attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    let len = 4 + value.len();
-    buf.extend_from_slice(&(len as u16).to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(value);
-    buf.resize(buf.len() + (align4(len) - len), 0);
-}
-
-pub(crate) fn encode_request(
-    message: u8,
-    flags: u16,
-    family: u8,
-    seq: u32,
-    attrs: &[(u16, &[u8])],
-) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(64);
-    buf.extend_from_slice(&0u32.to_ne_bytes()); // the length, set below
-    buf.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | u16::from(message)).to_ne_bytes());
-    buf.extend_from_slice(&flags.to_ne_bytes());
-    buf.extend_from_slice(&seq.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's
-    buf.extend_from_slice(&[family, 0, 0, 0]); // nfgenmsg: family, version 0, res_id
-    for (kind, value) in attrs {
-        push_attr(&mut buf, *kind, value);
-    }
-    let total = buf.len() as u32;
-    buf[..4].copy_from_slice(&total.to_ne_bytes());
-    buf
 }
 
 #[cfg(test)]

@@ -15,14 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use crate::decode::netlink::nfproto as nfproto_of;
 use crate::decode::netlink::nftables::{
     DecodedRule, KeptEntries, RuleContext, SetInfo, chain_of_table, decode_rule, read_set,
 };
-use crate::decode::netlink::{
-    Attrs, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETTABLE, NFTA_RULE_CHAIN,
-    NFTA_RULE_TABLE, NFTA_SET_TABLE, NFTA_TABLE_HANDLE, NFTA_TABLE_NAME, be64, nfproto as nfproto_of,
-};
-use crate::decode::nftables::{ParsedRuleset, TableIr, build_rule_sources, unparsed};
+use crate::decode::netlink::{reply, request};
+use crate::decode::nftables::{KUBE_PROXY_TABLE, ParsedRuleset, TableIr, build_rule_sources, unparsed};
 use crate::heart::model::{Family, RuleSource, Unparsed};
 use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
 use crate::sources::netlink::follow::ATTEMPTS;
@@ -36,8 +34,7 @@ use self::first_half::FirstHalf;
 pub use self::following::{KeptNft, read_tables_following};
 pub use self::maps::{ConstantMaps, MapFetches};
 use self::maps::{
-    FetchCounts, FetchedMaps, MapKey, MapReuse, WantedMap, fetch_map, is_constant_map, maps_wanted,
-    read_elements,
+    FetchCounts, FetchedMaps, MapKey, MapReuse, WantedMap, fetch_map, maps_wanted, read_elements,
 };
 
 /// What one read gave.
@@ -168,7 +165,7 @@ fn read_family(
     counts: &FetchCounts,
 ) -> Result<Option<TableMeta>, NetlinkError> {
     let nfproto = nfproto_of(family);
-    let TableLookup::Present { handle } = look_up_table(conn, nfproto)? else {
+    let TableLookup::Present { handle } = look_up_table(conn, family)? else {
         return Ok(None);
     };
     let at = FamilyRead {
@@ -179,7 +176,7 @@ fn read_family(
         counts,
     };
     let table = parsed.table_mut(family);
-    let (sets, problems) = read_sets(conn, nfproto)?;
+    let (sets, problems) = read_sets(conn, family)?;
     table.unparsed.extend(problems);
     let mut first = FirstHalf::plan(&at, &sets, reuse.as_deref_mut());
     let chains = first.read(conn, &at, table, reuse.as_deref_mut())?;
@@ -193,24 +190,12 @@ enum TableLookup {
     Present { handle: Option<u64> },
 }
 
-fn look_up_table(conn: &mut Conn, nfproto: u8) -> Result<TableLookup, NetlinkError> {
-    let table_attr = [(NFTA_TABLE_NAME, &b"kube-proxy\0"[..])];
+fn look_up_table(conn: &mut Conn, family: Family) -> Result<TableLookup, NetlinkError> {
     let mut handle = None;
-    let asked = conn.exchange(
-        "the table",
-        NFT_MSG_GETTABLE,
-        false,
-        nfproto,
-        &table_attr,
-        |attrs| {
-            for attr in Attrs::new(attrs) {
-                if let (NFTA_TABLE_HANDLE, value) = attr? {
-                    handle = Some(be64(value)?);
-                }
-            }
-            Ok(())
-        },
-    );
+    let asked = conn.exchange("the table", &request::table(family, KUBE_PROXY_TABLE), |attrs| {
+        handle = reply::table_handle(attrs)?;
+        Ok(())
+    });
     match asked {
         // The table does not exist: kube-proxy does not run in nftables mode here.
         Err(NetlinkError::Refused { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => {
@@ -234,7 +219,7 @@ impl FamilyRead<'_> {
     /// How [`ConstantMaps`] keys `set`, when it keeps it.
     fn constant_key(&self, set: &SetInfo) -> Option<MapKey> {
         match (self.handle, set.handle) {
-            (Some(table), Some(handle)) if is_constant_map(set) => Some((self.nfproto, table, handle)),
+            (Some(table), Some(handle)) if set.is_constant_map() => Some((self.nfproto, table, handle)),
             _ => None,
         }
     }
@@ -328,10 +313,9 @@ fn read_rules_in_order(
 }
 
 /// The table's sets and maps, in the kernel's order, with what could not be read.
-fn read_sets(conn: &mut Conn, nfproto: u8) -> Result<(Vec<SetInfo>, Vec<Unparsed>), NetlinkError> {
-    let set_filter = [(NFTA_SET_TABLE, &b"kube-proxy\0"[..])];
+fn read_sets(conn: &mut Conn, family: Family) -> Result<(Vec<SetInfo>, Vec<Unparsed>), NetlinkError> {
     let (mut sets, mut problems) = (Vec::new(), Vec::new());
-    conn.exchange("the sets", NFT_MSG_GETSET, true, nfproto, &set_filter, |attrs| {
+    conn.exchange("the sets", &request::sets(family, KUBE_PROXY_TABLE), |attrs| {
         match read_set(attrs) {
             Ok(set) => sets.push(set),
             Err(reason) => problems.push(unparsed(0, "(a set)", reason.to_string())),
@@ -345,10 +329,10 @@ fn read_sets(conn: &mut Conn, nfproto: u8) -> Result<(Vec<SetInfo>, Vec<Unparsed
 
 /// The table's chains in the kernel's order, from one dump of the family's (the kernel
 /// filters chain dumps by family only), then filtered by table.
-fn read_chains(conn: &mut Conn, nfproto: u8) -> Result<(Vec<String>, Vec<Unparsed>), NetlinkError> {
+fn read_chains(conn: &mut Conn, family: Family) -> Result<(Vec<String>, Vec<Unparsed>), NetlinkError> {
     let mut names = Vec::new();
     let mut problems = Vec::new();
-    conn.exchange("the chains", NFT_MSG_GETCHAIN, true, nfproto, &[], |attrs| {
+    conn.exchange("the chains", &request::chains(family), |attrs| {
         match chain_of_table(attrs) {
             Ok(Some(chain)) => names.push(chain),
             Ok(None) => {}
@@ -375,12 +359,6 @@ fn read_chain_rules(
     chain: usize,
     out: &mut Vec<Result<DecodedRule, Unparsed>>,
 ) -> Result<(), NetlinkError> {
-    let mut chain_attr = chains[chain].as_bytes().to_vec();
-    chain_attr.push(0);
-    let rule_filter = [
-        (NFTA_RULE_TABLE, &b"kube-proxy\0"[..]),
-        (NFTA_RULE_CHAIN, &chain_attr[..]),
-    ];
     let mut held: Vec<Vec<u8>> = Vec::new();
     let mut wanted: Vec<WantedMap<'_>> = Vec::new();
     let decode = |attrs: &[u8], out: &mut Vec<Result<DecodedRule, Unparsed>>| match decode_rule(
@@ -392,25 +370,19 @@ fn read_chain_rules(
         Ok(None) => {}
         Err(reason) => out.push(Err(unparsed(0, "(a rule)", reason.to_string()))),
     };
-    conn.exchange(
-        "the rules",
-        NFT_MSG_GETRULE,
-        true,
-        context.nfproto,
-        &rule_filter,
-        |attrs| {
-            let before = wanted.len();
-            if !context.deferred.is_empty() {
-                maps_wanted(context, attrs, &mut wanted);
-            }
-            if held.is_empty() && wanted.len() == before {
-                decode(attrs, out);
-            } else {
-                held.push(attrs.to_vec());
-            }
-            Ok(())
-        },
-    )?;
+    let rules = request::rules(context.rules.family, KUBE_PROXY_TABLE, &chains[chain]);
+    conn.exchange("the rules", &rules, |attrs| {
+        let before = wanted.len();
+        if !context.deferred.is_empty() {
+            maps_wanted(context, attrs, &mut wanted);
+        }
+        if held.is_empty() && wanted.len() == before {
+            decode(attrs, out);
+        } else {
+            held.push(attrs.to_vec());
+        }
+        Ok(())
+    })?;
     for map in wanted {
         fetch_map(conn, context, map, out)?;
     }

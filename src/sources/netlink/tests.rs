@@ -1,22 +1,6 @@
 use super::*;
-use crate::decode::netlink::{
-    Attrs, NFPROTO_IPV4, NFT_MSG_GETRULE, NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NLM_F_REQUEST, split_message,
-};
-
-#[test]
-fn messages_are_split_with_bounds_checks() {
-    let request = encode_request(7, NLM_F_REQUEST, NFPROTO_IPV4, 7, &[(1, b"kube-proxy\0")]);
-    assert_eq!(request.len() % 4, 0);
-    let (header, payload, rest) = split_message(&request).unwrap();
-    assert_eq!((header.kind, header.seq), ((10 << 8) | 7, 7));
-    assert!(rest.is_empty());
-    let attrs: Vec<_> = Attrs::new(&payload[4..]).collect::<Result<_, _>>().unwrap();
-    assert_eq!(attrs, vec![(1, &b"kube-proxy\0"[..])]);
-    assert!(split_message(&request[..10]).is_err());
-    let mut long = request.clone();
-    long[0] = 255;
-    assert!(split_message(&long).is_err());
-}
+use crate::decode::netlink::request;
+use crate::heart::model::Family;
 
 /// Rules of one long chain, as iptables-nft-restore loads them.
 const LONG_CHAIN_RULES: usize = 4000;
@@ -88,12 +72,9 @@ fn dump_cut_short_in_this_namespace() {
         max_bytes: 1 << 30,
     };
     let mut conn = Conn::open(limits, Instant::now() + limits.timeout, None).unwrap();
-    let filter = [
-        (NFTA_RULE_TABLE, &b"nat\0"[..]),
-        (NFTA_RULE_CHAIN, &b"KUBE-NODEPORTS\0"[..]),
-    ];
+    let rules_request = request::rules(Family::Ipv4, "nat", "KUBE-NODEPORTS");
     let mut handed = 0;
-    let cut = conn.exchange("the rules", NFT_MSG_GETRULE, true, NFPROTO_IPV4, &filter, |_| {
+    let cut = conn.exchange("the rules", &rules_request, |_| {
         handed += 1;
         if handed == 1 {
             // A commit while the dump is under way.
@@ -120,7 +101,7 @@ fn dump_cut_short_in_this_namespace() {
     let cut_bytes = conn.bytes;
 
     let mut rules = 0;
-    conn.exchange("the rules", NFT_MSG_GETRULE, true, NFPROTO_IPV4, &filter, |_| {
+    conn.exchange("the rules", &rules_request, |_| {
         rules += 1;
         Ok(())
     })

@@ -8,11 +8,9 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 
 use super::maps::{MapReuse, may_read_by_key, read_elements};
 use super::{FamilyRead, read_chains};
-use crate::decode::netlink::nftables::{
-    KeptEntries, MapEntries, NFT_SET_ANONYMOUS, NFT_SET_MAP, RawElement, SetInfo, element_ir, inline_entries,
-};
-use crate::decode::nftables::{MapIr, TableIr};
-use crate::heart::model::Unparsed;
+use crate::decode::netlink::nftables::{MapElements, MapEntries, SetInfo};
+use crate::decode::nftables::TableIr;
+use crate::heart::model::{Family, Unparsed};
 use crate::sources::netlink::blocks::{Held, Plan, read_in_order};
 use crate::sources::netlink::{Conn, NetlinkError};
 
@@ -28,7 +26,7 @@ enum Fetched<'s> {
     #[default]
     Nothing,
     Chains(Vec<String>, Vec<Unparsed>),
-    Elements(&'s SetInfo, Vec<RawElement>, Vec<Unparsed>),
+    Elements(MapElements<'s>, Vec<Unparsed>),
 }
 
 impl Held for Fetched<'_> {}
@@ -57,7 +55,7 @@ impl<'s> FirstHalf<'s> {
             deferred: HashMap::new(),
             inline_maps: HashMap::new(),
         };
-        for set in sets.iter().filter(|s| s.flags & NFT_SET_MAP != 0) {
+        for set in sets.iter().filter(|s| s.is_map()) {
             let kept = at
                 .constant_key(set)
                 .and_then(|key| Some((key, reuse.as_deref()?.previous.get(&key)?)));
@@ -94,7 +92,7 @@ impl<'s> FirstHalf<'s> {
             lookahead: usize::MAX,
             budget: usize::MAX,
         };
-        let nfproto = at.nfproto;
+        let family = at.family;
         let mut chains = Vec::new();
         read_in_order(
             conn,
@@ -102,7 +100,7 @@ impl<'s> FirstHalf<'s> {
             &self.fetches,
             everything,
             &|conn, fetch: &Fetch<'_>, out: &mut Fetched<'_>| {
-                *out = fetch_one(conn, nfproto, fetch)?;
+                *out = fetch_one(conn, family, fetch)?;
                 Ok(())
             },
             &mut |out: &mut Fetched<'_>| {
@@ -113,10 +111,10 @@ impl<'s> FirstHalf<'s> {
                         chains = names;
                     }
                     // In key order already (read_elements).
-                    Fetched::Elements(set, elements, problems) => {
+                    Fetched::Elements(elements, problems) => {
                         table.unparsed.extend(problems);
                         let reuse = reuse.as_deref_mut();
-                        add_elements(at, table, &mut self.inline_maps, set, elements, reuse);
+                        add_elements(at, table, &mut self.inline_maps, elements, reuse);
                     }
                     Fetched::Nothing => {}
                 }
@@ -128,15 +126,15 @@ impl<'s> FirstHalf<'s> {
 }
 
 /// One dump of the first half.
-fn fetch_one<'s>(conn: &mut Conn, nfproto: u8, fetch: &Fetch<'s>) -> Result<Fetched<'s>, NetlinkError> {
+fn fetch_one<'s>(conn: &mut Conn, family: Family, fetch: &Fetch<'s>) -> Result<Fetched<'s>, NetlinkError> {
     Ok(match *fetch {
         Fetch::Chains => {
-            let (names, problems) = read_chains(conn, nfproto)?;
+            let (names, problems) = read_chains(conn, family)?;
             Fetched::Chains(names, problems)
         }
         Fetch::Elements(set) => {
-            let (elements, problems) = read_elements(conn, nfproto, set)?;
-            Fetched::Elements(set, elements, problems)
+            let (elements, problems) = read_elements(conn, family, set)?;
+            Fetched::Elements(elements, problems)
         }
     })
 }
@@ -155,24 +153,21 @@ fn add_elements(
     at: &FamilyRead<'_>,
     table: &mut TableIr<'static>,
     inline_maps: &mut HashMap<String, MapEntries>,
-    set: &SetInfo,
-    elements: Vec<RawElement>,
+    elements: MapElements<'_>,
     reuse: Option<&mut MapReuse<'_>>,
 ) {
-    if set.flags & NFT_SET_ANONYMOUS == 0 {
-        table.maps.push(MapIr {
-            name: Cow::Owned(set.name.clone()),
-            elements: elements.into_iter().map(|e| element_ir(set, e)).collect(),
-        });
+    let set = elements.set();
+    if !set.is_anonymous() {
+        table.maps.push(elements.into_map_ir());
         return;
     }
     let entries = match (at.constant_key(set), reuse) {
         (Some(key), Some(reuse)) => {
-            let (kept, entries) = KeptEntries::of(set, elements);
+            let (kept, entries) = elements.into_kept();
             reuse.next.insert(key, kept);
             entries
         }
-        _ => inline_entries(set, elements),
+        _ => elements.into_inline(),
     };
     inline_maps.insert(set.name.clone(), entries);
 }

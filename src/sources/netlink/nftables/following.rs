@@ -9,7 +9,6 @@
 //! maps that changed; a changed chain list re-reads the chain list. Anything the
 //! notifications cannot place reads the tables whole.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,11 +23,9 @@ use super::{
 };
 use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::nfproto as nfproto_of;
-use crate::decode::netlink::nftables::{
-    DecodedRule, NFT_SET_ANONYMOUS, NFT_SET_MAP, RuleContext, SetInfo, element_ir,
-};
+use crate::decode::netlink::nftables::{DecodedRule, RuleContext, SetInfo};
 use crate::decode::nftables::{
-    KUBE_PROXY_TABLE, KeptMap, KeptTable, MapIr, ParsedRuleset, RuleGraph, build_rule_sources, build_sources,
+    KUBE_PROXY_TABLE, KeptMap, KeptTable, ParsedRuleset, RuleGraph, build_rule_sources, build_sources,
     table_label,
 };
 use crate::heart::model::{Family, RuleSource, Unparsed};
@@ -200,7 +197,7 @@ fn update_tables(
         if !changes.sets.is_empty() {
             update_maps(conn, meta, table, changes, maps)?;
         }
-        let reread = update_chains(conn, *nfproto, table, changes)?;
+        let reread = update_chains(conn, family, table, changes)?;
         read_rules(conn, readers, meta, table, &reread, maps)?;
         table.settle();
         read += reread.len();
@@ -227,26 +224,21 @@ fn update_maps(
     maps: &mut ConstantMaps,
 ) -> Result<(), Stale> {
     let nfproto = nfproto_of(meta.family);
-    let (sets, problems) = read_sets(conn, nfproto)?;
+    let (sets, problems) = read_sets(conn, meta.family)?;
     undecodable(&problems)?;
     let mut old: HashMap<String, KeptMap> = table
         .take_maps()
         .into_iter()
         .map(|m| (m.name().to_string(), m))
         .collect();
-    let named_maps = sets
-        .iter()
-        .filter(|s| s.flags & NFT_SET_MAP != 0 && s.flags & NFT_SET_ANONYMOUS == 0);
+    let named_maps = sets.iter().filter(|s| s.is_map() && !s.is_anonymous());
     for set in named_maps {
         match old.remove(set.name.as_str()) {
             Some(map) if !changes.sets.contains(set.name.as_str()) => table.push_map(map),
             _ => {
-                let (elements, problems) = read_elements(conn, nfproto, set)?;
+                let (elements, problems) = read_elements(conn, meta.family, set)?;
                 undecodable(&problems)?;
-                table.push_map_ir(MapIr {
-                    name: Cow::Owned(set.name.clone()),
-                    elements: elements.into_iter().map(|e| element_ir(set, e)).collect(),
-                });
+                table.push_map_ir(elements.into_map_ir());
             }
         }
     }
@@ -264,31 +256,20 @@ fn update_maps(
 /// the chain list the list is read again and the kept chains are put in its order.
 fn update_chains(
     conn: &mut Conn,
-    nfproto: u8,
+    family: Family,
     table: &mut KeptTable,
     changes: &TableChanges,
 ) -> Result<Vec<usize>, Stale> {
-    if !changes.chain_list {
-        let mut reread = Vec::with_capacity(changes.chains.len());
-        for name in &changes.chains {
-            let Some(at) = table.find_chain(name) else {
-                return Err(Stale::Whole(format!(
-                    "the rules of chain {name} changed, which the last read did not list"
-                )));
-            };
-            table.clear_rules(at);
-            reread.push(at);
-        }
-        reread.sort_unstable();
-        return Ok(reread);
-    }
-    let (names, problems) = read_chains(conn, nfproto)?;
-    undecodable(&problems)?;
-    // A renamed chain is notified under its new name only; the rules that jump to it,
-    // kept, would still name the old one.
+    let list = if changes.chain_list {
+        let (names, problems) = read_chains(conn, family)?;
+        undecodable(&problems)?;
+        Some(names)
+    } else {
+        None
+    };
     table
-        .relist(names, |name| changes.chains.contains(name))
-        .map_err(|unlisted| Stale::Whole(unlisted.to_string()))
+        .begin_update(&changes.chains, list)
+        .map_err(|e| Stale::Whole(e.to_string()))
 }
 
 /// The rules of the chains at `reread`, read as a whole read reads them, with the
@@ -314,7 +295,7 @@ fn read_rules(
     let deferred: HashMap<&str, &SetInfo> = meta
         .sets
         .iter()
-        .filter(|s| s.flags & NFT_SET_MAP != 0 && s.flags & NFT_SET_ANONYMOUS != 0)
+        .filter(|s| s.is_map() && s.is_anonymous())
         .map(|s| (s.name.as_str(), s))
         .collect();
     let inline_maps = Mutex::new(HashMap::new());

@@ -6,17 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ReadContext;
-use crate::decode::netlink::nftables::{
-    DecodedRule, KeptEntries, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL,
-    NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetInfo, collect_elements, compare_keys,
-    inline_entries, lookups, sort_unique,
-};
-use crate::decode::netlink::{
-    NFT_MSG_GETSETELEM, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS,
-    NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NLA_F_NESTED,
-};
-use crate::heart::model::Unparsed;
-use crate::sources::netlink::{Conn, NetlinkError, push_attr};
+use crate::decode::netlink::nftables::{DecodedRule, Elements, KeptEntries, MapElements, SetInfo, lookups};
+use crate::decode::netlink::request;
+use crate::decode::nftables::KUBE_PROXY_TABLE;
+use crate::heart::model::{Family, Unparsed};
+use crate::sources::netlink::{Conn, NetlinkError};
 
 /// The elements of kube-proxy's anonymous verdict maps, kept from one read to the next
 /// by a reader that reads the same node again (the agent).
@@ -95,12 +89,6 @@ pub(super) struct MapReuse<'m> {
     pub(super) reused: usize,
 }
 
-/// A set whose elements cannot change while it exists (see [`ConstantMaps`]).
-pub(super) fn is_constant_map(set: &SetInfo) -> bool {
-    let all = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP;
-    set.flags & all == all && set.flags & (NFT_SET_TIMEOUT | NFT_SET_EVAL) == 0
-}
-
 /// The most keys asked for in one request: the request stays one small message, and
 /// a Service with more endpoints than this has its map dumped.
 const MAX_KEYS: u32 = 1024;
@@ -120,8 +108,8 @@ const MAX_KEYS: u32 = 1024;
 /// element is not counted against the size; in such a map no number the `numgen` draws
 /// can reach it, so it is left out.)
 pub(super) fn may_read_by_key(set: &SetInfo) -> bool {
-    is_constant_map(set)
-        && set.flags & (NFT_SET_INTERVAL | NFT_SET_CONCAT) == 0
+    set.is_constant_map()
+        && set.has_single_keys()
         && set.key_len == 4
         && set.size.is_some_and(|n| (1..=MAX_KEYS).contains(&n))
 }
@@ -160,7 +148,7 @@ pub(super) fn fetch_map(
         .zip(set.handle)
         .map(|((table, _), handle)| (context.nfproto, table, handle));
     if let Some(kept) = key
-        .filter(|_| is_constant_map(set))
+        .filter(|_| set.is_constant_map())
         .and_then(|key| context.reuse?.get(&key))
     {
         context.counts.reused.fetch_add(1, AtomicOrdering::Relaxed);
@@ -173,7 +161,7 @@ pub(super) fn fetch_map(
         return Ok(());
     }
     let by_key = match map.keys {
-        Some(keys) => match read_elements_by_key(conn, context.nfproto, set, keys) {
+        Some(keys) => match read_elements_by_key(conn, context.rules.family, set, keys) {
             Ok(read) => Some(read),
             // A key the map does not hold (ENOENT), or a kernel that does not look up
             // elements: the map is read whole, as it is.
@@ -190,19 +178,19 @@ pub(super) fn fetch_map(
         }
         None => {
             context.counts.dumped.fetch_add(1, AtomicOrdering::Relaxed);
-            read_elements(conn, context.nfproto, set)?
+            read_elements(conn, context.rules.family, set)?
         }
     };
     out.extend(problems.into_iter().map(Err));
     let entries = match (context.keep, key) {
         (Some((_, kept)), Some(key)) => {
-            let (keep, entries) = KeptEntries::of(set, elements);
+            let (keep, entries) = elements.into_kept();
             kept.lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push((key, keep));
             entries
         }
-        _ => inline_entries(set, elements),
+        _ => elements.into_inline(),
     };
     context
         .rules
@@ -214,70 +202,35 @@ pub(super) fn fetch_map(
 }
 
 /// Every element of `set`, in key order; a dump that holds a key twice is read again
-/// (see [`sort_unique`]).
-pub(super) fn read_elements(
+/// (see [`Elements::finish_dump`]).
+pub(super) fn read_elements<'s>(
     conn: &mut Conn,
-    nfproto: u8,
-    set: &SetInfo,
-) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
-    let mut set_name = set.name.as_bytes().to_vec();
-    set_name.push(0);
-    let filter = [
-        (NFTA_SET_ELEM_LIST_TABLE, &b"kube-proxy\0"[..]),
-        (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
-    ];
-    let mut read = (Vec::new(), Vec::new());
-    conn.exchange(
-        "the elements",
-        NFT_MSG_GETSETELEM,
-        true,
-        nfproto,
-        &filter,
-        |attrs| Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?),
-    )?;
-    if !sort_unique(set, &mut read.0) {
-        return Err(NetlinkError::Unstable(1));
-    }
-    Ok(read)
+    family: Family,
+    set: &'s SetInfo,
+) -> Result<(MapElements<'s>, Vec<Unparsed>), NetlinkError> {
+    let mut read = Elements::new(set);
+    let request = request::set_elements(family, KUBE_PROXY_TABLE, &set.name);
+    conn.exchange("the elements", &request, |attrs| Ok(read.take(attrs)?))?;
+    read.finish_dump().ok_or(NetlinkError::Unstable(1))
 }
 
 /// The elements with keys 0 to `keys` - 1 of a map with 32-bit keys, asked for in one
 /// request, in key order; refused (ENOENT) when one of them is missing.
-fn read_elements_by_key(
+fn read_elements_by_key<'s>(
     conn: &mut Conn,
-    nfproto: u8,
-    set: &SetInfo,
+    family: Family,
+    set: &'s SetInfo,
     keys: u32,
-) -> Result<(Vec<RawElement>, Vec<Unparsed>), NetlinkError> {
-    let mut set_name = set.name.as_bytes().to_vec();
-    set_name.push(0);
-    let mut list = Vec::with_capacity(keys as usize * 16);
-    let (mut value, mut key) = (Vec::with_capacity(8), Vec::with_capacity(12));
-    for k in 0..keys {
-        value.clear();
-        key.clear();
-        // numgen leaves its number in the register in host order, and the map's keys
-        // are the register's bytes.
-        push_attr(&mut value, NFTA_DATA_VALUE, &k.to_ne_bytes());
-        push_attr(&mut key, NFTA_SET_ELEM_KEY | NLA_F_NESTED, &value);
-        push_attr(&mut list, NFTA_LIST_ELEM | NLA_F_NESTED, &key);
-    }
-    let request = [
-        (NFTA_SET_ELEM_LIST_TABLE, &b"kube-proxy\0"[..]),
-        (NFTA_SET_ELEM_LIST_SET, &set_name[..]),
-        (NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, &list[..]),
-    ];
-    let mut read = (Vec::new(), Vec::new());
-    conn.exchange_acked("the elements", NFT_MSG_GETSETELEM, nfproto, &request, |attrs| {
-        Ok(collect_elements(set, attrs, &mut read.0, &mut read.1)?)
-    })?;
-    if read.0.len() != keys as usize {
+) -> Result<(MapElements<'s>, Vec<Unparsed>), NetlinkError> {
+    let mut read = Elements::new(set);
+    let request = request::set_elements_by_key(family, KUBE_PROXY_TABLE, &set.name, keys);
+    conn.exchange("the elements", &request, |attrs| Ok(read.take(attrs)?))?;
+    if read.len() != keys as usize {
         return Err(NetlinkError::Malformed(format!(
             "{} elements of map {} answered for {keys} keys",
-            read.0.len(),
+            read.len(),
             set.name
         )));
     }
-    read.0.sort_by(|a, b| compare_keys(&a.key, &b.key));
-    Ok(read)
+    Ok(read.finish())
 }

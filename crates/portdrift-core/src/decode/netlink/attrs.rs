@@ -11,13 +11,13 @@ const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
 
 /// `n` rounded up to the netlink alignment of four bytes.
-pub fn align4(n: usize) -> usize {
+pub(crate) fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
 /// The attributes in a buffer, as (type, value); a malformed one ends the walk with
 /// an error.
-pub struct Attrs<'b> {
+pub(crate) struct Attrs<'b> {
     data: &'b [u8],
 }
 
@@ -53,14 +53,14 @@ impl<'b> Iterator for Attrs<'b> {
     }
 }
 
-pub fn be32(value: &[u8]) -> Result<u32, DecodeError> {
+pub(crate) fn be32(value: &[u8]) -> Result<u32, DecodeError> {
     value
         .get(..4)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
         .ok_or_else(|| DecodeError::Malformed("a 32-bit attribute cut short".into()))
 }
 
-pub fn be64(value: &[u8]) -> Result<u64, DecodeError> {
+pub(crate) fn be64(value: &[u8]) -> Result<u64, DecodeError> {
     let b: [u8; 8] = value
         .get(..8)
         .and_then(|b| b.try_into().ok())
@@ -75,7 +75,7 @@ pub fn name(value: &[u8]) -> Result<&str, DecodeError> {
 }
 
 /// The bytes of an `NFTA_DATA_VALUE`.
-pub fn data_value(nested: &[u8]) -> Result<&[u8], DecodeError> {
+pub(crate) fn data_value(nested: &[u8]) -> Result<&[u8], DecodeError> {
     for attr in Attrs::new(nested) {
         if let (NFTA_DATA_VALUE, value) = attr? {
             return Ok(value);
@@ -84,7 +84,7 @@ pub fn data_value(nested: &[u8]) -> Result<&[u8], DecodeError> {
     Err(DecodeError::Malformed("data without a value".into()))
 }
 
-pub fn read_verdict(nested: &[u8]) -> Result<(i32, Option<String>), DecodeError> {
+pub(crate) fn read_verdict(nested: &[u8]) -> Result<(i32, Option<String>), DecodeError> {
     let mut code = None;
     let mut chain = None;
     for attr in Attrs::new(nested) {
@@ -101,7 +101,7 @@ pub fn read_verdict(nested: &[u8]) -> Result<(i32, Option<String>), DecodeError>
 /// An expression's attributes by type, for the types below [`ExprAttrs::TYPES`] (the
 /// ones the iptables reader asks for): an array, not a map, as it is built for every
 /// expression of every rule.
-pub struct ExprAttrs<'b>([Option<&'b [u8]>; ExprAttrs::TYPES]);
+pub(crate) struct ExprAttrs<'b>([Option<&'b [u8]>; ExprAttrs::TYPES]);
 
 impl<'b> ExprAttrs<'b> {
     pub const TYPES: usize = 16;
@@ -123,12 +123,12 @@ impl<'b> ExprAttrs<'b> {
 }
 
 /// An expression's attributes by type (each appears once).
-pub fn attr_map(data: &[u8]) -> Result<HashMap<u16, &[u8]>, DecodeError> {
+pub(crate) fn attr_map(data: &[u8]) -> Result<HashMap<u16, &[u8]>, DecodeError> {
     Attrs::new(data).collect()
 }
 
 /// A rule's expressions (`NFTA_RULE_EXPRESSIONS`), each as its name and its data.
-pub fn expressions(list: &[u8]) -> impl Iterator<Item = Result<(&str, &[u8]), DecodeError>> {
+pub(crate) fn expressions(list: &[u8]) -> impl Iterator<Item = Result<(&str, &[u8]), DecodeError>> {
     Attrs::new(list).filter_map(|item| {
         let (kind, element) = match item {
             Ok(item) => item,
@@ -156,7 +156,7 @@ pub fn expressions(list: &[u8]) -> impl Iterator<Item = Result<(&str, &[u8]), De
 
 /// The length of the prefix a mask keeps (its leading one bits); None when its ones are
 /// not all leading.
-pub fn prefix_len(mask: &[u8]) -> Option<u32> {
+pub(crate) fn prefix_len(mask: &[u8]) -> Option<u32> {
     let mut ones = 0;
     let mut seen_zero = false;
     for bit in mask

@@ -5,7 +5,7 @@ use super::{DecodeError, NFGENMSG_LEN, NFNL_SUBSYS_NFTABLES, NLMSG_HDRLEN, align
 
 /// A message's header fields that matter here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     pub kind: u16,
     pub flags: u16,
     pub seq: u32,
@@ -19,7 +19,7 @@ impl Header {
 }
 
 /// The first message of a datagram: its header, its payload, and the rest.
-pub fn split_message(data: &[u8]) -> Result<(Header, &[u8], &[u8]), DecodeError> {
+pub(crate) fn split_message(data: &[u8]) -> Result<(Header, &[u8], &[u8]), DecodeError> {
     let short = || DecodeError::Malformed(format!("a message header cut short ({} bytes)", data.len()));
     let head = data.get(..NLMSG_HDRLEN).ok_or_else(short)?;
     let len = u32::from_ne_bytes([head[0], head[1], head[2], head[3]]) as usize;
@@ -39,7 +39,7 @@ pub fn split_message(data: &[u8]) -> Result<(Header, &[u8], &[u8]), DecodeError>
 }
 
 /// The attributes of an nf_tables message's payload (past its `nfgenmsg`).
-pub fn nft_attrs(payload: &[u8]) -> Result<&[u8], DecodeError> {
+pub(crate) fn nft_attrs(payload: &[u8]) -> Result<&[u8], DecodeError> {
     payload
         .get(NFGENMSG_LEN..)
         .ok_or_else(|| DecodeError::Malformed("a message shorter than its header".into()))

@@ -16,6 +16,8 @@
 
 use std::sync::Arc;
 
+use rustc_hash::FxHashSet;
+
 use super::graph::{DnatRule, Jump, RuleGraph, is_nodeport_map, jump_to};
 use super::ir::{DnatIr, MapIr, RuleIr, TableIr};
 use crate::decode::name_index::NameIndex;
@@ -26,6 +28,16 @@ use crate::heart::model::{Family, Unparsed};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("chain {0} left the list unannounced (renamed)")]
 pub struct Unlisted(pub String);
+
+/// Why a kept table cannot be updated in place (the reader reads it whole).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpdateError {
+    /// A chain whose rules changed, which the table does not hold.
+    #[error("the rules of chain {0} changed, which the last read did not list")]
+    NotKept(String),
+    #[error(transparent)]
+    Unlisted(#[from] Unlisted),
+}
 
 /// A name's number in [`Names`].
 type NameId = u32;
@@ -256,8 +268,35 @@ impl KeptTable {
         append(&mut chain.dnats, staged.dnats);
     }
 
+    /// Begins an update after a change that named the chains `changed` (their rules
+    /// changed, or they are new or gone) and, when the chain list changed, gave the
+    /// kernel's new `list`: the chains whose rules are to be read again are emptied and
+    /// their positions returned, in the table's order. Their rules then go in by
+    /// [`Self::push_rule`], and [`Self::settle`] ends the update.
+    pub fn begin_update(
+        &mut self,
+        changed: &FxHashSet<Box<str>>,
+        list: Option<Vec<String>>,
+    ) -> Result<Vec<usize>, UpdateError> {
+        if let Some(names) = list {
+            // A renamed chain is notified under its new name only; the rules that jump
+            // to it, kept, would still name the old one.
+            return Ok(self.relist(names, |name| changed.contains(name))?);
+        }
+        let mut reread = Vec::with_capacity(changed.len());
+        for name in changed {
+            let Some(at) = self.find_chain(name) else {
+                return Err(UpdateError::NotKept(name.to_string()));
+            };
+            self.clear_rules(at);
+            reread.push(at);
+        }
+        reread.sort_unstable();
+        Ok(reread)
+    }
+
     /// Forgets the rules of the chain at `chain`, which are read again.
-    pub fn clear_rules(&mut self, chain: usize) {
+    pub(crate) fn clear_rules(&mut self, chain: usize) {
         if self.staged.as_ref().is_some_and(|s| s.chain == chain) {
             self.staged = None;
         }
@@ -303,7 +342,7 @@ impl KeptTable {
     /// positions of the chains whose rules are to be read, or the kept chain that left
     /// the list without `changed` naming it (renamed: the rules that jump to it would
     /// still name the old one).
-    pub fn relist(
+    pub(crate) fn relist(
         &mut self,
         names: Vec<String>,
         changed: impl Fn(&str) -> bool,

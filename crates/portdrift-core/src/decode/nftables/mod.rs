@@ -30,7 +30,7 @@ pub use crate::heart::repair::nft_table::{ChainView, ElementView, MapView, RuleV
 pub use build::{build_rule_sources, build_sources};
 pub use graph::RuleGraph;
 pub use ir::{DnatError, DnatIr, ElementIr, ElementVerdict, MapIr, ParsedRuleset, RuleIr, TableIr};
-pub use kept::{KeptMap, KeptTable, Unlisted};
+pub use kept::{KeptMap, KeptTable, Unlisted, UpdateError};
 
 /// Why a dump could not be read at all. Anything less (an odd object, a rule portdrift
 /// does not understand) is kept as [`Unparsed`] in the result instead.

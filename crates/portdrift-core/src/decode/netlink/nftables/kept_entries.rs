@@ -22,14 +22,14 @@ pub enum KeptEntries {
 
 impl KeptEntries {
     /// `set`'s elements (in key order) as kept, and as their rule shows them.
-    pub fn of(set: &SetInfo, elements: Vec<RawElement>) -> (KeptEntries, MapEntries) {
+    pub(crate) fn of(set: &SetInfo, elements: Vec<RawElement>) -> (KeptEntries, MapEntries) {
         let numbered = numbered(&elements);
         let entries = inline_entries(set, elements);
         let kept = numbered.unwrap_or_else(|| KeptEntries::Entries(entries.clone()));
         (kept, entries)
     }
 
-    /// The elements as their rule shows them (what [`inline_entries`] gave for them).
+    /// The elements as their rule shows them (what [`MapElements::into_inline`](super::MapElements::into_inline) gave for them).
     pub fn entries(&self, set: &SetInfo) -> MapEntries {
         match self {
             KeptEntries::Numbered { code, chains } => chains

@@ -4,28 +4,26 @@
 //! reduced at once to what the detector reads (chain names, jumps, DNAT targets,
 //! verdict-map elements).
 
-pub mod delinearize;
-pub mod kept_entries;
-pub mod sets;
-pub mod values;
+pub(crate) mod delinearize;
+pub(crate) mod kept_entries;
+pub(crate) mod sets;
+pub(crate) mod values;
 
-pub use std::borrow::Cow;
-pub use std::collections::HashMap;
-pub use std::sync::Mutex;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 pub use kept_entries::KeptEntries;
-pub use sets::{
-    ElementData, NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_EVAL, NFT_SET_INTERVAL,
-    NFT_SET_MAP, NFT_SET_TIMEOUT, RawElement, SetError, SetInfo, chain_of_table, collect_elements, read_set,
-    sort_unique,
-};
-pub use values::{compare_keys, element_ir, key_expr};
+pub(crate) use sets::RawElement;
+pub use sets::{ElementData, Elements, MapElements, SetError, SetInfo, chain_of_table, read_set};
+pub(crate) use values::element_ir;
+pub(crate) use values::{compare_keys, key_expr};
 
 use self::delinearize::{
     Delinearizer, NFTA_LOOKUP_SET, NFTA_LOOKUP_SREG, NFTA_NUMGEN_DREG, NFTA_NUMGEN_MODULUS,
     NFTA_NUMGEN_OFFSET,
 };
-use self::sets::udata_comment;
+use self::sets::{collect_elements, udata_comment};
 use super::{
     Attrs, DecodeError, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM,
     NFT_MSG_NEWTABLE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE,
@@ -112,7 +110,7 @@ pub fn decode_rule(
 }
 
 /// An anonymous map's elements as its rule shows them inline.
-pub fn inline_entries(set: &SetInfo, elements: Vec<RawElement>) -> MapEntries {
+pub(crate) fn inline_entries(set: &SetInfo, elements: Vec<RawElement>) -> MapEntries {
     elements
         .into_iter()
         .map(|e| (key_expr(set, &e.key), e.data))
@@ -256,13 +254,13 @@ fn decode_table(
         table.chain_mut(Cow::Owned(chain.clone()), 0);
     }
     let mut inline_maps = HashMap::new();
-    for set in sets.iter().filter(|s| s.flags & NFT_SET_MAP != 0) {
+    for set in sets.iter().filter(|s| s.is_map()) {
         let mut elements = Vec::new();
         for attrs in recorded.elements.get(set.name.as_str()).into_iter().flatten() {
             collect_elements(set, attrs, &mut elements, &mut table.unparsed)?;
         }
         elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
-        if set.flags & NFT_SET_ANONYMOUS != 0 {
+        if set.is_anonymous() {
             inline_maps.insert(set.name.clone(), inline_entries(set, elements));
         } else {
             table.maps.push(MapIr {

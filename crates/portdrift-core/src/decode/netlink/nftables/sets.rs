@@ -1,21 +1,24 @@
 //! A table's sets and their elements, as their messages give them: what reading a
 //! map's elements needs to know of it, and each element's key, data and comment.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::{KeptEntries, MapEntries, compare_keys, element_ir, inline_entries};
 use crate::decode::netlink::{
     Attrs, DecodeError, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_DATA_VALUE, NFTA_DATA_VERDICT,
     NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, be32, be64, data_value, name, read_verdict,
 };
-use crate::decode::nftables::{KUBE_PROXY_TABLE, unparsed};
+use crate::decode::nftables::{KUBE_PROXY_TABLE, MapIr, unparsed};
+use crate::heart::model::Unparsed;
 
-pub const NFT_SET_ANONYMOUS: u32 = 1;
-pub const NFT_SET_CONSTANT: u32 = 2;
-pub const NFT_SET_INTERVAL: u32 = 4;
-pub const NFT_SET_MAP: u32 = 8;
-pub const NFT_SET_TIMEOUT: u32 = 0x10;
-pub const NFT_SET_EVAL: u32 = 0x20;
-pub const NFT_SET_CONCAT: u32 = 0x80;
+pub(crate) const NFT_SET_ANONYMOUS: u32 = 1;
+pub(crate) const NFT_SET_CONSTANT: u32 = 2;
+pub(crate) const NFT_SET_INTERVAL: u32 = 4;
+pub(crate) const NFT_SET_MAP: u32 = 8;
+pub(crate) const NFT_SET_TIMEOUT: u32 = 0x10;
+pub(crate) const NFT_SET_EVAL: u32 = 0x20;
+pub(crate) const NFT_SET_CONCAT: u32 = 0x80;
 pub(crate) const NFT_SET_ELEM_INTERVAL_END: u32 = 1;
 /// libnftnl's user-data tag for a rule's or an element's comment.
 pub(crate) const UDATA_COMMENT: u8 = 0;
@@ -69,6 +72,30 @@ pub struct SetInfo {
     pub size: Option<u32>,
 }
 
+impl SetInfo {
+    /// A map (its elements hold data), not a plain set.
+    pub fn is_map(&self) -> bool {
+        self.flags & NFT_SET_MAP != 0
+    }
+
+    /// Anonymous: made by nft for one rule, which alone refers to it.
+    pub fn is_anonymous(&self) -> bool {
+        self.flags & NFT_SET_ANONYMOUS != 0
+    }
+
+    /// An anonymous constant map without timeouts or updates from the packet path:
+    /// its elements cannot change while it exists.
+    pub fn is_constant_map(&self) -> bool {
+        let all = NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_MAP;
+        self.flags & all == all && self.flags & (NFT_SET_TIMEOUT | NFT_SET_EVAL) == 0
+    }
+
+    /// Its keys are single values: neither ranges nor concatenations.
+    pub fn has_single_keys(&self) -> bool {
+        self.flags & (NFT_SET_INTERVAL | NFT_SET_CONCAT) == 0
+    }
+}
+
 /// Why a set's message could not be read; its message is the reason the set's
 /// `unparsed` entry gives.
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +140,7 @@ pub fn read_set(attrs: &[u8]) -> Result<SetInfo, SetError> {
 }
 
 /// One element as the kernel holds it.
-pub struct RawElement {
+pub(crate) struct RawElement {
     pub key: Vec<u8>,
     pub data: ElementData,
     pub comment: Option<String>,
@@ -124,7 +151,7 @@ pub struct RawElement {
 /// elements a transaction is still preparing, invisible to the dump yet shifting where
 /// each continuation resumes, without the generation moving.) An interval set's range
 /// ends may meet the next range's start, so only other sets are judged.
-pub fn sort_unique(set: &SetInfo, elements: &mut [RawElement]) -> bool {
+pub(crate) fn sort_unique(set: &SetInfo, elements: &mut [RawElement]) -> bool {
     elements.sort_by(|a, b| super::compare_keys(&a.key, &b.key));
     set.flags & NFT_SET_INTERVAL != 0
         || elements
@@ -144,12 +171,98 @@ pub enum ElementData {
     None,
 }
 
+/// A set's elements gathered from the messages that answer a request for them, with
+/// what could not be read of them.
+pub struct Elements<'s> {
+    set: &'s SetInfo,
+    elements: Vec<RawElement>,
+    problems: Vec<Unparsed>,
+}
+
+impl<'s> Elements<'s> {
+    pub fn new(set: &'s SetInfo) -> Self {
+        Elements {
+            set,
+            elements: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// The elements of one answer message.
+    pub fn take(&mut self, attrs: &[u8]) -> Result<(), DecodeError> {
+        collect_elements(self.set, attrs, &mut self.elements, &mut self.problems)
+    }
+
+    /// How many were read.
+    pub fn len(&self) -> usize {
+        self.elements.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.elements.is_empty()
+    }
+
+    /// A dump's elements in key order, with the problems; None when a key came twice,
+    /// which a set never holds: the dump was disturbed and is to be read again.
+    pub fn finish_dump(mut self) -> Option<(MapElements<'s>, Vec<Unparsed>)> {
+        let unique = sort_unique(self.set, &mut self.elements);
+        unique.then(|| self.finished())
+    }
+
+    /// The elements in key order, with the problems: an answer to given keys, which
+    /// holds each once.
+    pub fn finish(mut self) -> (MapElements<'s>, Vec<Unparsed>) {
+        self.elements.sort_by(|a, b| compare_keys(&a.key, &b.key));
+        self.finished()
+    }
+
+    fn finished(self) -> (MapElements<'s>, Vec<Unparsed>) {
+        let elements = MapElements {
+            set: self.set,
+            elements: self.elements,
+        };
+        (elements, self.problems)
+    }
+}
+
+/// A map's elements read, in key order, to be taken in the form its use needs.
+pub struct MapElements<'s> {
+    set: &'s SetInfo,
+    elements: Vec<RawElement>,
+}
+
+impl<'s> MapElements<'s> {
+    pub fn set(&self) -> &'s SetInfo {
+        self.set
+    }
+
+    /// A named map's, as the table holds them.
+    pub fn into_map_ir(self) -> MapIr<'static> {
+        let set = self.set;
+        MapIr {
+            name: Cow::Owned(set.name.clone()),
+            elements: self.elements.into_iter().map(|e| element_ir(set, e)).collect(),
+        }
+    }
+
+    /// An anonymous map's, as its rule shows them inline.
+    pub fn into_inline(self) -> MapEntries {
+        inline_entries(self.set, self.elements)
+    }
+
+    /// A constant anonymous map's, as kept for the next read and as its rule shows
+    /// them.
+    pub fn into_kept(self) -> (KeptEntries, MapEntries) {
+        KeptEntries::of(self.set, self.elements)
+    }
+}
+
 /// The elements of one answer message.
-pub fn collect_elements(
+pub(crate) fn collect_elements(
     set: &SetInfo,
     attrs: &[u8],
     elements: &mut Vec<RawElement>,
-    problems: &mut Vec<crate::heart::model::Unparsed>,
+    problems: &mut Vec<Unparsed>,
 ) -> Result<(), DecodeError> {
     for attr in Attrs::new(attrs) {
         let (kind, list) = attr?;

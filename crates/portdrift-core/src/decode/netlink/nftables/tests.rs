@@ -2,6 +2,10 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use super::delinearize::prefix_len;
+use super::sets::{
+    NFT_SET_ANONYMOUS, NFT_SET_CONCAT, NFT_SET_CONSTANT, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
+    sort_unique,
+};
 use super::values::{TYPE_BITS, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE};
 use super::*;
 use crate::decode::nftables::json::render_expr_string;
@@ -100,6 +104,16 @@ fn numgen_map() -> SetInfo {
         key_len: 4,
         size: Some(3),
     }
+}
+
+#[test]
+fn a_sets_flags_say_what_it_is() {
+    let mut set = numgen_map();
+    assert!(set.is_map() && set.is_anonymous() && set.is_constant_map() && set.has_single_keys());
+    set.flags |= NFT_SET_TIMEOUT;
+    assert!(!set.is_constant_map(), "elements that time out change");
+    set.flags = NFT_SET_MAP | NFT_SET_CONCAT;
+    assert!(set.is_map() && !set.is_anonymous() && !set.is_constant_map() && !set.has_single_keys());
 }
 
 fn element(key: u32, code: i32, chain: Option<&str>) -> RawElement {

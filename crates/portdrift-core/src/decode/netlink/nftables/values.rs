@@ -63,7 +63,7 @@ fn split_key<'k>(set: &SetInfo, key: &'k [u8]) -> Option<Vec<(u32, &'k [u8])>> {
 /// nft lists a set's elements sorted by key, the key's raw bytes read as one integer
 /// in host byte order (its `mpz` import): on a little-endian host the last byte counts
 /// most. (So `tcp . 30080` comes before `tcp . 3001`: the port's low byte decides.)
-pub fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
+pub(crate) fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
     let by_size = a.len().cmp(&b.len());
     if by_size.is_ne() {
         return by_size;
@@ -127,7 +127,7 @@ pub(crate) fn hex(bytes: &[u8]) -> Expr<'static> {
 }
 
 /// A key as nft's JSON gives it: one value, or `{"concat": [...]}`.
-pub fn key_expr(set: &SetInfo, key: &[u8]) -> Expr<'static> {
+pub(crate) fn key_expr(set: &SetInfo, key: &[u8]) -> Expr<'static> {
     match split_key(set, key) {
         Some(parts) if parts.len() == 1 => typed_value(parts[0].0, parts[0].1),
         Some(parts) => object(
@@ -168,7 +168,7 @@ pub(crate) fn verdict_statement(code: i32, chain: Option<&str>) -> Expr<'static>
     }
 }
 
-pub fn element_ir(set: &SetInfo, element: RawElement) -> ElementIr<'static> {
+pub(crate) fn element_ir(set: &SetInfo, element: RawElement) -> ElementIr<'static> {
     let verdict = match &element.data {
         ElementData::Verdict {
             code: -4,

@@ -205,6 +205,34 @@ fn a_chain_that_leaves_the_list_unnamed_was_renamed() {
 }
 
 #[test]
+fn an_update_empties_the_chains_it_names_and_refuses_one_not_kept() {
+    let mut tables = kept(DUMPS[0]);
+    let table = &mut tables[0];
+    let (first, third) = (table.chain_name(0).to_string(), table.chain_name(2).to_string());
+    let changed: FxHashSet<Box<str>> = [third.as_str().into(), first.as_str().into()]
+        .into_iter()
+        .collect();
+    assert_eq!(table.begin_update(&changed, None), Ok(vec![0, 2]));
+    table.settle();
+    let unknown: FxHashSet<Box<str>> = ["no-such-chain".into()].into_iter().collect();
+    assert_eq!(
+        table.begin_update(&unknown, None),
+        Err(UpdateError::NotKept("no-such-chain".into()))
+    );
+    // With a new chain list, the list decides (see relist).
+    let mut names: Vec<String> = (0..table.chain_count())
+        .map(|c| table.chain_name(c).to_string())
+        .collect();
+    let gone = names.remove(3);
+    assert_eq!(
+        table
+            .begin_update(&FxHashSet::default(), Some(names))
+            .map_err(|e| e.to_string()),
+        Err(format!("chain {gone} left the list unannounced (renamed)"))
+    );
+}
+
+#[test]
 fn names_nothing_uses_are_dropped_as_chains_come_and_go() {
     let dump = DUMPS[0];
     let mut tables = kept(dump);
