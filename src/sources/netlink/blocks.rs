@@ -46,7 +46,7 @@ impl<'a> Readers<'a> {
 
 /// How `items` are cut up and how far the readers may run ahead.
 #[derive(Clone, Copy)]
-pub(crate) struct Plan {
+pub(crate) struct ReadPlan {
     /// Items per unit of work.
     pub(crate) block: usize,
     /// Blocks read but not yet handed on, at most.
@@ -56,7 +56,7 @@ pub(crate) struct Plan {
     pub(crate) budget: usize,
 }
 
-/// The size of a block's result while it waits for the sink, for [`Plan::budget`].
+/// The size of a block's result while it waits for the sink, for [`ReadPlan::budget`].
 pub(crate) trait Held {
     fn held(&self) -> usize {
         0
@@ -80,7 +80,7 @@ pub(crate) fn read_in_order<I, T>(
     conn: &mut Conn,
     readers: Readers<'_>,
     items: &[I],
-    plan: Plan,
+    plan: ReadPlan,
     read: &(dyn Fn(&mut Conn, &I, &mut T) -> Result<(), NetlinkError> + Sync),
     sink: &mut dyn FnMut(&mut T) -> Result<(), NetlinkError>,
 ) -> Result<(), NetlinkError>
@@ -165,7 +165,7 @@ impl<T: Default> Progress<T> {
     /// sink and less than `budget` waits for it, and a buffer for it; None when there is
     /// none left or the read stopped. The block the sink waits for is always taken
     /// before any later one, so the sink keeps moving and the wait ends.
-    fn take(progress: &Mutex<Self>, moved: &Condvar, blocks: usize, plan: Plan) -> Option<(usize, T)> {
+    fn take(progress: &Mutex<Self>, moved: &Condvar, blocks: usize, plan: ReadPlan) -> Option<(usize, T)> {
         let mut p = progress.lock().unwrap_or_else(PoisonError::into_inner);
         while !p.stop
             && p.next < blocks

@@ -26,9 +26,9 @@ use crate::decode::netlink::iptables::{
 use crate::decode::netlink::nfproto;
 use crate::decode::netlink::request;
 use crate::heart::model::{Backend, Family, RuleSource};
-use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
+use crate::sources::netlink::blocks::{ReadPlan, Readers, read_in_order};
 use crate::sources::netlink::follow::{ATTEMPTS, Named, Stale, Stamp, follow};
-use crate::sources::netlink::kept::{BLOCK, KeptBlock, KeptFamily, KeptTable, update_table};
+use crate::sources::netlink::kept::{BLOCK, KeptBlock, KeptFamily, KeptIptablesTable, update_table};
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
 use crate::sources::rule_changes::ChangeJournal;
 
@@ -162,7 +162,7 @@ fn render_rules(
     mut keep: Option<&mut Vec<KeptBlock>>,
 ) -> Result<(), NetlinkError> {
     let mut handed = 0;
-    let plan = Plan {
+    let plan = ReadPlan {
         block: BLOCK,
         lookahead: LOOKAHEAD,
         budget: BUDGET,
@@ -200,7 +200,7 @@ fn render_family(
     readers: Readers<'_>,
     family: Family,
     sink: &mut dyn FnMut(Option<NonZeroU64>, &str),
-    mut keep: Option<&mut Vec<KeptTable>>,
+    mut keep: Option<&mut Vec<KeptIptablesTable>>,
 ) -> Result<(), NetlinkError> {
     let mut present = Vec::new();
     for table in TABLES {
@@ -230,7 +230,7 @@ fn render_family(
             Some(tables) => {
                 let mut blocks = Vec::new();
                 render_rules(conn, readers, family, table, &chains, sink, Some(&mut blocks))?;
-                tables.push(KeptTable {
+                tables.push(KeptIptablesTable {
                     name: table,
                     chains,
                     blocks,

@@ -28,11 +28,11 @@ pub(crate) const BLOCK: usize = 128;
 #[derive(Debug, Clone)]
 pub struct KeptFamily {
     pub(crate) stamp: Stamp,
-    pub(crate) tables: Vec<KeptTable>,
+    pub(crate) tables: Vec<KeptIptablesTable>,
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct KeptTable {
+pub(crate) struct KeptIptablesTable {
     pub(crate) name: &'static str,
     /// In declaration order.
     pub(crate) chains: Vec<ChainInfo>,
@@ -122,7 +122,7 @@ impl Kept for KeptFamily {
 /// notifications named. `read_chain` appends a chain's rules. Returns the chains read.
 /// On an error the table is left as it was.
 pub(crate) fn update_table(
-    table: &mut KeptTable,
+    table: &mut KeptIptablesTable,
     fresh: Option<Vec<ChainInfo>>,
     changes: &TableChanges,
     read_chain: &mut dyn FnMut(&str, &mut String) -> Result<(), NetlinkError>,

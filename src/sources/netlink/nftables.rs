@@ -22,7 +22,7 @@ use crate::decode::netlink::nftables::{
 use crate::decode::netlink::{reply, request};
 use crate::decode::nftables::{KUBE_PROXY_TABLE, ParsedRuleset, TableIr, build_rule_sources, unparsed};
 use crate::heart::model::{Family, RuleSource, Unparsed};
-use crate::sources::netlink::blocks::{Plan, Readers, read_in_order};
+use crate::sources::netlink::blocks::{ReadPlan, Readers, read_in_order};
 use crate::sources::netlink::follow::ATTEMPTS;
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
 
@@ -291,7 +291,7 @@ fn read_rules_in_order(
     chains: &[String],
     take: &mut dyn FnMut(Result<DecodedRule, Unparsed>),
 ) -> Result<(), NetlinkError> {
-    let plan = Plan {
+    let plan = ReadPlan {
         block: RULE_BLOCK,
         lookahead: RULE_LOOKAHEAD,
         budget: usize::MAX,

@@ -55,8 +55,8 @@ impl Kernel {
     }
 
     /// The kept table as a whole read gives it.
-    fn whole(&self) -> KeptTable {
-        let mut table = KeptTable {
+    fn whole(&self) -> KeptIptablesTable {
+        let mut table = KeptIptablesTable {
             name: "nat",
             chains: Vec::new(),
             blocks: Vec::new(),
@@ -75,7 +75,12 @@ impl Kernel {
         table
     }
 
-    fn update(&mut self, table: &mut KeptTable, fresh: bool, changes: &TableChanges) -> Result<usize, Stale> {
+    fn update(
+        &mut self,
+        table: &mut KeptIptablesTable,
+        fresh: bool,
+        changes: &TableChanges,
+    ) -> Result<usize, Stale> {
         let list = fresh.then(|| self.list());
         let rules = &self.rules;
         let reads = &mut self.reads;
@@ -87,7 +92,7 @@ impl Kernel {
     }
 }
 
-fn text(table: &KeptTable) -> String {
+fn text(table: &KeptIptablesTable) -> String {
     let mut family = KeptFamily {
         stamp: Default::default(),
         tables: vec![table.clone()],

@@ -11,7 +11,7 @@ use super::{FamilyRead, read_chains};
 use crate::decode::netlink::nftables::{MapElements, MapEntries, SetInfo};
 use crate::decode::nftables::TableIr;
 use crate::heart::model::{Family, Unparsed};
-use crate::sources::netlink::blocks::{Held, Plan, read_in_order};
+use crate::sources::netlink::blocks::{Held, ReadPlan, read_in_order};
 use crate::sources::netlink::{Conn, NetlinkError};
 
 /// One dump of the first half of a read: the table's chains, or one map's elements.
@@ -87,7 +87,7 @@ impl<'s> FirstHalf<'s> {
         mut reuse: Option<&mut MapReuse<'_>>,
     ) -> Result<Vec<String>, NetlinkError> {
         // Elements are small and all kept: no bound on how far the readers run ahead.
-        let everything = Plan {
+        let everything = ReadPlan {
             block: 1,
             lookahead: usize::MAX,
             budget: usize::MAX,
