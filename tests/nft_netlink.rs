@@ -72,7 +72,7 @@ fn assert_same(name: &str, both: &BothWays) {
         "{name}: not read over netlink:\n{}",
         both.netlink.lines().next().unwrap_or_default()
     );
-    assert!(model(&both.nft).contains("RuleSource"), "{name}: nothing read");
+    assert!(model(&both.nft).contains("RuleDump"), "{name}: nothing read");
     let (a, b) = (model(&both.netlink), model(&both.nft));
     if a != b {
         let first = a
@@ -246,7 +246,7 @@ fn without_kube_proxy_tables_netlink_reads_empty() {
     let text = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{text}");
     assert!(text.starts_with("# nft.json Empty"), "{text}");
-    assert!(!text.contains("RuleSource"), "{text}");
+    assert!(!text.contains("RuleDump"), "{text}");
 }
 
 /// The agent keeps kube-proxy's constant anonymous maps between reads. After a rule is
@@ -365,7 +365,7 @@ fn capture_in_this_namespace() {
     let origin = "recorded";
     let (live, recorded) =
         portdrift::sources::netlink::nftables::record_tables_netlink(origin, limits).unwrap();
-    let decoded = portdrift::decode::netlink::nftables::decode_rule_sources(&recorded, origin).unwrap();
+    let decoded = portdrift::decode::netlink::nftables::decode_rule_dumps(&recorded, origin).unwrap();
     assert_eq!(format!("{decoded:#?}"), format!("{live:#?}"));
     let json = std::fs::read(out.join(format!("{FIXTURE}.json"))).unwrap();
     let listed = portdrift::decode::nftables::parse_ruleset_json(&json, origin).unwrap();

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use portdrift::decode::nftables::{NftError, parse_ruleset_json, parse_ruleset_text};
 use portdrift::heart::kube_proxy::nft_service_chain;
 use portdrift::heart::model::{
-    Backend, DestMatch, Family, NodePortRule, Protocol, RuleIdentity, RuleSource, ServicePortRef, Verdict,
+    Backend, DestMatch, Family, NodePortRule, Protocol, RuleDump, RuleIdentity, ServicePortRef, Verdict,
 };
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -24,7 +24,7 @@ fn fixture_text(name: &str) -> String {
     String::from_utf8(fixture(name)).unwrap()
 }
 
-fn json_sources(name: &str) -> Vec<RuleSource> {
+fn json_sources(name: &str) -> Vec<RuleDump> {
     parse_ruleset_json(&fixture(name), name).unwrap()
 }
 
@@ -32,11 +32,11 @@ fn svc(s: &str) -> ServicePortRef {
     ServicePortRef::parse(s).unwrap()
 }
 
-fn source(sources: &[RuleSource], family: Family) -> &RuleSource {
+fn source(sources: &[RuleDump], family: Family) -> &RuleDump {
     sources.iter().find(|s| s.family == family).unwrap()
 }
 
-fn nodeport(source: &RuleSource, protocol: Protocol, port: u16, verdict: Verdict) -> &NodePortRule {
+fn nodeport(source: &RuleDump, protocol: Protocol, port: u16, verdict: Verdict) -> &NodePortRule {
     let found: Vec<_> = source
         .nodeports
         .iter()
@@ -345,7 +345,7 @@ fn list_table_output_reads_like_the_ruleset() {
 
 /// A source's meaning, with what legitimately differs between dump forms (origin, line
 /// numbers, and, for text without `-a`, rule handles) blanked out.
-fn comparable(source: &RuleSource, keep_handles: bool) -> String {
+fn comparable(source: &RuleDump, keep_handles: bool) -> String {
     let mut source = source.clone();
     source.origin.clear();
     let blank = |identity: &mut RuleIdentity| {

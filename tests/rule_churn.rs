@@ -23,7 +23,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use portdrift::heart::detect::DetectConfig;
-use portdrift::heart::model::{Family, RuleSource};
+use portdrift::heart::model::{Family, RuleDump};
 use portdrift::heart::outcome::run_scan;
 use portdrift::sources::netlink::NetlinkLimits;
 use portdrift::sources::netlink::iptables::{
@@ -225,7 +225,7 @@ fn read_after_a_burst_in_this_namespace() {
     std::fs::write(dir.join("checked"), "").unwrap();
 }
 
-fn chain_count(source: &Option<RuleSource>) -> usize {
+fn chain_count(source: &Option<RuleDump>) -> usize {
     // Not in the model: counted from the text the tool would print.
     let _ = source;
     let mut n = 0;
@@ -322,7 +322,7 @@ fn read_matches_whole(
     journal: &ChangeJournal,
     kept: &mut Option<KeptFamily>,
     limits: NetlinkLimits,
-) -> (ReadKind, RuleSource, RuleSource) {
+) -> (ReadKind, RuleDump, RuleDump) {
     let origin = "iptables-nft over netlink";
     let (following, _, kind) =
         read_rules_following(Family::Ipv4, origin, limits, journal, kept, &mut false).unwrap();
@@ -358,7 +358,7 @@ fn settled_with_nodeports_filtered(journal: &ChangeJournal) -> u64 {
 }
 
 /// The findings of a scan of `rules` against the generated cluster.
-fn findings(dir: &Path, rules: Vec<RuleSource>) -> serde_json::Value {
+fn findings(dir: &Path, rules: Vec<RuleDump>) -> serde_json::Value {
     let cluster = tempfile::tempdir().unwrap();
     for file in ["cluster.json", "node"] {
         std::fs::copy(dir.join(file), cluster.path().join(file)).unwrap();

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use crate::heart::acceptance::{Acceptance, Acceptances, IDLE_AFTER, idle_finding};
 use crate::heart::input::Input;
-use crate::heart::outcome::{InputStatus, ScanReport, SourceState};
+use crate::heart::outcome::{InputState, InputStatus, ScanReport};
 use crate::heart::visible::visible;
 
 /// How often the file is looked at: a ConfigMap edit reaches the mounted file within
@@ -102,9 +102,9 @@ impl AcceptanceFile {
     /// what still applies.
     pub fn status(&self) -> InputStatus {
         let state = if self.problem.is_some() {
-            SourceState::Error
+            InputState::Error
         } else {
-            SourceState::Ok
+            InputState::Ok
         };
         let mut status = InputStatus::new(Input::Acceptances, state);
         status.origin = Some(self.path.display().to_string());

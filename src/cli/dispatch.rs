@@ -277,7 +277,7 @@ fn snapshot(args: SnapshotArgs) -> anyhow::Result<u8> {
             line.push_str(&format!(" {} bytes", e.bytes.unwrap_or(0)));
         }
         writeln!(stdout, "{}", line.trim_end())?;
-        if !matches!(e.status, crate::heart::outcome::SourceState::Ok) {
+        if !matches!(e.status, crate::heart::outcome::InputState::Ok) {
             for n in &e.notes {
                 writeln!(stdout, "      {n}")?;
             }

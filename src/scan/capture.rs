@@ -11,7 +11,7 @@ use std::io::{self, BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::heart::input::Input;
-use crate::heart::outcome::SourceState;
+use crate::heart::outcome::InputState;
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::readers::read_node_name;
 use crate::sources::bundle::{Manifest, ManifestEntry};
@@ -249,7 +249,7 @@ fn capture<S: Source>(src: &S, out: &Path, input: Input) -> Result<Option<Manife
                 return Err(write_error(&dest)(e));
             }
             // The source could not be opened or read.
-            state = SourceState::Error;
+            state = InputState::Error;
             notes.push(e.to_string());
             None
         }
@@ -258,18 +258,18 @@ fn capture<S: Source>(src: &S, out: &Path, input: Input) -> Result<Option<Manife
     let mut keep = false;
     if let Some(t) = &teed {
         if let Some(e) = &t.read_error
-            && state != SourceState::TooLarge
+            && state != InputState::TooLarge
         {
             notes.push(format!("reading stopped: {e}"));
-            if state == SourceState::Ok {
-                state = SourceState::Error;
+            if state == InputState::Ok {
+                state = InputState::Error;
             }
         }
-        if state == SourceState::Ok && !t.found {
+        if state == InputState::Ok && !t.found {
             // `nft -j list ruleset` on a node without any table.
-            state = SourceState::Empty;
+            state = InputState::Empty;
         }
-        keep = t.bytes > 0 && !matches!(state, SourceState::Empty | SourceState::Absent);
+        keep = t.bytes > 0 && !matches!(state, InputState::Empty | InputState::Absent);
     }
     if keep {
         fs::rename(&tmp, &dest).map_err(write_error(&dest))?;

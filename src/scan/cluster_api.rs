@@ -11,7 +11,7 @@ use thiserror::Error;
 use crate::heart::desired::DesiredState;
 use crate::heart::input::Input;
 use crate::heart::model::ProcessInfo;
-use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
+use crate::heart::outcome::{InputState, InputStatus, ScanInput};
 use crate::sources::block_on;
 use crate::sources::kube_client::{self, KubeTarget, WatchError};
 
@@ -67,7 +67,7 @@ pub fn list_cluster_from_api(api: &KubeTarget, node: Option<&str>, timeout: Dura
 /// source status, not a failed scan: the checks that need no cluster state still run,
 /// and the report says why the others did not.
 pub fn add_api_listing(input: &mut ScanInput, listing: ApiListing, api: &KubeTarget, timeout: Duration) {
-    let mut status = InputStatus::new(Input::Api, SourceState::Ok);
+    let mut status = InputStatus::new(Input::Api, InputState::Ok);
     match listing.loaded {
         Ok((desired, url)) => {
             // Pods are listed (on this node only) just when a squatter runs in one.
@@ -87,14 +87,14 @@ pub fn add_api_listing(input: &mut ScanInput, listing: ApiListing, api: &KubeTar
             input.desired = Some(desired);
         }
         Err(ClusterApiError::Unconfigured(e)) => {
-            status.status = SourceState::Absent;
+            status.status = InputState::Absent;
             status.notes.push(format!(
                 "no cluster state: no --cluster-state or --kubeconfig, and {e}; only checks that need none ran"
             ));
         }
         Err(e) => {
             eprintln!("portdrift: cannot read the cluster state from the API server: {e}");
-            status.status = SourceState::Error;
+            status.status = InputState::Error;
             status
                 .notes
                 .push(format!("{e}; only checks that need no cluster state ran"));

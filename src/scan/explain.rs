@@ -11,7 +11,7 @@ use crate::heart::explain::explanation::{ExplainInput, Explanation, explain};
 use crate::heart::explain::model::{PortQuery, Rulesets};
 use crate::heart::input::{Input, SocketProtocol};
 use crate::heart::model::{Backend, Family, Listener, ProcessInfo, ProxyMode};
-use crate::heart::outcome::{ScanInput, ScanReport, SourceState, run_scan_keeping_inputs};
+use crate::heart::outcome::{InputState, ScanInput, ScanReport, run_scan_keeping_inputs};
 use crate::scan::input::{BundleDir, Fetched, Source, read_bundle_with};
 use crate::scan::oneshot::{OneshotConfig, OneshotError, detect_config, read_live};
 use crate::sources::live::{LiveConfig, LiveNode};
@@ -117,10 +117,7 @@ pub fn explain_input<S: Source>(
     };
     let sockets_read = input.sources.iter().any(|s| {
         matches!(s.source, Input::Sockets { .. })
-            && matches!(
-                s.status,
-                SourceState::Ok | SourceState::Empty | SourceState::Partial
-            )
+            && matches!(s.status, InputState::Ok | InputState::Empty | InputState::Partial)
     });
     let sockets = Sockets {
         listeners: sockets_read.then(|| input.observed.listeners.clone()),
@@ -341,8 +338,8 @@ fn settle<T>(fetched: Fetched<T>) -> Settled<T> {
     match (state, fetched.value) {
         // A bundle lacks a file by saying nothing (above); a live node's tool that is
         // not there leaves its backend unread.
-        (SourceState::Absent, _) => Settled::Failed(fetched.notes.join("; ")),
-        (SourceState::Ok | SourceState::Empty, Some(Ok(v))) => Settled::Read(v, Vec::new()),
+        (InputState::Absent, _) => Settled::Failed(fetched.notes.join("; ")),
+        (InputState::Ok | InputState::Empty, Some(Ok(v))) => Settled::Read(v, Vec::new()),
         (_, Some(Ok(v))) => Settled::Read(
             v,
             if fetched.notes.is_empty() {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::heart::input::Input;
 use crate::heart::observed::Observed;
-use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
+use crate::heart::outcome::{InputState, InputStatus, ScanInput};
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::readers::read_node_name;
 
@@ -170,9 +170,9 @@ fn settle<T, S: Source>(src: &S, input: Input, fetched: Fetched<T>) -> Option<Se
     match fetched.value {
         Some(Ok(v)) => value = Some(v),
         // The size limit cut the stream: that is already the state.
-        Some(Err(_)) if state == SourceState::TooLarge => {}
+        Some(Err(_)) if state == InputState::TooLarge => {}
         Some(Err(e)) => {
-            status.status = SourceState::Error;
+            status.status = InputState::Error;
             // A file of the wrong kind says what it is itself; a failed read is said as one.
             status.notes.push(if e.kind() == std::io::ErrorKind::InvalidData {
                 e.to_string()
@@ -184,11 +184,11 @@ fn settle<T, S: Source>(src: &S, input: Input, fetched: Fetched<T>) -> Option<Se
     }
     // What a tool printed before the size limit stopped it is not used: a dump cut at
     // an arbitrary byte says little, and the live scan cannot parse it either.
-    if state == SourceState::TooLarge {
+    if state == InputState::TooLarge {
         value = None;
     }
     Some(Settled {
-        trusted: matches!(state, SourceState::Ok | SourceState::Empty | SourceState::Partial),
+        trusted: matches!(state, InputState::Ok | InputState::Empty | InputState::Partial),
         status,
         value,
     })

@@ -12,7 +12,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::heart::detect::{DetectConfig, Grace};
-use crate::heart::outcome::{ScanInput, ScanReport, SourceState, run_scan};
+use crate::heart::outcome::{InputState, ScanInput, ScanReport, run_scan};
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::capture::{SnapshotOptions, write_snapshot};
 use crate::scan::cluster_api::{
@@ -110,7 +110,7 @@ pub fn run_oneshot(config: &OneshotConfig) -> Result<ScanReport, OneshotError> {
             path: path.clone(),
             source,
         })?;
-        let mut status = InputStatus::new(Input::Acceptances, SourceState::Ok);
+        let mut status = InputStatus::new(Input::Acceptances, InputState::Ok);
         status.origin = Some(path.display().to_string());
         status.items = Some(accepted.accept.len());
         input.sources.push(status);
@@ -176,7 +176,7 @@ pub fn read_live(config: &OneshotConfig) -> Result<LiveInput, OneshotError> {
         && input
             .sources
             .iter()
-            .any(|s| s.source.is_cluster_state() && s.status == SourceState::Ok);
+            .any(|s| s.source.is_cluster_state() && s.status == InputState::Ok);
     Ok(LiveInput {
         input,
         cluster_listed,

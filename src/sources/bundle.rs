@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::heart::input::Input;
-use crate::heart::outcome::{InputStatus, SourceState};
+use crate::heart::outcome::{InputState, InputStatus};
 use crate::sources::source::{Fetched, Read, RuleAnswer, Source};
 
 /// A reader that counts what passes through it.
@@ -52,14 +52,14 @@ where
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Fetched::not_present(),
         Err(e) => {
             return Fetched {
-                state: Some(SourceState::Error),
+                state: Some(InputState::Error),
                 value: Some(Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())))),
                 ..Fetched::not_present()
             };
         }
     };
     if file.metadata().is_ok_and(|m| m.is_dir()) {
-        return Fetched::with_state(SourceState::Error, format!("{} is a directory", path.display()));
+        return Fetched::with_state(InputState::Error, format!("{} is a directory", path.display()));
     }
     let mut reader = Counting {
         inner: BufReader::with_capacity(64 << 10, file.take(MAX_FILE)),
@@ -67,11 +67,11 @@ where
     };
     let value = consume(&mut reader);
     let state = if value.is_err() {
-        SourceState::Error
+        InputState::Error
     } else if reader.count == 0 {
-        SourceState::Empty
+        InputState::Empty
     } else {
-        SourceState::Ok
+        InputState::Ok
     };
     Fetched {
         state: Some(state),
@@ -115,7 +115,7 @@ pub struct ManifestEntry {
     /// What it was read from (`iptables-nft-save`, `/proc/net/tcp`).
     #[serde(default)]
     pub origin: Option<String>,
-    pub status: SourceState,
+    pub status: InputState,
     /// Whether the file is in the bundle.
     #[serde(default)]
     pub file: bool,
@@ -215,23 +215,23 @@ impl BundleDir {
                 fetched.state = Some(rec.status);
                 fetched.notes = rec.notes.clone();
                 if rec.file {
-                    fetched.state = Some(SourceState::Error);
+                    fetched.state = Some(InputState::Error);
                     fetched.notes.push(format!(
                         "{manifest} lists {name} as captured, but the file is missing"
                     ));
                 }
             }
-            Some(SourceState::Error) => {}
+            Some(InputState::Error) => {}
             Some(read) => {
                 fetched.notes = rec.notes.clone();
                 fetched.state = Some(match rec.status {
                     // The file's own reading decides (ok or empty).
-                    SourceState::Ok | SourceState::Partial => read,
+                    InputState::Ok | InputState::Partial => read,
                     // Captured from a tool that failed, hung or printed too much: the
                     // content is what it printed, and it is not trusted.
-                    s @ (SourceState::Failed | SourceState::TimedOut | SourceState::TooLarge) => s,
-                    SourceState::Error => SourceState::Error,
-                    SourceState::Absent | SourceState::Empty => {
+                    s @ (InputState::Failed | InputState::TimedOut | InputState::TooLarge) => s,
+                    InputState::Error => InputState::Error,
+                    InputState::Absent | InputState::Empty => {
                         fetched.notes.push(format!(
                             "{manifest} says the capture found it {}, but the file is present; reading the file",
                             rec.status
@@ -259,7 +259,7 @@ impl Source for BundleDir {
     fn own_statuses(&self) -> Vec<InputStatus> {
         match &self.manifest_problem {
             Some(p) => {
-                let mut s = InputStatus::new(Input::Manifest, SourceState::Error);
+                let mut s = InputStatus::new(Input::Manifest, InputState::Error);
                 s.notes.push(format!("ignored: {p}"));
                 vec![s]
             }
@@ -276,7 +276,7 @@ where
     let fetched = fetch_file(path, consume);
     if fetched.state.is_none() {
         return Fetched {
-            state: Some(SourceState::Error),
+            state: Some(InputState::Error),
             value: Some(Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("{}: no such file", path.display()),

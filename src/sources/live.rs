@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::heart::input::{Input, IptablesBackend, MapForm};
 use crate::heart::model::Family::{self, Ipv4, Ipv6};
 use crate::heart::model::Lookup;
-use crate::heart::outcome::SourceState;
+use crate::heart::outcome::InputState;
 use crate::sources::bundle::{fetch_file, fetch_required};
 use crate::sources::kube_proxy_http::{
     DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS, HEALTHZ_TIMEOUT, HttpError, http_get,
@@ -264,7 +264,7 @@ impl LiveNode {
         let start = Instant::now();
         let mut documents = Vec::new();
         let mut notes = Vec::new();
-        let mut worst = SourceState::Empty;
+        let mut worst = InputState::Empty;
         for family in ["ip", "ip6"] {
             let run = run_tool(
                 "nft",
@@ -278,15 +278,15 @@ impl LiveNode {
             );
             match (&run.outcome, run.value) {
                 (ToolOutcome::Absent, _) => {
-                    return Fetched::with_state(SourceState::Absent, "nft is not on PATH".to_string());
+                    return Fetched::with_state(InputState::Absent, "nft is not on PATH".to_string());
                 }
                 // The table does not exist: kube-proxy does not run in nftables mode here.
                 (ToolOutcome::Failed(_), _) if run.stderr.contains("No such file or directory") => {}
                 (ToolOutcome::Ok, Some(Ok(bytes))) => {
                     documents.extend_from_slice(&bytes);
                     documents.push(b'\n');
-                    if worst == SourceState::Empty {
-                        worst = SourceState::Ok;
+                    if worst == InputState::Empty {
+                        worst = InputState::Ok;
                     }
                 }
                 (ToolOutcome::Empty, _) => {}
@@ -320,7 +320,7 @@ impl LiveNode {
         };
         let start = Instant::now();
         let mut fetched = Fetched {
-            state: Some(SourceState::Ok),
+            state: Some(InputState::Ok),
             value: None,
             notes: Vec::new(),
             bytes: None,
@@ -329,7 +329,7 @@ impl LiveNode {
         match http_get(addr, path, self.config.healthz_timeout) {
             Ok(resp) => {
                 if resp.status != 200 {
-                    fetched.state = Some(SourceState::Failed);
+                    fetched.state = Some(InputState::Failed);
                     fetched.notes.push(format!(
                         "kube-proxy answered HTTP {} {}",
                         resp.status, resp.reason
@@ -340,8 +340,8 @@ impl LiveNode {
             }
             Err(e) => {
                 fetched.state = Some(match e {
-                    HttpError::TimedOut { .. } => SourceState::TimedOut,
-                    _ => SourceState::Error,
+                    HttpError::TimedOut { .. } => InputState::TimedOut,
+                    _ => InputState::Error,
                 });
                 fetched.notes.push(e.to_string());
             }
@@ -379,7 +379,7 @@ impl LiveNode {
                     if fetched.state.is_none() {
                         // /proc/net/tcp6 on a kernel without IPv6, say.
                         return Fetched::with_state(
-                            SourceState::Absent,
+                            InputState::Absent,
                             format!("{} does not exist", path.display()),
                         );
                     }

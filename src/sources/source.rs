@@ -10,8 +10,8 @@ use std::io::{self, BufRead};
 use std::time::Duration;
 
 use crate::heart::input::Input;
-use crate::heart::model::{Lookup, RuleSource};
-use crate::heart::outcome::{InputStatus, SourceState};
+use crate::heart::model::{Lookup, RuleDump};
+use crate::heart::outcome::{InputState, InputStatus};
 use crate::sources::owners::Owners;
 
 /// One input as a source delivered it.
@@ -19,7 +19,7 @@ use crate::sources::owners::Owners;
 pub struct Fetched<T> {
     /// How getting it went. None: the source has no such input and says nothing about
     /// it (an optional bundle file that is not there): it is not reported at all.
-    pub state: Option<SourceState>,
+    pub state: Option<InputState>,
     /// What the consumer returned; None when it never ran.
     pub value: Option<io::Result<T>>,
     /// What the source said about it (a tool's warnings, a recorded failure).
@@ -43,7 +43,7 @@ impl<T> Fetched<T> {
     }
 
     /// A state with a note and no content.
-    pub fn with_state(state: SourceState, note: impl Into<String>) -> Fetched<T> {
+    pub fn with_state(state: InputState, note: impl Into<String>) -> Fetched<T> {
         Fetched {
             state: Some(state),
             notes: vec![note.into()],
@@ -122,7 +122,7 @@ impl<T, R> Fetched<Read<T, R>> {
 pub struct Rules {
     /// How the read is named in reports (`netlink: nf_tables ip (iptables-nft)`).
     pub origin: String,
-    pub sources: Vec<RuleSource>,
+    pub sources: Vec<RuleDump>,
 }
 
 /// What a reader takes besides bytes: [`Rules`], or nothing ([`Infallible`]).

@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::heart::outcome::SourceState;
+use crate::heart::outcome::InputState;
 
 /// Limits on one tool run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,14 +72,14 @@ pub enum ToolOutcome {
 
 impl ToolOutcome {
     /// The source state this outcome gives.
-    pub fn state(&self) -> SourceState {
+    pub fn state(&self) -> InputState {
         match self {
-            ToolOutcome::Absent => SourceState::Absent,
-            ToolOutcome::Empty => SourceState::Empty,
-            ToolOutcome::Ok => SourceState::Ok,
-            ToolOutcome::Failed(_) => SourceState::Failed,
-            ToolOutcome::TimedOut => SourceState::TimedOut,
-            ToolOutcome::TooLarge => SourceState::TooLarge,
+            ToolOutcome::Absent => InputState::Absent,
+            ToolOutcome::Empty => InputState::Empty,
+            ToolOutcome::Ok => InputState::Ok,
+            ToolOutcome::Failed(_) => InputState::Failed,
+            ToolOutcome::TimedOut => InputState::TimedOut,
+            ToolOutcome::TooLarge => InputState::TooLarge,
         }
     }
 }

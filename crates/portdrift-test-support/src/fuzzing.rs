@@ -20,7 +20,7 @@ use portdrift::heart::finding::Kind;
 use portdrift::heart::input::Input;
 use portdrift::heart::ipvs::ipvs_findings;
 use portdrift::heart::model::{Backend, Family, Protocol, ServicePortRef};
-use portdrift::heart::outcome::{SourceState, run_scan};
+use portdrift::heart::outcome::{InputState, run_scan};
 use portdrift::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
 use portdrift::heart::repair::ruleset::IptablesRuleset;
 use portdrift::scan::input::read_input;
@@ -496,9 +496,9 @@ impl Source for MemoryBundle {
             return Fetched::not_present();
         };
         let state = if content.is_empty() {
-            SourceState::Empty
+            InputState::Empty
         } else {
-            SourceState::Ok
+            InputState::Ok
         };
         Fetched {
             state: Some(state),

@@ -18,7 +18,7 @@ fn a_bad_file_keeps_the_last_good_acceptances_and_says_so() {
     .unwrap();
     let mut file = AcceptanceFile::open(path.clone());
     assert_eq!(file.current().accept.len(), 1);
-    assert_eq!(file.status().status, SourceState::Ok);
+    assert_eq!(file.status().status, InputState::Ok);
     assert!(!file.reload(), "an unchanged file is not a change");
 
     std::fs::write(&path, br#"{"accept": [{"kind": "squatter"}]}"#).unwrap();
@@ -29,7 +29,7 @@ fn a_bad_file_keeps_the_last_good_acceptances_and_says_so() {
         "the last good entries still apply"
     );
     let status = file.status();
-    assert_eq!(status.status, SourceState::Error);
+    assert_eq!(status.status, InputState::Error);
     assert!(status.notes[0].contains("reason"), "{:?}", status.notes);
     assert!(status.notes[1].contains("still applies"), "{:?}", status.notes);
 
@@ -44,7 +44,7 @@ fn a_bad_file_keeps_the_last_good_acceptances_and_says_so() {
         file.current().accept.is_empty(),
         "a good file replaces the last one"
     );
-    assert_eq!(file.status().status, SourceState::Ok);
+    assert_eq!(file.status().status, InputState::Ok);
 }
 
 #[test]
@@ -55,7 +55,7 @@ fn a_file_bad_from_the_start_applies_nothing_and_is_an_error() {
     let file = AcceptanceFile::open(path);
     assert!(file.current().accept.is_empty());
     let status = file.status();
-    assert_eq!(status.status, SourceState::Error);
+    assert_eq!(status.status, InputState::Error);
     assert!(status.notes[1].contains("counts"), "{:?}", status.notes);
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::heart::coverage::Coverage;
 use crate::heart::finding::{Finding, FindingId, Severity};
-use crate::heart::outcome::{ScanReport, SourceState};
+use crate::heart::outcome::{InputState, ScanReport};
 use crate::heart::visible::visible;
 
 /// What the log has said so far: the findings and coverage it last logged, and when
@@ -162,11 +162,11 @@ fn log_summary(report: &ScanReport, fresh: bool, scans: u64) {
         .filter(|s| {
             matches!(
                 s.status,
-                SourceState::Error
-                    | SourceState::Failed
-                    | SourceState::TimedOut
-                    | SourceState::TooLarge
-                    | SourceState::Partial
+                InputState::Error
+                    | InputState::Failed
+                    | InputState::TimedOut
+                    | InputState::TooLarge
+                    | InputState::Partial
             )
         })
         .map(|s| format!("{}:{}", s.source, s.status.as_str()))

@@ -13,7 +13,7 @@ use crate::agent::watch;
 use crate::heart::acceptance::{AcceptanceInput, Acceptances};
 use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, Grace};
-use crate::heart::outcome::{InputStatus, ScanReport, SourceState, run_scan_keeping_inputs};
+use crate::heart::outcome::{InputState, InputStatus, ScanReport, run_scan_keeping_inputs};
 use crate::scan::bundle_error::SnapshotError;
 use crate::scan::input::{RuleCache, read_input_cached};
 use crate::sources::live::LiveNode;
@@ -211,7 +211,7 @@ impl ScanJob {
 /// and whether it was stale.
 fn cluster_source(view: &DesiredView, desired: &DesiredState, stale: bool) -> InputStatus {
     let (source, path) = view.source();
-    let mut status = InputStatus::new(source, SourceState::Ok);
+    let mut status = InputStatus::new(source, InputState::Ok);
     status.origin = path.map(|p| p.display().to_string());
     status.describe_cluster_state(desired);
     if stale {
@@ -224,7 +224,7 @@ fn cluster_source(view: &DesiredView, desired: &DesiredState, stale: bool) -> In
 /// cluster.json found none (the agent's comes from here): one source, not an absent
 /// one beside it.
 fn add_cluster_source(sources: &mut Vec<InputStatus>, cluster: InputStatus) {
-    sources.retain(|s| !(s.source == cluster.source && s.status == SourceState::Absent));
+    sources.retain(|s| !(s.source == cluster.source && s.status == InputState::Absent));
     sources.push(cluster);
 }
 

@@ -7,7 +7,7 @@ use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::input::Input;
 use crate::heart::model::{Backend, Family as IpFamily, Protocol};
 use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth};
-use crate::heart::outcome::{InputStatus, SourceState};
+use crate::heart::outcome::{InputState, InputStatus};
 
 fn finding(kind: Kind, severity: Severity, port: Option<u16>) -> Finding {
     let mut f = Finding::new(kind, severity, "test");
@@ -260,7 +260,7 @@ fn the_cap_keeps_the_most_severe_lowest_ports_and_counts_the_rest() {
     assert!(text.contains("portdrift_findings_not_detailed 1"), "{text}");
 }
 
-fn status(source: &str, state: SourceState, items: Option<usize>) -> InputStatus {
+fn status(source: &str, state: InputState, items: Option<usize>) -> InputStatus {
     let input = Input::all().find(|i| i.name() == source).unwrap();
     let mut s = InputStatus::new(input, state);
     s.items = items;
@@ -270,13 +270,13 @@ fn status(source: &str, state: SourceState, items: Option<usize>) -> InputStatus
 #[test]
 fn sources_rules_and_listeners_are_exported_with_bounded_labels() {
     let m = Metrics::new();
-    let mut nft4 = status("nft.json", SourceState::Ok, Some(3));
+    let mut nft4 = status("nft.json", InputState::Ok, Some(3));
     nft4.backend = Some(Backend::Nftables);
     nft4.family = Some(IpFamily::Ipv4);
-    let mut nft6 = status("nft.json", SourceState::TimedOut, Some(0));
+    let mut nft6 = status("nft.json", InputState::TimedOut, Some(0));
     nft6.backend = Some(Backend::Nftables);
     nft6.family = Some(IpFamily::Ipv6);
-    let mut legacy = status("iptables-legacy-save.txt", SourceState::Ok, Some(2));
+    let mut legacy = status("iptables-legacy-save.txt", InputState::Ok, Some(2));
     legacy.backend = Some(Backend::IptablesLegacy);
     legacy.family = Some(IpFamily::Ipv4);
     let mut r = report(vec![]);
@@ -284,11 +284,11 @@ fn sources_rules_and_listeners_are_exported_with_bounded_labels() {
         nft4,
         nft6,
         legacy,
-        status("proc/net/tcp", SourceState::Ok, Some(7)),
-        status("proc/net/udp6", SourceState::Ok, Some(1)),
-        status("ip6tables-legacy-save.txt", SourceState::Absent, None),
-        status("bpf/cilium_lb4_services_v2.json", SourceState::Failed, None),
-        status("cluster (API server)", SourceState::Ok, Some(5)),
+        status("proc/net/tcp", InputState::Ok, Some(7)),
+        status("proc/net/udp6", InputState::Ok, Some(1)),
+        status("ip6tables-legacy-save.txt", InputState::Absent, None),
+        status("bpf/cilium_lb4_services_v2.json", InputState::Failed, None),
+        status("cluster (API server)", InputState::Ok, Some(5)),
     ];
     r.kube_proxy = Some(KubeProxyHealth {
         healthy: false,
@@ -444,7 +444,7 @@ fn the_reference_lists_every_metric_as_it_is_exposed() {
     let mut split = finding(Kind::StaleEndpoint, Severity::Warning, Some(30080));
     split.backend = Some(Backend::Nftables);
     let mut r = report(vec![split]);
-    r.sources = vec![status("nft.json", SourceState::Ok, Some(3))];
+    r.sources = vec![status("nft.json", InputState::Ok, Some(3))];
     r.kube_proxy = Some(KubeProxyHealth {
         healthy: true,
         since_last_update: Some(Duration::from_secs(5)),

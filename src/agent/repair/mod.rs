@@ -21,7 +21,7 @@ use crate::heart::desired::DesiredState;
 use crate::heart::finding::{Finding, FindingId, Kind};
 use crate::heart::model::{Backend, Family};
 use crate::heart::observed::KubeProxyHealth;
-use crate::heart::outcome::{ScanReport, SourceState};
+use crate::heart::outcome::{InputState, ScanReport};
 use crate::sources::tools::ToolLimits;
 
 use crate::heart::repair::{Action, PlanContext, Refusal, Rulesets};
@@ -486,7 +486,7 @@ fn source_not_ok(report: &ScanReport, f: &Finding) -> Option<String> {
         .iter()
         .find(|s| s.backend == f.backend && s.family == f.family && s.backend.is_some());
     match source {
-        Some(s) if s.status == SourceState::Ok => None,
+        Some(s) if s.status == InputState::Ok => None,
         Some(s) => Some(format!("the scan's read of {} was {}", s.source, s.status)),
         None => Some("the scan has no record of reading that backend".into()),
     }

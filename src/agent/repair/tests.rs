@@ -18,7 +18,7 @@ fn stale_rule() -> Finding {
     f
 }
 
-fn report(findings: Vec<Finding>, status: SourceState) -> ScanReport {
+fn report(findings: Vec<Finding>, status: InputState) -> ScanReport {
     let mut source = InputStatus::new(Input::IPTABLES[0], status);
     source.backend = Some(Backend::IptablesNft);
     source.family = Some(Family::Ipv4);
@@ -49,7 +49,7 @@ fn config() -> RepairConfig {
 #[test]
 fn an_unsynced_or_stale_api_view_blocks_the_whole_cycle() {
     let desired = DesiredState::default();
-    let r = report(vec![stale_rule()], SourceState::Ok);
+    let r = report(vec![stale_rule()], InputState::Ok);
     let mut repairer = Repairer::new(config());
     let t0 = Instant::now();
     repairer.observe(&r, t0);
@@ -94,7 +94,7 @@ fn an_unsynced_or_stale_api_view_blocks_the_whole_cycle() {
 #[test]
 fn a_finding_must_persist_across_two_scans_and_the_minimum_age() {
     let desired = DesiredState::default();
-    let r = report(vec![stale_rule()], SourceState::Ok);
+    let r = report(vec![stale_rule()], InputState::Ok);
     let mut repairer = Repairer::new(config());
     let t0 = Instant::now();
     let input = CycleInput {
@@ -115,7 +115,7 @@ fn a_finding_must_persist_across_two_scans_and_the_minimum_age() {
     let out = repairer.cycle(&input, t0 + Duration::from_secs(5));
     assert!(out.refused[0].reason.contains("not confirmed yet"));
     // A scan without it starts the clock over.
-    repairer.observe(&report(vec![], SourceState::Ok), t0 + Duration::from_secs(20));
+    repairer.observe(&report(vec![], InputState::Ok), t0 + Duration::from_secs(20));
     let out = repairer.cycle(&input, t0 + Duration::from_secs(30));
     assert!(
         out.refused[0].reason.contains("seen in 1 scan"),
@@ -130,7 +130,7 @@ fn a_finding_is_remembered_by_its_rule_text_not_its_line() {
     let t0 = Instant::now();
     let scans = |r: &Repairer, f: &Finding| r.history.get(&RepairKey::of(f)).map(|s| s.scans);
     let first = stale_rule();
-    repairer.observe(&report(vec![first.clone()], SourceState::Ok), t0);
+    repairer.observe(&report(vec![first.clone()], InputState::Ok), t0);
     let mut moved = first.clone();
     (moved.rule_source, moved.message) = (
         Some(crate::heart::citation::Citation::line(
@@ -140,14 +140,14 @@ fn a_finding_is_remembered_by_its_rule_text_not_its_line() {
         "said again".into(),
     );
     repairer.observe(
-        &report(vec![moved.clone()], SourceState::Ok),
+        &report(vec![moved.clone()], InputState::Ok),
         t0 + Duration::from_secs(1),
     );
     assert_eq!(scans(&repairer, &moved), Some(2));
     let mut rewritten = moved;
     rewritten.rule = Some("-A KUBE-NODEPORTS -p tcp -m tcp --dport 30090 -j KUBE-EXT-X".into());
     repairer.observe(
-        &report(vec![rewritten.clone()], SourceState::Ok),
+        &report(vec![rewritten.clone()], InputState::Ok),
         t0 + Duration::from_secs(2),
     );
     assert_eq!(scans(&repairer, &rewritten), Some(1));
@@ -163,7 +163,7 @@ fn pending_findings_and_partial_reads_are_left_alone() {
     pending.pending_seconds = Some(12);
     let mut repairer = Repairer::new(config());
     let t0 = Instant::now();
-    let r = report(vec![pending], SourceState::Ok);
+    let r = report(vec![pending], InputState::Ok);
     let input = CycleInput {
         report: &r,
         desired: Some(&desired),
@@ -178,7 +178,7 @@ fn pending_findings_and_partial_reads_are_left_alone() {
         out.refused
     );
 
-    let r = report(vec![stale_rule()], SourceState::Partial);
+    let r = report(vec![stale_rule()], InputState::Partial);
     let input = CycleInput { report: &r, ..input };
     repairer.observe(&r, t0);
     let out = repairer.cycle(&input, t0 + Duration::from_secs(60));

@@ -10,7 +10,7 @@ use crate::decode::cilium::{
 };
 use crate::heart::cilium::{CiliumMaps, MapKind, MapRead, MapStats};
 use crate::heart::input::{Input, MapForm};
-use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
+use crate::heart::outcome::{InputState, InputStatus, ScanInput};
 use crate::scan::readers::read_all;
 use crate::sources::source::Source;
 
@@ -101,7 +101,7 @@ fn read_map<S: Source>(src: &S, kind: MapKind) -> Option<(InputStatus, MapRead, 
     match stats {
         Some(Ok(stats)) => {
             if let Some(why) = layout_mismatch(kind, &stats) {
-                status.status = SourceState::Error;
+                status.status = InputState::Error;
                 status.notes.push(format!("not decoded: {why}"));
                 read.unreadable.push(why);
                 read.stats = Some(stats);
@@ -140,8 +140,8 @@ fn read_map<S: Source>(src: &S, kind: MapKind) -> Option<(InputStatus, MapRead, 
     read.complete = settled.trusted && dump.problems.is_empty();
     status.items = Some(dump.entries);
     status.unparsed = dump.problems.len();
-    if !dump.problems.is_empty() && status.status == SourceState::Ok {
-        status.status = SourceState::Partial;
+    if !dump.problems.is_empty() && status.status == InputState::Ok {
+        status.status = InputState::Partial;
     }
     status.notes.extend(read.unreadable.iter().cloned());
     Some((status, read, Some((dump, settled.trusted))))

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::decode::cluster;
 use crate::heart::input::Input;
-use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
+use crate::heart::outcome::{InputState, InputStatus, ScanInput};
 use crate::scan::bundle_error::SnapshotError;
 use crate::sources::source::Source;
 
@@ -24,7 +24,7 @@ pub(super) fn read_cluster<S: Source>(src: &S, input: &mut ScanInput) -> Result<
     let state = fetched.state;
     let desired = match (state, fetched.value) {
         (None, _) => {
-            let mut status = InputStatus::new(Input::ClusterState, SourceState::Absent);
+            let mut status = InputStatus::new(Input::ClusterState, InputState::Absent);
             status.notes.push(format!(
                 "no cluster state: no {} in the bundle and no --cluster-state; only checks that need none ran",
                 Input::ClusterState
@@ -41,7 +41,7 @@ pub(super) fn read_cluster<S: Source>(src: &S, input: &mut ScanInput) -> Result<
             ))));
         }
     };
-    let mut status = InputStatus::new(Input::ClusterState, SourceState::Ok);
+    let mut status = InputStatus::new(Input::ClusterState, InputState::Ok);
     let label = src.label(Input::ClusterState);
     if label != Input::ClusterState.name() {
         status.origin = Some(label);

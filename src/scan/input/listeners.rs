@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use crate::decode::sockets;
 use crate::heart::input::Input;
 use crate::heart::model::Family;
-use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
+use crate::heart::outcome::{InputState, InputStatus, ScanInput};
 use crate::scan::readers::read_all;
 use crate::sources::source::Source;
 
@@ -20,10 +20,10 @@ pub(super) fn read_owners<S: Source>(src: &S, input: &mut ScanInput) {
     let Some(owners) = src.owners(&inodes) else {
         return;
     };
-    let mut status = InputStatus::new(Input::SocketOwners, SourceState::Ok);
+    let mut status = InputStatus::new(Input::SocketOwners, InputState::Ok);
     status.items = Some(owners.by_inode.len());
     if owners.by_inode.len() < inodes.len() && !owners.notes.is_empty() {
-        status.status = SourceState::Partial;
+        status.status = InputState::Partial;
     }
     status.notes = owners.notes;
     input.sources.push(status);
@@ -44,8 +44,8 @@ pub(super) fn read_sockets<S: Source>(src: &S, table: Input, input: &mut ScanInp
     if let Some(bytes) = settled.value {
         let (listeners, unparsed) =
             sockets::parse_proc_net(&bytes, protocol.protocol(), family == Family::Ipv6, &origin);
-        if !unparsed.is_empty() && status.status == SourceState::Ok {
-            status.status = SourceState::Partial;
+        if !unparsed.is_empty() && status.status == InputState::Ok {
+            status.status = InputState::Partial;
         }
         status.items = Some(listeners.len());
         status.unparsed = unparsed.len();

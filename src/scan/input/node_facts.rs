@@ -7,7 +7,7 @@ use crate::decode::{ipvs, node};
 use crate::heart::input::Input;
 use crate::heart::ipvs::{IpvsRead, IpvsTable};
 use crate::heart::observed::{IpvsTraces, KubeProxyHealth, NodeSysctls};
-use crate::heart::outcome::{ScanInput, SourceState};
+use crate::heart::outcome::{InputState, ScanInput};
 use crate::scan::readers::read_small;
 use crate::sources::source::Source;
 
@@ -31,7 +31,7 @@ pub(super) fn read_sysctls<S: Source>(src: &S, input: &mut ScanInput) -> usize {
                     sysctls.local_port_range = Some(range);
                 }
                 Err(e) => {
-                    status.status = SourceState::Error;
+                    status.status = InputState::Error;
                     status.notes.push(e.to_string());
                 }
             }
@@ -46,13 +46,13 @@ pub(super) fn read_sysctls<S: Source>(src: &S, input: &mut ScanInput) -> usize {
         if let Some(text) = settled.value {
             read_any = true;
             let (ranges, errors) = node::parse_reserved_ports(&text);
-            if status.status == SourceState::Empty || (ranges.is_empty() && errors.is_empty()) {
+            if status.status == InputState::Empty || (ranges.is_empty() && errors.is_empty()) {
                 // An empty sysctl is a fine answer: nothing is reserved.
-                status.status = SourceState::Ok;
+                status.status = InputState::Ok;
                 status.notes.push("none reserved".into());
             }
             if !errors.is_empty() {
-                status.status = SourceState::Partial;
+                status.status = InputState::Partial;
                 status.unparsed = errors.len();
                 status.notes.extend(errors.iter().take(5).map(|e| e.to_string()));
             }
@@ -92,17 +92,17 @@ pub(super) fn read_healthz<S: Source>(src: &S, input: &mut ScanInput) -> bool {
     if let Some(body) = settled.value
         && matches!(
             status.status,
-            SourceState::Ok | SourceState::Failed | SourceState::Empty
+            InputState::Ok | InputState::Failed | InputState::Empty
         )
     {
-        let healthy = status.status != SourceState::Failed;
+        let healthy = status.status != InputState::Failed;
         match KubeProxyHealth::from_body(healthy, body.as_bytes()) {
             Ok(health) => {
                 status.notes.extend(health.describe());
                 input.observed.kube_proxy_health = Some(health);
             }
             Err(e) => {
-                status.status = SourceState::Error;
+                status.status = InputState::Error;
                 status.notes.push(format!("garbled answer: {e}"));
             }
         }
@@ -120,14 +120,14 @@ pub(super) fn read_proxy_mode<S: Source>(src: &S, input: &mut ScanInput) -> bool
     input.observed.kube_proxy_answered.proxy_mode = Some(settled.value.is_some());
     let mut status = settled.status;
     if let Some(body) = settled.value
-        && status.status == SourceState::Ok
+        && status.status == InputState::Ok
     {
         let answer = body.trim();
         if let Some(mode) = crate::decode::node::parse_proxy_mode(answer) {
             status.notes.push(format!("kube-proxy runs in {answer} mode"));
             input.observed.kube_proxy_mode = Some(mode);
         } else {
-            status.status = SourceState::Error;
+            status.status = InputState::Error;
             status.notes.push(format!(
                 "not a proxy mode this reads: {:?}",
                 answer.chars().take(40).collect::<String>()
@@ -151,8 +151,8 @@ fn keep_ipvs_table<S: Source>(
         traces.virtual_servers = Some(table.services.len());
         status.items = Some(table.services.len());
         status.unparsed = table.unparsed.len();
-        if !table.unparsed.is_empty() && status.status == SourceState::Ok {
-            status.status = SourceState::Partial;
+        if !table.unparsed.is_empty() && status.status == InputState::Ok {
+            status.status = InputState::Partial;
         }
         status.notes.extend(
             table
@@ -197,8 +197,7 @@ pub(super) fn read_ipvs_traces<S: Source>(src: &S, input: &mut ScanInput) -> usi
     }
     // A node without the ip_vs module has no such file: that is no news.
     let fetched = src.fetch_bytes(Input::IpVs, |r| ipvs::parse_proc_ip_vs(r));
-    if let Some(settled) =
-        settle(src, Input::IpVs, fetched).filter(|s| s.status.status != SourceState::Absent)
+    if let Some(settled) = settle(src, Input::IpVs, fetched).filter(|s| s.status.status != InputState::Absent)
     {
         present += 1;
         read_any |= settled.value.is_some();

@@ -2,8 +2,8 @@
 //! changed is not read again.
 
 use crate::heart::input::Input;
-use crate::heart::model::{Backend, Family, RuleSource};
-use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
+use crate::heart::model::{Backend, Family, RuleDump};
+use crate::heart::outcome::{InputState, InputStatus, ScanInput};
 
 /// What the last read of each rule dump gave, so an unchanged dump is not read again:
 /// on a large node a dump costs far more CPU than the rest of the scan. Reuse only what
@@ -24,7 +24,7 @@ struct CachedRead {
     present: bool,
     statuses: Vec<InputStatus>,
     /// None while lent to a scan, or when the scan never gave them back.
-    sources: Option<Vec<RuleSource>>,
+    sources: Option<Vec<RuleDump>>,
 }
 
 impl RuleCache {
@@ -44,15 +44,15 @@ impl RuleCache {
 
     /// Takes back the rule sources of the read that last used this cache, from the
     /// finished scan (in the order the read produced them).
-    pub fn keep(&mut self, mut sources: Vec<RuleSource>) {
+    pub fn keep(&mut self, mut sources: Vec<RuleDump>) {
         for (dump, range) in std::mem::take(&mut self.lent) {
             if range.end > sources.len() {
                 continue;
             }
-            let taken: Vec<RuleSource> = sources
+            let taken: Vec<RuleDump> = sources
                 .splice(
                     range.clone(),
-                    std::iter::repeat_with(|| RuleSource::empty("", Backend::IptablesNft, Family::Ipv4))
+                    std::iter::repeat_with(|| RuleDump::empty("", Backend::IptablesNft, Family::Ipv4))
                         .take(range.len()),
                 )
                 .collect();
@@ -86,12 +86,10 @@ impl RuleCache {
         self.forget(dump);
         // A dump that could not be read whole is read again next time, whatever the
         // kernel says: its failure may have been passing.
-        let whole = read.statuses.iter().all(|s| {
-            matches!(
-                s.status,
-                SourceState::Ok | SourceState::Empty | SourceState::Absent
-            )
-        });
+        let whole = read
+            .statuses
+            .iter()
+            .all(|s| matches!(s.status, InputState::Ok | InputState::Empty | InputState::Absent));
         let keep = whole && self.keepable.contains(&dump);
         if keep {
             self.entries.push((dump, read));

@@ -6,8 +6,8 @@ use std::io;
 use crate::decode::iptables::{self, SourceHint};
 use crate::decode::nftables;
 use crate::heart::input::Input;
-use crate::heart::model::{Backend, Family, Lookup, RuleSource};
-use crate::heart::outcome::{InputStatus, ScanInput, SourceState};
+use crate::heart::model::{Backend, Family, Lookup, RuleDump};
+use crate::heart::outcome::{InputState, InputStatus, ScanInput};
 use crate::scan::readers::read_all;
 use crate::sources::source::{Fetched, Read, Rules, Source};
 
@@ -55,7 +55,7 @@ fn keep_rules(
     lookup: Lookup,
     input: &mut ScanInput,
 ) -> bool {
-    let mut status = InputStatus::new(dump, read.state.unwrap_or(SourceState::Ok));
+    let mut status = InputStatus::new(dump, read.state.unwrap_or(InputState::Ok));
     status.backend = backend;
     status.family = family;
     status.notes = read.notes;
@@ -82,7 +82,7 @@ fn keep_iptables_dump<S: Source>(
     dump: Input,
     backend: Option<Backend>,
     family: Family,
-    fetched: Fetched<(RuleSource, u64)>,
+    fetched: Fetched<(RuleDump, u64)>,
     input: &mut ScanInput,
 ) -> bool {
     let Some(settled) = settle(src, dump, fetched) else {
@@ -104,10 +104,10 @@ fn keep_iptables_dump<S: Source>(
     true
 }
 
-fn push_rule_source(input: &mut ScanInput, mut source: RuleSource, mut status: InputStatus, lookup: Lookup) {
+fn push_rule_source(input: &mut ScanInput, mut source: RuleDump, mut status: InputStatus, lookup: Lookup) {
     source.lookup = lookup;
-    if !source.complete && status.status == SourceState::Ok {
-        status.status = SourceState::Partial;
+    if !source.complete && status.status == InputState::Ok {
+        status.status = InputState::Partial;
     }
     status.backend = Some(source.backend);
     status.family = Some(source.family);
@@ -164,8 +164,8 @@ pub(super) fn read_nftables<S: Source>(src: &S, input: &mut ScanInput) -> bool {
         input.sources.push(status);
         return true;
     };
-    if json && status.status == SourceState::Ok && !nft_json_has_table(&bytes) {
-        status.status = SourceState::Empty;
+    if json && status.status == InputState::Ok && !nft_json_has_table(&bytes) {
+        status.status = InputState::Empty;
     }
     let parsed = if json {
         nftables::parse_ruleset_json(&bytes, &origin)
@@ -183,7 +183,7 @@ pub(super) fn read_nftables<S: Source>(src: &S, input: &mut ScanInput) -> bool {
         match text {
             Ok(text) => nftables::parse_ruleset_text(text, &origin),
             Err(why) => {
-                status.status = SourceState::Error;
+                status.status = InputState::Error;
                 status.notes.push(why);
                 input.sources.push(status);
                 return true;
@@ -193,7 +193,7 @@ pub(super) fn read_nftables<S: Source>(src: &S, input: &mut ScanInput) -> bool {
     match parsed {
         Ok(sources) if sources.is_empty() => {
             status.items = Some(0);
-            if status.status != SourceState::Empty {
+            if status.status != InputState::Empty {
                 status.notes.push("no kube-proxy nftables table".into());
             }
             input.sources.push(status);
@@ -211,7 +211,7 @@ pub(super) fn read_nftables<S: Source>(src: &S, input: &mut ScanInput) -> bool {
             input.sources.push(status);
         }
         Err(e) => {
-            status.status = SourceState::Error;
+            status.status = InputState::Error;
             status.notes.push(e.to_string());
             input.sources.push(status);
         }

@@ -23,11 +23,11 @@ const MANIFEST_FILE: &str = "snapshot.json";
 /// A source that answers from a table: name → (state, content, notes).
 #[derive(Default)]
 struct Scripted {
-    answers: HashMap<&'static str, (SourceState, Vec<u8>, Vec<String>)>,
+    answers: HashMap<&'static str, (InputState, Vec<u8>, Vec<String>)>,
 }
 
 impl Scripted {
-    fn with(mut self, name: &'static str, state: SourceState, content: &[u8]) -> Self {
+    fn with(mut self, name: &'static str, state: InputState, content: &[u8]) -> Self {
         self.answers.insert(name, (state, content.to_vec(), Vec::new()));
         self
     }
@@ -48,7 +48,7 @@ impl Source for Scripted {
         let Some((state, content, notes)) = self.answers.get(input.name()).cloned() else {
             return Fetched::not_present();
         };
-        let value = (state != SourceState::Absent)
+        let value = (state != InputState::Absent)
             .then(|| consume(&mut Cursor::new(content.clone())).map(Read::Bytes));
         Fetched {
             state: Some(state),
@@ -85,38 +85,38 @@ fn status<'a>(input: &'a ScanInput, name: &str) -> &'a InputStatus {
 fn split_node() -> Scripted {
     let b = "iptables-backend-split";
     Scripted::default()
-        .with("iptables-nft-save.txt", SourceState::Ok, &testdata(b, "iptables-nft-save.txt"))
+        .with("iptables-nft-save.txt", InputState::Ok, &testdata(b, "iptables-nft-save.txt"))
         .note(
             "iptables-nft-save.txt",
             "the tool says: iptables-legacy tables present, use iptables-legacy-save to see them",
         )
         .with(
             "iptables-legacy-save.txt",
-            SourceState::Ok,
+            InputState::Ok,
             &testdata(b, "iptables-legacy-save.txt"),
         )
-        .with("ip6tables-nft-save.txt", SourceState::Empty, b"")
-        .with("ip6tables-legacy-save.txt", SourceState::Absent, b"")
+        .with("ip6tables-nft-save.txt", InputState::Empty, b"")
+        .with("ip6tables-legacy-save.txt", InputState::Absent, b"")
         .note("ip6tables-legacy-save.txt", "ip6tables-legacy-save is not on PATH")
         .with(
             "nft.json",
-            SourceState::Ok,
+            InputState::Ok,
             br#"{"nftables": [{"metainfo": {"version": "1.0.6"}}]}"#,
         )
-        .with("proc/net/tcp", SourceState::Ok, &testdata(b, "proc/net/tcp"))
-        .with("proc/net/tcp6", SourceState::Ok, &testdata(b, "proc/net/tcp6"))
-        .with("proc/net/udp", SourceState::Ok, &testdata(b, "proc/net/udp"))
-        .with("proc/net/udp6", SourceState::Absent, b"")
-        .with(LOCAL_PORT_RANGE_FILE, SourceState::Ok, b"32768\t60999\n")
-        .with(RESERVED_PORTS_FILE, SourceState::Ok, b"\n")
+        .with("proc/net/tcp", InputState::Ok, &testdata(b, "proc/net/tcp"))
+        .with("proc/net/tcp6", InputState::Ok, &testdata(b, "proc/net/tcp6"))
+        .with("proc/net/udp", InputState::Ok, &testdata(b, "proc/net/udp"))
+        .with("proc/net/udp6", InputState::Absent, b"")
+        .with(LOCAL_PORT_RANGE_FILE, InputState::Ok, b"32768\t60999\n")
+        .with(RESERVED_PORTS_FILE, InputState::Ok, b"\n")
         .with(
             HEALTHZ_FILE,
-            SourceState::Failed,
+            InputState::Failed,
             br#"{"lastUpdated": "2025-11-30 10:00:00 +0000 UTC","currentTime": "2025-11-30 10:05:00 +0000 UTC"}"#,
         )
         .note(HEALTHZ_FILE, "kube-proxy answered HTTP 503 Service Unavailable")
-        .with("cluster.json", SourceState::Ok, &testdata(b, "cluster.json"))
-        .with("node", SourceState::Ok, b"worker-4\n")
+        .with("cluster.json", InputState::Ok, &testdata(b, "cluster.json"))
+        .with("node", InputState::Ok, b"worker-4\n")
 }
 
 /// The split node, where a rule dump, a socket table and the cluster state each wait,
@@ -151,7 +151,7 @@ impl Source for Meeting {
             drop(arrived);
             if wait.timed_out() {
                 return Fetched {
-                    state: Some(SourceState::Error),
+                    state: Some(InputState::Error),
                     value: Some(Err(io::Error::other(format!("{name} read alone")))),
                     ..Fetched::not_present()
                 };
@@ -172,7 +172,7 @@ fn the_rules_the_node_and_the_cluster_state_are_read_at_once() {
     for name in MEETING.into_iter().filter(|name| *name != "cluster.json") {
         assert_eq!(
             status(&input, name).status,
-            SourceState::Ok,
+            InputState::Ok,
             "{name}: {:?}",
             status(&input, name)
         );
@@ -191,18 +191,15 @@ fn every_source_state_is_reported_and_only_good_content_is_used() {
     let input = read_input(&split_node(), None).unwrap();
     assert_eq!(input.node.as_deref(), Some("worker-4"));
     let s = status(&input, "iptables-nft-save.txt");
-    assert_eq!(s.status, SourceState::Ok);
+    assert_eq!(s.status, InputState::Ok);
     assert_eq!(s.origin.as_deref(), Some("live:iptables-nft-save.txt"));
     assert!(s.notes[0].contains("legacy tables present"), "{:?}", s.notes);
-    assert_eq!(
-        status(&input, "ip6tables-nft-save.txt").status,
-        SourceState::Empty
-    );
+    assert_eq!(status(&input, "ip6tables-nft-save.txt").status, InputState::Empty);
     let absent = status(&input, "ip6tables-legacy-save.txt");
-    assert_eq!(absent.status, SourceState::Absent);
+    assert_eq!(absent.status, InputState::Absent);
     assert_eq!(absent.family, Some(Family::Ipv6));
-    assert_eq!(status(&input, "nft.json").status, SourceState::Empty);
-    assert_eq!(status(&input, "proc/net/udp6").status, SourceState::Absent);
+    assert_eq!(status(&input, "nft.json").status, InputState::Empty);
+    assert_eq!(status(&input, "proc/net/udp6").status, InputState::Absent);
     assert_eq!(input.observed.sources.len(), 2, "only the two dumps with tables");
     assert_eq!(
         input.observed.sources[0].origin, "live:iptables-nft-save.txt",
@@ -221,25 +218,25 @@ fn every_source_state_is_reported_and_only_good_content_is_used() {
         health.since_last_update,
         Some(std::time::Duration::from_secs(300))
     );
-    assert_eq!(status(&input, HEALTHZ_FILE).status, SourceState::Failed);
-    assert_eq!(status(&input, "cluster.json").status, SourceState::Ok);
+    assert_eq!(status(&input, HEALTHZ_FILE).status, InputState::Failed);
+    assert_eq!(status(&input, "cluster.json").status, InputState::Ok);
 }
 
 #[test]
 fn a_dump_cut_by_a_failure_or_deadline_is_read_but_not_trusted() {
     let dump = testdata("duplicate-dnat-30080", "iptables-nft-save.txt");
-    for state in [SourceState::Failed, SourceState::TimedOut] {
+    for state in [InputState::Failed, InputState::TimedOut] {
         let src = Scripted::default().with("iptables-nft-save.txt", state, &dump);
         let input = read_input(&src, None).unwrap();
         assert_eq!(status(&input, "iptables-nft-save.txt").status, state);
         assert_eq!(input.observed.sources.len(), 1);
         assert!(!input.observed.sources[0].complete, "{state}");
     }
-    let src = Scripted::default().with("iptables-nft-save.txt", SourceState::TooLarge, &dump);
+    let src = Scripted::default().with("iptables-nft-save.txt", InputState::TooLarge, &dump);
     let input = read_input(&src, None).unwrap();
     assert_eq!(
         status(&input, "iptables-nft-save.txt").status,
-        SourceState::TooLarge
+        InputState::TooLarge
     );
     assert!(
         input.observed.sources.is_empty(),
@@ -250,14 +247,14 @@ fn a_dump_cut_by_a_failure_or_deadline_is_read_but_not_trusted() {
 #[test]
 fn garbled_health_answers_and_sysctls_are_statuses_not_failures() {
     let src = Scripted::default()
-        .with(HEALTHZ_FILE, SourceState::Ok, b"<html>hello</html>")
-        .with(LOCAL_PORT_RANGE_FILE, SourceState::Ok, b"nonsense")
-        .with(RESERVED_PORTS_FILE, SourceState::Ok, b"30000-32767,x");
+        .with(HEALTHZ_FILE, InputState::Ok, b"<html>hello</html>")
+        .with(LOCAL_PORT_RANGE_FILE, InputState::Ok, b"nonsense")
+        .with(RESERVED_PORTS_FILE, InputState::Ok, b"30000-32767,x");
     let input = read_input(&src, None).unwrap();
-    assert_eq!(status(&input, HEALTHZ_FILE).status, SourceState::Error);
-    assert_eq!(status(&input, LOCAL_PORT_RANGE_FILE).status, SourceState::Error);
+    assert_eq!(status(&input, HEALTHZ_FILE).status, InputState::Error);
+    assert_eq!(status(&input, LOCAL_PORT_RANGE_FILE).status, InputState::Error);
     let reserved = status(&input, RESERVED_PORTS_FILE);
-    assert_eq!(reserved.status, SourceState::Partial);
+    assert_eq!(reserved.status, InputState::Partial);
     assert_eq!(reserved.unparsed, 1);
     let sysctls = input.observed.sysctls.unwrap();
     assert_eq!(sysctls.local_port_range, None);
@@ -268,7 +265,7 @@ fn garbled_health_answers_and_sysctls_are_statuses_not_failures() {
 fn an_unreadable_cluster_state_fails_the_scan() {
     let src = Scripted::default().with(
         "cluster.json",
-        SourceState::Ok,
+        InputState::Ok,
         b"{\"kind\": \"List\", \"items\": [",
     );
     assert!(matches!(
@@ -293,7 +290,7 @@ fn findings_of(input: ScanInput) -> Vec<String> {
     f
 }
 
-fn states(input: &ScanInput) -> Vec<(String, SourceState)> {
+fn states(input: &ScanInput) -> Vec<(String, InputState)> {
     input
         .sources
         .iter()
@@ -323,10 +320,10 @@ fn a_snapshot_reads_back_as_the_source_it_captured() {
         "dumps are kept exactly as printed"
     );
     let entry = |n: &str| manifest.sources.iter().find(|e| e.source == n).unwrap().clone();
-    assert_eq!(entry("ip6tables-legacy-save.txt").status, SourceState::Absent);
-    assert_eq!(entry("nft.json").status, SourceState::Empty);
+    assert_eq!(entry("ip6tables-legacy-save.txt").status, InputState::Absent);
+    assert_eq!(entry("nft.json").status, InputState::Empty);
     assert!(!entry("nft.json").file);
-    assert_eq!(entry(HEALTHZ_FILE).status, SourceState::Failed);
+    assert_eq!(entry(HEALTHZ_FILE).status, InputState::Failed);
     assert!(out.join("snapshot.json").is_file());
     // No temporary files are left behind.
     let leftovers: Vec<_> = walk(&out)
@@ -375,7 +372,7 @@ fn a_failed_capture_stays_untrusted_in_the_bundle() {
     let src = Scripted::default()
         .with(
             "iptables-nft-save.txt",
-            SourceState::TimedOut,
+            InputState::TimedOut,
             &dump[..dump.len() / 2],
         )
         .note(
@@ -386,7 +383,7 @@ fn a_failed_capture_stays_untrusted_in_the_bundle() {
     write_snapshot(&src, dir.path(), &SnapshotOptions::default()).unwrap();
     let input = read_bundle(dir.path(), None).unwrap();
     let s = status(&input, "iptables-nft-save.txt");
-    assert_eq!(s.status, SourceState::TimedOut);
+    assert_eq!(s.status, InputState::TimedOut);
     assert!(s.notes[0].contains("did not finish"), "{:?}", s.notes);
     assert!(!input.observed.sources[0].complete);
 }
@@ -399,7 +396,7 @@ fn a_snapshot_does_not_overwrite_without_force() {
     let src = || {
         Scripted::default().with(
             "proc/net/tcp",
-            SourceState::Ok,
+            InputState::Ok,
             &testdata("haproxy-squatter", "proc/net/tcp"),
         )
     };
@@ -443,18 +440,18 @@ fn a_bundle_manifest_is_applied_and_a_bad_one_is_reported() {
     .unwrap();
     let input = read_bundle(dir.path(), None).unwrap();
     let legacy = status(&input, "iptables-legacy-save.txt");
-    assert_eq!(legacy.status, SourceState::Failed);
+    assert_eq!(legacy.status, InputState::Failed);
     assert_eq!(
         legacy.notes,
         vec!["exit status 1".to_string(), "stderr: boom".into()]
     );
     let missing = status(&input, "iptables-nft-save.txt");
-    assert_eq!(missing.status, SourceState::Error);
-    assert_eq!(status(&input, "proc/net/tcp").status, SourceState::Ok);
+    assert_eq!(missing.status, InputState::Error);
+    assert_eq!(status(&input, "proc/net/tcp").status, InputState::Ok);
 
     std::fs::write(dir.path().join(MANIFEST_FILE), "{not json").unwrap();
     let input = read_bundle(dir.path(), None).unwrap();
-    assert_eq!(status(&input, MANIFEST_FILE).status, SourceState::Error);
+    assert_eq!(status(&input, MANIFEST_FILE).status, InputState::Error);
     assert!(
         input
             .sources
@@ -486,12 +483,12 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
         Scripted::default()
             .with(
                 "iptables-nft-save.txt",
-                SourceState::Ok,
+                InputState::Ok,
                 &testdata(b, "iptables-nft-save.txt"),
             )
             .with(
                 "iptables-legacy-save.txt",
-                SourceState::Ok,
+                InputState::Ok,
                 &testdata(b, "iptables-legacy-save.txt"),
             )
     };
@@ -524,8 +521,8 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
     // Both dumps are now empty on the node; only the nf_tables one may be reused.
     let emptied = || {
         Scripted::default()
-            .with("iptables-nft-save.txt", SourceState::Empty, b"")
-            .with("iptables-legacy-save.txt", SourceState::Empty, b"")
+            .with("iptables-nft-save.txt", InputState::Empty, b"")
+            .with("iptables-legacy-save.txt", InputState::Empty, b"")
     };
     cache.allow_reuse(&NF_TABLES_DUMPS);
     let second = read_input_cached(&emptied(), None, &mut cache).unwrap();
@@ -562,7 +559,7 @@ fn a_dump_not_read_whole_is_never_replayed() {
     let mut cache = RuleCache::keeping(&NF_TABLES_DUMPS);
     let timed_out = Scripted::default().with(
         "iptables-nft-save.txt",
-        SourceState::TimedOut,
+        InputState::TimedOut,
         &testdata(b, "iptables-nft-save.txt"),
     );
     if let Ok(mut read) = read_input_cached(&timed_out, None, &mut cache) {
@@ -571,11 +568,11 @@ fn a_dump_not_read_whole_is_never_replayed() {
     cache.allow_reuse(&NF_TABLES_DUMPS);
     let now_fine = Scripted::default().with(
         "iptables-nft-save.txt",
-        SourceState::Ok,
+        InputState::Ok,
         &testdata(b, "iptables-nft-save.txt"),
     );
     let again = read_input_cached(&now_fine, None, &mut cache).unwrap();
-    assert_eq!(status(&again, "iptables-nft-save.txt").status, SourceState::Ok);
+    assert_eq!(status(&again, "iptables-nft-save.txt").status, InputState::Ok);
     assert!(
         !status(&again, "iptables-nft-save.txt")
             .notes
@@ -657,7 +654,7 @@ fn kube_proxys_endpoints_are_answered_unanswered_or_not_asked() {
         }
     );
     assert_eq!(down.observed.kube_proxy_health, None);
-    assert_eq!(status(&down, HEALTHZ_FILE).status, SourceState::Error);
+    assert_eq!(status(&down, HEALTHZ_FILE).status, InputState::Error);
 
     let unhealthy = read(Some(answering("503 Service Unavailable")), None);
     assert_eq!(

@@ -7,8 +7,8 @@ use std::time::Instant;
 use super::following::{Following, NFT_AT};
 use super::{IptablesVia, LiveNode, NFT_NETLINK_LABEL, NftablesVia, iptables_netlink_label, lock};
 use crate::heart::input::{Input, IptablesBackend};
-use crate::heart::model::{Family, RuleSource};
-use crate::heart::outcome::SourceState;
+use crate::heart::model::{Family, RuleDump};
+use crate::heart::outcome::InputState;
 use crate::sources::netlink::follow::ReadKind;
 use crate::sources::netlink::iptables::{read_rules_following, read_rules_netlink};
 use crate::sources::netlink::nftables::{
@@ -48,7 +48,7 @@ impl LiveNode {
     }
 
     /// kube-proxy's nftables tables over netlink.
-    fn nftables_netlink(&self) -> Result<Fetched<Vec<RuleSource>>, String> {
+    fn nftables_netlink(&self) -> Result<Fetched<Vec<RuleDump>>, String> {
         let mut maps = lock(&self.constant_maps);
         let mut following = lock(&self.following);
         match following.as_mut() {
@@ -82,7 +82,7 @@ impl LiveNode {
 
     /// iptables-nft's tables of `family` over netlink: None in the value when the
     /// family has no iptables-nft table.
-    fn iptables_netlink(&self, family: Family) -> Result<Fetched<Option<RuleSource>>, String> {
+    fn iptables_netlink(&self, family: Family) -> Result<Fetched<Option<RuleDump>>, String> {
         let label = iptables_netlink_label(family);
         let mut following = lock(&self.following);
         let Some(following) = following.as_mut() else {
@@ -117,9 +117,9 @@ impl LiveNode {
         let (value, bytes) = read(limits).map_err(|e| e.to_string())?;
         Ok(Fetched {
             state: Some(if present(&value) {
-                SourceState::Ok
+                InputState::Ok
             } else {
-                SourceState::Empty
+                InputState::Empty
             }),
             value: Some(Ok(value)),
             notes: vec!["read from the kernel over netlink".to_string()],

@@ -25,7 +25,7 @@ use crate::decode::netlink::iptables::{
 };
 use crate::decode::netlink::nfproto;
 use crate::decode::netlink::request;
-use crate::heart::model::{Backend, Family, RuleSource};
+use crate::heart::model::{Backend, Family, RuleDump};
 use crate::sources::netlink::blocks::{ReadPlan, Readers, read_in_order};
 use crate::sources::netlink::follow::{ATTEMPTS, Named, Stale, Stamp, follow};
 use crate::sources::netlink::kept::{BLOCK, KeptBlock, KeptFamily, KeptIptablesTable, update_table};
@@ -39,7 +39,7 @@ pub fn read_rules_netlink(
     family: Family,
     origin: &str,
     limits: NetlinkLimits,
-) -> Result<(Option<RuleSource>, u64), NetlinkError> {
+) -> Result<(Option<RuleDump>, u64), NetlinkError> {
     let hint = SourceHint {
         backend: Some(Backend::IptablesNft),
         family: Some(family),
@@ -258,7 +258,7 @@ pub fn read_rules_following(
     journal: &ChangeJournal,
     kept: &mut Option<KeptFamily>,
     whole: &mut bool,
-) -> Result<(Option<RuleSource>, u64, ReadKind), NetlinkError> {
+) -> Result<(Option<RuleDump>, u64, ReadKind), NetlinkError> {
     let deadline = Instant::now() + limits.timeout;
     let mut conn = Conn::open(limits, deadline, None)?;
     let extra_bytes = AtomicU64::new(0);

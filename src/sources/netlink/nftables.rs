@@ -1,6 +1,6 @@
 //! kube-proxy's nftables tables read straight from the kernel over netlink, into the
 //! same intermediate form the `nft -j` parser builds, so both give the same
-//! [`RuleSource`]s.
+//! [`RuleDump`]s.
 //!
 //! Why: on a large node `nft -j list table ip kube-proxy` takes seconds and a great
 //! deal of memory, most of it nft building and printing its own JSON. The kernel hands
@@ -20,8 +20,8 @@ use crate::decode::netlink::nftables::{
     DecodedRule, KeptEntries, RuleContext, SetInfo, chain_of_table, decode_rule, read_set,
 };
 use crate::decode::netlink::{reply, request};
-use crate::decode::nftables::{KUBE_PROXY_TABLE, ParsedRuleset, TableIr, build_rule_sources, unparsed};
-use crate::heart::model::{Family, RuleSource, Unparsed};
+use crate::decode::nftables::{KUBE_PROXY_TABLE, ParsedRuleset, TableIr, build_rule_dumps, unparsed};
+use crate::heart::model::{Family, RuleDump, Unparsed};
 use crate::sources::netlink::blocks::{ReadPlan, Readers, read_in_order};
 use crate::sources::netlink::follow::ATTEMPTS;
 use crate::sources::netlink::{Conn, NetlinkError, NetlinkLimits, Recording, restart};
@@ -393,16 +393,16 @@ fn read_chain_rules(
 }
 
 /// Reads `ip kube-proxy` and `ip6 kube-proxy` from the kernel over netlink (the current
-/// thread's network namespace) into the [`RuleSource`]s
+/// thread's network namespace) into the [`RuleDump`]s
 /// [`parse_ruleset_json`](crate::decode::nftables::parse_ruleset_json) gives for the
 /// same tables' `nft -j` dump; with the bytes of netlink messages read. Needs
 /// CAP_NET_ADMIN.
 pub fn read_tables_netlink(
     origin: &str,
     limits: NetlinkLimits,
-) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
+) -> Result<(Vec<RuleDump>, u64), NetlinkError> {
     let read = read_tables(limits, None, None)?;
-    Ok((build_rule_sources(&read.parsed, origin), read.bytes))
+    Ok((build_rule_dumps(&read.parsed, origin), read.bytes))
 }
 
 /// [`read_tables_netlink`] for a reader that reads the same node again: the constant
@@ -412,18 +412,18 @@ pub fn read_tables_netlink_keeping(
     origin: &str,
     limits: NetlinkLimits,
     maps: &mut ConstantMaps,
-) -> Result<(Vec<RuleSource>, u64), NetlinkError> {
+) -> Result<(Vec<RuleDump>, u64), NetlinkError> {
     let read = read_tables(limits, Some(maps), None)?;
-    Ok((build_rule_sources(&read.parsed, origin), read.bytes))
+    Ok((build_rule_dumps(&read.parsed, origin), read.bytes))
 }
 
 /// [`read_tables_netlink`] that also returns the raw messages it decoded, for
-/// [`crate::decode::netlink::nftables::decode_rule_sources`] to decode again (fixtures).
+/// [`crate::decode::netlink::nftables::decode_rule_dumps`] to decode again (fixtures).
 pub fn record_tables_netlink(
     origin: &str,
     limits: NetlinkLimits,
-) -> Result<(Vec<RuleSource>, Vec<u8>), NetlinkError> {
+) -> Result<(Vec<RuleDump>, Vec<u8>), NetlinkError> {
     let recording = Arc::new(Recording::default());
     let read = read_tables(limits, None, Some(&recording))?;
-    Ok((build_rule_sources(&read.parsed, origin), recording.bytes()))
+    Ok((build_rule_dumps(&read.parsed, origin), recording.bytes()))
 }

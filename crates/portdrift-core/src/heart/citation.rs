@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::heart::model::{Backend, Family, Lookup, RuleIdentity, RuleSource, RuleText};
+use crate::heart::model::{Backend, Family, Lookup, RuleDump, RuleIdentity, RuleText};
 
 /// Where a finding says its rule is: its JSON's `rule_source`, in the words
 /// [`fmt::Display`] writes.
@@ -107,7 +107,7 @@ impl Citation {
     }
 }
 
-impl RuleSource {
+impl RuleDump {
     /// Where the rule of a NodePort rule or DNAT target is.
     pub fn cite_rule(&self, rule: &RuleText, identity: &RuleIdentity) -> Citation {
         match identity {

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::heart::desired::DesiredState;
 use crate::heart::input::Input;
-use crate::heart::input_status::{InputStatus, SourceState};
+use crate::heart::input_status::{InputState, InputStatus};
 use crate::heart::model::{Backend, Family, ProxyMode};
 use crate::heart::observed::Observed;
 use crate::heart::proxy_mode::{Datapath, ProxyDecision};
@@ -196,7 +196,7 @@ fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
             state if state.is_failure() => out.push(format!(
                 "{name} could not be read ({state}{why}): the rules it holds were not checked."
             )),
-            SourceState::Partial => out.push(format!(
+            InputState::Partial => out.push(format!(
                 "{name} was read only in part ({}): stale and duplicate rules were still reported from what it holds, but no rule was concluded missing from it and no chain orphaned.",
                 if s.unparsed > 0 {
                     format!("{} lines not understood", s.unparsed)
@@ -220,7 +220,7 @@ fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
             s.backend == Some(backend)
                 // One nft dump holds both families' tables.
                 && (s.family == Some(family) || backend == Backend::Nftables)
-                && matches!(s.status, SourceState::Ok | SourceState::Empty | SourceState::Partial)
+                && matches!(s.status, InputState::Ok | InputState::Empty | InputState::Partial)
         })
     };
     let mut unread = Vec::new();
@@ -254,8 +254,8 @@ fn sockets(sources: &[InputStatus], out: &mut Vec<String>) {
     for input in Input::SOCKETS {
         let name = input.name();
         match sources.iter().find(|s| s.source == input).map(|s| s.status) {
-            Some(SourceState::Ok | SourceState::Empty) => {}
-            Some(SourceState::Partial) => partial.push(name),
+            Some(InputState::Ok | InputState::Empty) => {}
+            Some(InputState::Partial) => partial.push(name),
             _ => unread.push(name),
         }
     }

@@ -11,7 +11,9 @@ use crate::heart::model::{Backend, Family};
 /// never trusted for "missing" decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum SourceState {
+// The published schemas keep the name this type had when they were first written.
+#[schemars(rename = "SourceState")]
+pub enum InputState {
     /// Read and understood.
     Ok,
     /// Read, but some of it could not be understood or it looks truncated: findings
@@ -31,18 +33,18 @@ pub enum SourceState {
     TooLarge,
 }
 
-impl SourceState {
+impl InputState {
     /// The state as the report and the JSON print it.
     pub fn as_str(self) -> &'static str {
         match self {
-            SourceState::Ok => "ok",
-            SourceState::Partial => "partial",
-            SourceState::Absent => "absent",
-            SourceState::Empty => "empty",
-            SourceState::Error => "error",
-            SourceState::Failed => "failed",
-            SourceState::TimedOut => "timed-out",
-            SourceState::TooLarge => "too-large",
+            InputState::Ok => "ok",
+            InputState::Partial => "partial",
+            InputState::Absent => "absent",
+            InputState::Empty => "empty",
+            InputState::Error => "error",
+            InputState::Failed => "failed",
+            InputState::TimedOut => "timed-out",
+            InputState::TooLarge => "too-large",
         }
     }
 
@@ -52,12 +54,12 @@ impl SourceState {
     pub fn is_failure(self) -> bool {
         matches!(
             self,
-            SourceState::Error | SourceState::Failed | SourceState::TimedOut | SourceState::TooLarge
+            InputState::Error | InputState::Failed | InputState::TimedOut | InputState::TooLarge
         )
     }
 }
 
-impl std::fmt::Display for SourceState {
+impl std::fmt::Display for InputState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -65,12 +67,13 @@ impl std::fmt::Display for SourceState {
 
 /// The status of one input, for the report and `/findings`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+// The published schemas keep the name this type had when they were first written.
 #[schemars(rename = "SourceStatus")]
 pub struct InputStatus {
     /// The file or command (`iptables-nft-save.txt`, `proc/net/tcp`, `cluster.json`).
     #[schemars(with = "String")]
     pub source: Input,
-    pub status: SourceState,
+    pub status: InputState,
     /// Where it was really read from when that is not the bundle file `source` names:
     /// the command or path on a live node (`iptables-nft-save`, `/proc/net/tcp`).
     pub origin: Option<String>,
@@ -91,8 +94,8 @@ impl InputStatus {
     pub fn describe_cluster_state(&mut self, desired: &DesiredState) {
         self.items = Some(desired.ports.len());
         self.unparsed = desired.problems.len();
-        if !desired.problems.is_empty() && self.status == SourceState::Ok {
-            self.status = SourceState::Partial;
+        if !desired.problems.is_empty() && self.status == InputState::Ok {
+            self.status = InputState::Partial;
         }
         self.notes = desired
             .problems
@@ -107,7 +110,7 @@ impl InputStatus {
         self.backend.is_some() || self.family.is_some()
     }
 
-    pub fn new(source: Input, status: SourceState) -> InputStatus {
+    pub fn new(source: Input, status: InputState) -> InputStatus {
         InputStatus {
             source,
             status,

@@ -367,9 +367,10 @@ pub enum Lookup {
     Chains,
 }
 
-/// Everything read from one netfilter source (one dump of one backend and family).
+/// Everything read from one dump of one backend and family: a tool's text, a bundle's file
+/// or a read over netlink (not "source": that word is the `sources` layer and its `Source`).
 #[derive(Debug, Clone)]
-pub struct RuleSource {
+pub struct RuleDump {
     /// The file or command it came from, for messages.
     pub origin: String,
     /// How findings cite its rules: by line, or by chain on the live node.
@@ -502,7 +503,7 @@ pub struct MalformedRule {
     pub problem: String,
 }
 
-impl RuleSource {
+impl RuleDump {
     /// An empty source: nothing read yet.
     /// Whether the source shows any of kube-proxy's chains, in whatever mode: the one
     /// reading both the source's note and the proxy-mode line rest on, so that neither
@@ -514,8 +515,8 @@ impl RuleSource {
             || !self.signals.ipvs.is_empty()
     }
 
-    pub fn empty(origin: impl Into<String>, backend: Backend, family: Family) -> RuleSource {
-        RuleSource {
+    pub fn empty(origin: impl Into<String>, backend: Backend, family: Family) -> RuleDump {
+        RuleDump {
             origin: origin.into(),
             lookup: Lookup::Lines,
             backend,

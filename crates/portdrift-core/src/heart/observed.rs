@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::heart::model::{Listener, ProcessInfo, ProxyMode, RuleSource};
+use crate::heart::model::{Listener, ProcessInfo, ProxyMode, RuleDump};
 
 /// Everything read from one node.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
     /// One entry per netfilter dump read (backend × family).
-    pub sources: Vec<RuleSource>,
+    pub sources: Vec<RuleDump>,
     /// Listening TCP and bound UDP sockets.
     pub listeners: Vec<Listener>,
     /// Socket inode → owning process, where it could be found.

@@ -8,7 +8,7 @@ use crate::heart::desired::DesiredState;
 use crate::heart::detect::{DetectConfig, examine};
 use crate::heart::finding::{Finding, Severity};
 use crate::heart::input::Input;
-pub use crate::heart::input_status::{InputStatus, SourceState};
+pub use crate::heart::input_status::{InputState, InputStatus};
 use crate::heart::observed::{KubeProxyAnswered, KubeProxyHealth, Observed};
 use crate::heart::words::count_of;
 
@@ -79,7 +79,7 @@ pub fn run_scan_keeping_inputs(
     config: &DetectConfig,
 ) -> (
     ScanReport,
-    Vec<crate::heart::model::RuleSource>,
+    Vec<crate::heart::model::RuleDump>,
     Option<DesiredState>,
 ) {
     let detection = examine(input.desired.as_ref(), &input.observed, config);
@@ -139,7 +139,7 @@ fn apply_acceptances(
     let at = match sources.iter().position(|s| s.source == Input::Acceptances) {
         Some(at) => at,
         None => {
-            sources.push(InputStatus::new(Input::Acceptances, SourceState::Ok));
+            sources.push(InputStatus::new(Input::Acceptances, InputState::Ok));
             sources.len() - 1
         }
     };

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::heart::model::{Backend, Family, ProxyMode, RuleSource};
+use crate::heart::model::{Backend, Family, ProxyMode, RuleDump};
 use crate::heart::observed::Observed;
 
 /// Where a mode's NodePorts were read from, when not from netfilter rules.
@@ -39,7 +39,7 @@ pub struct ProxyDecision {
 /// writes now (and so may be compared with the cluster state): nftables tables, and
 /// iptables dumps with iptables-mode chains whose `KUBE-SERVICES` IPVS mode has not
 /// taken over.
-pub fn holds_live_dispatch(source: &RuleSource) -> bool {
+pub fn holds_live_dispatch(source: &RuleDump) -> bool {
     source.backend == Backend::Nftables
         || (source.signals.iptables_mode && source.signals.services_dispatch != Some(ProxyMode::Ipvs))
 }
@@ -116,7 +116,7 @@ fn shown_by_rules(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> O
 }
 
 /// nat `KUBE-SERVICES` dispatching to IPVS: IPVS mode synced last.
-fn ipvs_dispatch_shown(sources: &[RuleSource]) -> Option<Shown> {
+fn ipvs_dispatch_shown(sources: &[RuleDump]) -> Option<Shown> {
     let s = sources
         .iter()
         .find(|s| s.signals.services_dispatch == Some(ProxyMode::Ipvs))?;
@@ -132,7 +132,7 @@ fn ipvs_dispatch_shown(sources: &[RuleSource]) -> Option<Shown> {
 }
 
 /// The mode of the backend that holds kube-proxy's live NodePort rules, IPv4's first.
-fn primary_shown(sources: &[RuleSource], primaries: &BTreeMap<Family, usize>) -> Option<Shown> {
+fn primary_shown(sources: &[RuleDump], primaries: &BTreeMap<Family, usize>) -> Option<Shown> {
     let s = primaries
         .get(&Family::Ipv4)
         .or_else(|| primaries.values().next())
@@ -149,7 +149,7 @@ fn primary_shown(sources: &[RuleSource], primaries: &BTreeMap<Family, usize>) ->
 }
 
 /// kube-proxy's chains without their dispatch: a fragment, or one table alone.
-fn iptables_chains_shown(sources: &[RuleSource]) -> Option<Shown> {
+fn iptables_chains_shown(sources: &[RuleDump]) -> Option<Shown> {
     let s = sources.iter().find(|s| s.signals.iptables_mode)?;
     Some(Shown::new(
         ProxyMode::Iptables,
@@ -203,7 +203,7 @@ fn disagreement(mode: ProxyMode, shown: Option<&Shown>) -> Option<String> {
 }
 
 /// iptables-mode NodePort rules that IPVS mode's dispatch no longer leads to.
-fn iptables_leftovers(sources: &[RuleSource]) -> impl Iterator<Item = String> + '_ {
+fn iptables_leftovers(sources: &[RuleDump]) -> impl Iterator<Item = String> + '_ {
     sources
         .iter()
         .filter(|s| {
@@ -254,7 +254,7 @@ fn cilium_maps_shown(observed: &Observed) -> Option<String> {
 /// without kube-proxy's dispatch, or the filter table without any chain of kube-proxy's
 /// (its iptables and IPVS modes both always create some there). A fragment cannot show
 /// an absence, and names no mode.
-fn replacement_shown(s: &RuleSource) -> Option<String> {
+fn replacement_shown(s: &RuleDump) -> Option<String> {
     let (who, chain) = s.signals.replacement.as_ref()?;
     if !s.complete {
         return None;
@@ -272,7 +272,7 @@ fn replacement_shown(s: &RuleSource) -> Option<String> {
 
 /// What a node without a known Service proxy shows: kube-proxy's chains that do not tell
 /// its mode, or a replacement's in a dump too partial to show kube-proxy's are absent.
-fn nothing_found(sources: &[RuleSource]) -> String {
+fn nothing_found(sources: &[RuleDump]) -> String {
     if let Some(chain) = sources.iter().find_map(|s| s.signals.kube_proxy_chain.as_ref()) {
         return format!("kube-proxy's chain {chain}, but none that tell how it forwards Services");
     }

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::input::Input;
 use crate::heart::model::{ProcessInfo, Protocol};
-use crate::heart::outcome::{ScanReport, SourceState, Summary};
+use crate::heart::outcome::{InputState, ScanReport, Summary};
 use crate::heart::visible::{into_visible_lines, visible as v};
 use crate::heart::words::count_of;
 
@@ -298,7 +298,7 @@ fn render_sources(out: &mut String, report: &ScanReport) {
             let _ = write!(line, "  {} not understood", s.unparsed);
         }
         let _ = writeln!(out, "{}", line.trim_end());
-        if s.status != SourceState::Absent {
+        if s.status != InputState::Absent {
             for n in &s.notes {
                 let _ = writeln!(out, "      {}", v(n));
             }

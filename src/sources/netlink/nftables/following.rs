@@ -25,10 +25,10 @@ use crate::decode::netlink::changes::TableChanges;
 use crate::decode::netlink::nfproto as nfproto_of;
 use crate::decode::netlink::nftables::{DecodedRule, RuleContext, SetInfo};
 use crate::decode::nftables::{
-    KUBE_PROXY_TABLE, KeptMap, KeptTable, ParsedRuleset, RuleGraph, build_rule_sources, build_sources,
+    KUBE_PROXY_TABLE, KeptMap, KeptTable, ParsedRuleset, RuleGraph, build_rule_dumps, build_sources,
     table_label,
 };
-use crate::heart::model::{Family, RuleSource, Unparsed};
+use crate::heart::model::{Family, RuleDump, Unparsed};
 use crate::sources::netlink::blocks::Readers;
 use crate::sources::netlink::follow::{Kept, Named, ReadKind, Stale, Stamp, follow};
 use crate::sources::netlink::nftables::ConstantMaps;
@@ -87,10 +87,10 @@ impl KeptNft {
     /// The rule sources, built from the kept tables, which a whole read's are first
     /// reduced to (one that held something it could not decode is built from as read,
     /// and not kept). Built from the kept tables, the sources share their chain names.
-    fn sources(&mut self, origin: &str) -> Vec<RuleSource> {
+    fn sources(&mut self, origin: &str) -> Vec<RuleDump> {
         if let Some(parsed) = self.fresh.take() {
             if self.undecoded {
-                return build_rule_sources(&parsed, origin);
+                return build_rule_dumps(&parsed, origin);
             }
             self.kept = parsed.tables.into_iter().map(KeptTable::from_ir).collect();
         }
@@ -111,7 +111,7 @@ pub fn read_tables_following(
     kept: &mut Option<KeptNft>,
     maps: &mut ConstantMaps,
     whole: &mut bool,
-) -> Result<(Vec<RuleSource>, u64, ReadKind), NetlinkError> {
+) -> Result<(Vec<RuleDump>, u64, ReadKind), NetlinkError> {
     let deadline = Instant::now() + limits.timeout;
     let mut conn = Conn::open(limits, deadline, None)?;
     let extra_bytes = AtomicU64::new(0);

@@ -1,12 +1,12 @@
 //! The end of a dump: its rules resolved, and what the dump lacks.
 
-use crate::heart::model::{Lookup, RuleSource};
+use crate::heart::model::{Lookup, RuleDump};
 
 use super::Parser;
 use super::walker::{resolve_dispatch, resolve_hostports};
 
 impl Parser {
-    pub(super) fn finish(mut self) -> RuleSource {
+    pub(super) fn finish(mut self) -> RuleDump {
         self.cursor.close(&mut self.problems);
         let backend = self.header.decide_backend(&self.hint, &mut self.problems);
         let family = self.header.family(&self.hint);
@@ -22,7 +22,7 @@ impl Parser {
             .signals(&self.graph.nat, self.cursor.seen.filter || self.hint.whole);
         let gaps = self.gaps(has_kube_proxy || signals.iptables_mode);
         let missing_entry = self.tally.missing_entry(self.cursor.seen.nat, &self.graph.nat);
-        RuleSource {
+        RuleDump {
             lookup: Lookup::Lines,
             backend,
             family,

@@ -15,7 +15,7 @@ use std::io::{self, BufRead};
 use std::num::NonZeroU64;
 
 use crate::decode::lines::BoundedLines;
-use crate::heart::model::{Backend, Family, RuleSource, RuleText};
+use crate::heart::model::{Backend, Family, RuleDump, RuleText};
 
 mod args;
 mod cursor;
@@ -54,8 +54,8 @@ pub struct SourceHint {
 }
 
 /// Parses an iptables-save dump from a reader. Only I/O errors fail; anything the
-/// parser does not understand is kept in [`RuleSource::unparsed`].
-pub fn parse_save<R: BufRead>(reader: R, origin: &str, hint: SourceHint) -> io::Result<RuleSource> {
+/// parser does not understand is kept in [`RuleDump::unparsed`].
+pub fn parse_save<R: BufRead>(reader: R, origin: &str, hint: SourceHint) -> io::Result<RuleDump> {
     let mut parser = Parser::new(origin, hint);
     let mut lines = BoundedLines::new(reader);
     while let Some(line) = lines.next_line()? {
@@ -96,13 +96,13 @@ impl LineParser {
         self.line
     }
 
-    pub fn finish(self) -> RuleSource {
+    pub fn finish(self) -> RuleDump {
         self.parser.finish()
     }
 }
 
 /// Parses an iptables-save dump held in memory.
-pub fn parse_save_str(text: &str, origin: &str, hint: SourceHint) -> RuleSource {
+pub fn parse_save_str(text: &str, origin: &str, hint: SourceHint) -> RuleDump {
     parse_save(text.as_bytes(), origin, hint).expect("reading from memory cannot fail")
 }
 

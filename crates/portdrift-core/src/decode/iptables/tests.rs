@@ -1,8 +1,6 @@
 use super::values::parse_port_list;
 use super::{LineParser, SourceHint, parse_save, parse_save_str};
-use crate::heart::model::{
-    Backend, DestMatch, Family, Protocol, ProxyMode, RuleIdentity, RuleSource, Verdict,
-};
+use crate::heart::model::{Backend, DestMatch, Family, Protocol, ProxyMode, RuleDump, RuleIdentity, Verdict};
 
 /// kube-proxy's own test services (pkg/proxy/iptables/proxier_test.go) in the form the
 /// kernel round-trip prints them.
@@ -41,7 +39,7 @@ COMMIT
 COMMIT
 "#;
 
-fn parse(text: &str) -> RuleSource {
+fn parse(text: &str) -> RuleDump {
     parse_save_str(text, "test", SourceHint::default())
 }
 

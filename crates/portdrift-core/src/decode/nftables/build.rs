@@ -1,4 +1,4 @@
-//! The intermediate form → [`RuleSource`]s: NodePorts from the NodePort maps, with
+//! The intermediate form → [`RuleDump`]s: NodePorts from the NodePort maps, with
 //! their DNAT targets found by following chains, and the chains nothing reaches.
 
 use std::collections::{HashMap, VecDeque};
@@ -10,17 +10,17 @@ use super::ir::{ElementIr, ElementVerdict, ParsedRuleset};
 use super::{NAT_PREROUTING, REJECT_CHAIN, SERVICE_NODEPORTS_MAP, is_service_chain, table_label, unparsed};
 use crate::heart::kube_proxy::parse_nft_service_chain;
 use crate::heart::model::{
-    Backend, DestMatch, DnatTarget, EntryJump, Lookup, NodePortRule, OrphanChain, Protocol, RuleIdentity,
-    RuleSource, RuleText, ServicePortRef, Unparsed, Verdict,
+    Backend, DestMatch, DnatTarget, EntryJump, Lookup, NodePortRule, OrphanChain, Protocol, RuleDump,
+    RuleIdentity, RuleText, ServicePortRef, Unparsed, Verdict,
 };
 
-/// One [`RuleSource`] per table of a decoded dump.
-pub fn build_rule_sources(parsed: &ParsedRuleset<'_>, origin: &str) -> Vec<RuleSource> {
+/// One [`RuleDump`] per table of a decoded dump.
+pub fn build_rule_dumps(parsed: &ParsedRuleset<'_>, origin: &str) -> Vec<RuleDump> {
     build_sources(&parsed.tables, &parsed.unattributed, origin)
 }
 
-/// One [`RuleSource`] per table, IPv4 first; `unattributed` is reported with each.
-pub fn build_sources<G: RuleGraph>(tables: &[G], unattributed: &[Unparsed], origin: &str) -> Vec<RuleSource> {
+/// One [`RuleDump`] per table, IPv4 first; `unattributed` is reported with each.
+pub fn build_sources<G: RuleGraph>(tables: &[G], unattributed: &[Unparsed], origin: &str) -> Vec<RuleDump> {
     let mut tables: Vec<&G> = tables.iter().collect();
     tables.sort_by_key(|t| t.family());
     tables
@@ -29,7 +29,7 @@ pub fn build_sources<G: RuleGraph>(tables: &[G], unattributed: &[Unparsed], orig
         .collect()
 }
 
-fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unparsed]) -> RuleSource {
+fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unparsed]) -> RuleDump {
     let mut unparsed = table.unparsed().to_vec();
     unparsed.extend_from_slice(unattributed);
     // Exact: the agent keeps the sources between reads, and a vector grown by doubling
@@ -48,7 +48,7 @@ fn build_rule_source(table: &impl RuleGraph, origin: &str, unattributed: &[Unpar
     }
     // What could not be understood may have been a rule that proves something absent.
     let complete = table.complete() && unparsed.is_empty();
-    RuleSource {
+    RuleDump {
         origin: origin.to_string(),
         lookup: Lookup::Lines,
         backend: Backend::Nftables,

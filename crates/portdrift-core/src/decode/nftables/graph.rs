@@ -1,4 +1,4 @@
-//! What building [`RuleSource`](crate::heart::model::RuleSource)s needs of a kube-proxy
+//! What building [`RuleDump`](crate::heart::model::RuleDump)s needs of a kube-proxy
 //! table: its chains as a graph of jumps with the DNATs they hold, and its maps. Both
 //! forms of a table give it: the intermediate form a dump is decoded into ([`TableIr`])
 //! and the small form a following reader keeps between reads

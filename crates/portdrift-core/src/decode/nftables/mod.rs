@@ -6,7 +6,7 @@
 //! [`parse_ruleset_text`] for `nft list ruleset` (with or without `-a`). Both lower
 //! kube-proxy's tables into the same small intermediate form (`TableIr`: chains with
 //! their jumps and DNATs, maps with their elements), and one builder turns that into
-//! [`RuleSource`]s, so the two forms of one ruleset give the same model.
+//! [`RuleDump`]s, so the two forms of one ruleset give the same model.
 //!
 //! NodePorts live in map elements, not in rules: every element of `service-nodeports`
 //! (`tcp . 30080 : goto external-…`) is a forwarding NodePort rule whose DNAT targets
@@ -24,10 +24,10 @@ pub mod json;
 pub mod kept;
 pub mod text;
 
-pub use crate::heart::model::{Family, RuleSource, Unparsed};
+pub use crate::heart::model::{Family, RuleDump, Unparsed};
 pub use crate::heart::repair::nft_table::{ChainView, ElementView, MapView, RuleView, TableView};
 
-pub use build::{build_rule_sources, build_sources};
+pub use build::{build_rule_dumps, build_sources};
 pub use graph::RuleGraph;
 pub use ir::{DnatError, DnatIr, ElementIr, ElementVerdict, MapIr, ParsedRuleset, RuleIr, TableIr};
 pub use kept::{KeptMap, KeptTable, Unlisted, UpdateError};
@@ -57,19 +57,19 @@ pub enum NftError {
 }
 
 /// Parses `nft -j list ruleset` (or `nft -j list table ip kube-proxy`) into one
-/// [`RuleSource`] per kube-proxy table present: `ip kube-proxy` (IPv4) first, then
+/// [`RuleDump`] per kube-proxy table present: `ip kube-proxy` (IPv4) first, then
 /// `ip6 kube-proxy` (IPv6). A ruleset without either gives an empty vector.
-pub fn parse_ruleset_json(input: &[u8], origin: &str) -> Result<Vec<RuleSource>, NftError> {
+pub fn parse_ruleset_json(input: &[u8], origin: &str) -> Result<Vec<RuleDump>, NftError> {
     let parsed = json::parse(input, origin)?;
-    Ok(build_rule_sources(&parsed, origin))
+    Ok(build_rule_dumps(&parsed, origin))
 }
 
 /// Parses `nft list ruleset` text (the bundle's `nft.txt`; `nft -a` adds the rule
-/// handles repair needs) into the same [`RuleSource`]s [`parse_ruleset_json`] gives for
+/// handles repair needs) into the same [`RuleDump`]s [`parse_ruleset_json`] gives for
 /// the same ruleset, with 1-based line numbers.
-pub fn parse_ruleset_text(input: &str, origin: &str) -> Result<Vec<RuleSource>, NftError> {
+pub fn parse_ruleset_text(input: &str, origin: &str) -> Result<Vec<RuleDump>, NftError> {
     let parsed = text::parse(input, origin)?;
-    Ok(build_rule_sources(&parsed, origin))
+    Ok(build_rule_dumps(&parsed, origin))
 }
 
 /// The names kube-proxy gives the things this parser reads (pkg/proxy/nftables).

@@ -3,8 +3,8 @@ use std::sync::Arc;
 
 use super::*;
 
-fn source(origin: &str, lookup: Lookup, backend: Backend, family: Family) -> RuleSource {
-    let mut s = RuleSource::empty(origin, backend, family);
+fn source(origin: &str, lookup: Lookup, backend: Backend, family: Family) -> RuleDump {
+    let mut s = RuleDump::empty(origin, backend, family);
     s.lookup = lookup;
     s
 }

@@ -6,7 +6,7 @@ use rustc_hash::FxHashMap;
 
 use crate::heart::desired::{DesiredPort, DesiredState};
 use crate::heart::kube_proxy::{self, Naming};
-use crate::heart::model::{Family, NodePortRule, Protocol, RuleSource, ServicePortRef};
+use crate::heart::model::{Family, NodePortRule, Protocol, RuleDump, ServicePortRef};
 
 /// Lookup tables over the desired state, built once per scan.
 pub(super) struct DesiredIndex<'a> {
@@ -260,7 +260,7 @@ pub(super) struct Judged<'r> {
 pub(super) type JudgedRule<'s, 'r> = (&'s NodePortRule, &'s Judged<'r>);
 
 /// Judges every rule of a source, in the source's order.
-pub(super) fn judge_source<'r>(source: &'r RuleSource, index: &DesiredIndex<'_>) -> Vec<Judged<'r>> {
+pub(super) fn judge_source<'r>(source: &'r RuleDump, index: &DesiredIndex<'_>) -> Vec<Judged<'r>> {
     source
         .nodeports
         .iter()

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::model::{Backend, DestMatch, Family, NodePortRule, Protocol, RuleSource, Verdict};
+use crate::heart::model::{Backend, DestMatch, Family, NodePortRule, Protocol, RuleDump, Verdict};
 use crate::heart::proxy_mode::{self};
 
 use super::attribution::{DesiredIndex, Judged};
@@ -21,7 +21,7 @@ pub(super) fn backend_rank(b: Backend) -> u8 {
 /// Picks, per family, the source kube-proxy is actively writing: the one whose rules
 /// agree best with the cluster state.
 pub(super) fn choose_primaries(
-    sources: &[RuleSource],
+    sources: &[RuleDump],
     judged: &[Vec<Judged<'_>>],
     index: &DesiredIndex<'_>,
     has_desired: bool,
@@ -51,7 +51,7 @@ pub(super) fn choose_primaries(
 
 /// +1 for every forwarding rule that matches its Service's current endpoints, -1 for
 /// every one that does not.
-pub(super) fn agreement(source: &RuleSource, judged: &[Judged<'_>], index: &DesiredIndex<'_>) -> i64 {
+pub(super) fn agreement(source: &RuleDump, judged: &[Judged<'_>], index: &DesiredIndex<'_>) -> i64 {
     source
         .nodeports
         .iter()
@@ -70,7 +70,7 @@ pub(super) fn agreement(source: &RuleSource, judged: &[Judged<'_>], index: &Desi
 }
 
 pub(super) fn backend_split(
-    sources: &[RuleSource],
+    sources: &[RuleDump],
     primaries: &BTreeMap<Family, usize>,
     out: &mut Vec<Finding>,
 ) {

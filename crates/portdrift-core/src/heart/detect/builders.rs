@@ -3,14 +3,14 @@
 use std::borrow::Cow;
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::model::{NodePortRule, RuleIdentity, RuleSource, ServicePortRef};
+use crate::heart::model::{NodePortRule, RuleDump, RuleIdentity, ServicePortRef};
 
 use super::attribution::{Attribution, DesiredIndex};
 
 pub(super) fn rule_finding(
     kind: Kind,
     severity: Severity,
-    source: &RuleSource,
+    source: &RuleDump,
     rule: &NodePortRule,
     message: String,
 ) -> Finding {

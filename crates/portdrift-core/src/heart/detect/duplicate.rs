@@ -6,13 +6,13 @@ use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::model::{Backend, NodePortRule, RuleSource, Verdict};
+use crate::heart::model::{Backend, NodePortRule, RuleDump, Verdict};
 
 use super::attribution::{DesiredIndex, Judged, JudgedRule};
 use super::builders::{describe_attribution, rule_finding, set_service};
 
 pub(super) fn duplicate_rules(
-    source: &RuleSource,
+    source: &RuleDump,
     judged: &[Judged<'_>],
     index: &DesiredIndex<'_>,
     out: &mut Vec<Finding>,

@@ -4,10 +4,10 @@
 //! `jump services` in `nat-prerouting`). Every NodePort rule is there, and none works.
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::model::{RuleSource, Verdict};
+use crate::heart::model::{RuleDump, Verdict};
 
 /// `source` is the backend kube-proxy writes now for its family.
-pub(super) fn unreached_nodeports(source: &RuleSource, out: &mut Vec<Finding>) {
+pub(super) fn unreached_nodeports(source: &RuleDump, out: &mut Vec<Finding>) {
     // Only a dump that shows the whole nat table shows a jump absent.
     if source.missing_entry.is_empty() || !source.complete || !source.forwarding_shown {
         return;

@@ -1,12 +1,12 @@
 //! hostport-conflict: CNI hostPorts on a Service's nodePort.
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::model::RuleSource;
+use crate::heart::model::RuleDump;
 
 use super::attribution::DesiredIndex;
 use super::builders::set_service;
 
-pub(super) fn hostport_conflicts(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+pub(super) fn hostport_conflicts(source: &RuleDump, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     for hp in &source.hostports {
         // The allocator hands a port out once, whatever the protocol; but a hostPort
         // only competes with a Service of its own protocol.

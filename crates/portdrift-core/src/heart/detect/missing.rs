@@ -5,14 +5,14 @@ use std::net::SocketAddr;
 
 use crate::heart::desired::{DesiredPort, FamilyEndpoints};
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::model::{DestMatch, Family, NodePortRule, RuleSource, Verdict};
+use crate::heart::model::{DestMatch, Family, NodePortRule, RuleDump, Verdict};
 
 use super::attribution::{DesiredIndex, Judged, PortIndex};
 use super::builders::{rule_finding, set_service};
 
 pub(super) fn missing_rules(
     family: Family,
-    primary: &RuleSource,
+    primary: &RuleDump,
     judged: &[Judged<'_>],
     index: &DesiredIndex<'_>,
     out: &mut Vec<Finding>,
@@ -64,7 +64,7 @@ pub(super) fn missing_rules(
 
 /// One desired port with endpoints, and the rules that forward it.
 struct PortRules<'p, 'r> {
-    primary: &'p RuleSource,
+    primary: &'p RuleDump,
     desired: &'p DesiredPort,
     eps: &'p FamilyEndpoints,
     /// Every rule for the port.
@@ -171,7 +171,7 @@ impl PortRules<'_, '_> {
 /// the node never reaches: critical when the node drops that traffic outright (the drop
 /// rule is the evidence), a warning when only pod and host traffic reaches it.
 pub(super) fn local_endpoint_unreached(
-    primary: &RuleSource,
+    primary: &RuleDump,
     desired: &DesiredPort,
     forwarding: &NodePortRule,
     addr: &SocketAddr,
@@ -222,7 +222,7 @@ pub(super) fn local_endpoint_unreached(
 
 pub(super) fn missing_rule_finding(
     family: Family,
-    primary: &RuleSource,
+    primary: &RuleDump,
     desired: &DesiredPort,
     rules: &[(&NodePortRule, &Judged<'_>)],
 ) -> Finding {

@@ -4,12 +4,12 @@ use std::collections::HashMap;
 
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::kube_proxy::{self, Naming};
-use crate::heart::model::{Family, RuleSource};
+use crate::heart::model::{Family, RuleDump};
 
 use super::attribution::{DesiredIndex, hash_key};
 use super::builders::set_service;
 
-pub(super) fn orphan_chains(source: &RuleSource, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
+pub(super) fn orphan_chains(source: &RuleDump, index: &DesiredIndex<'_>, out: &mut Vec<Finding>) {
     // An orphan is the absence of a jump, which a partial dump cannot show.
     if source.orphans.is_empty() || !source.complete {
         return;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::kube_proxy::{self, Naming};
-use crate::heart::model::{DestMatch, DnatTarget, NodePortRule, Protocol, RuleIdentity, RuleSource, Verdict};
+use crate::heart::model::{DestMatch, DnatTarget, NodePortRule, Protocol, RuleDump, RuleIdentity, Verdict};
 
 use super::attribution::{Attribution, DesiredIndex, Evidence, Judged};
 use super::builders::{describe_attribution, describe_path, rule_finding, set_service};
@@ -15,7 +15,7 @@ use super::builders::{describe_attribution, describe_path, rule_finding, set_ser
 /// For each NodePort key, the first line at which the port's owner has its own rule.
 pub(super) type OwnerLines<'s> = FxHashMap<(Protocol, u16, &'s DestMatch), u32>;
 
-pub(super) fn owner_rule_lines<'s>(source: &'s RuleSource, judged: &[Judged<'_>]) -> OwnerLines<'s> {
+pub(super) fn owner_rule_lines<'s>(source: &'s RuleDump, judged: &[Judged<'_>]) -> OwnerLines<'s> {
     let mut lines = OwnerLines::default();
     for (r, j) in source.nodeports.iter().zip(judged) {
         if r.verdict == Verdict::Forward
@@ -30,7 +30,7 @@ pub(super) fn owner_rule_lines<'s>(source: &'s RuleSource, judged: &[Judged<'_>]
 }
 
 pub(super) fn stale_rules(
-    source: &RuleSource,
+    source: &RuleDump,
     judged: &[Judged<'_>],
     index: &DesiredIndex<'_>,
     out: &mut Vec<Finding>,
@@ -97,7 +97,7 @@ pub(super) fn stale_rules(
     }
 }
 
-pub(super) fn stale_filter_finding(source: &RuleSource, rule: &NodePortRule) -> Finding {
+pub(super) fn stale_filter_finding(source: &RuleDump, rule: &NodePortRule) -> Finding {
     let mut f = rule_finding(
         Kind::StaleNodeport,
         Severity::Info,
@@ -122,7 +122,7 @@ pub(super) fn stale_filter_finding(source: &RuleSource, rule: &NodePortRule) -> 
 }
 
 pub(super) fn stale_health_check(
-    source: &RuleSource,
+    source: &RuleDump,
     rule: &NodePortRule,
     index: &DesiredIndex<'_>,
     out: &mut Vec<Finding>,
@@ -151,7 +151,7 @@ pub(super) fn stale_health_check(
 }
 
 pub(super) fn stale_endpoints<'s>(
-    source: &'s RuleSource,
+    source: &'s RuleDump,
     rule: &'s NodePortRule,
     index: &DesiredIndex<'_>,
     owner: usize,
@@ -201,7 +201,7 @@ pub(super) fn stale_endpoints<'s>(
 }
 
 pub(super) fn stale_nodeport_finding(
-    source: &RuleSource,
+    source: &RuleDump,
     rule: &NodePortRule,
     index: &DesiredIndex<'_>,
     owner_lines: &OwnerLines<'_>,
@@ -257,7 +257,7 @@ fn superseded_because(rule: &NodePortRule, evidence: Evidence) -> String {
 /// The sentence of a stale NodePort rule: for no owner, for a Service port other than
 /// the port's owner, or an earlier incarnation of the owner's.
 fn stale_message(
-    source: &RuleSource,
+    source: &RuleDump,
     rule: &NodePortRule,
     index: &DesiredIndex<'_>,
     owner: Option<usize>,
@@ -302,7 +302,7 @@ fn stale_message(
 /// with nothing else to tell: said at info level, taken as the owner's, never to be
 /// deleted. The names each release would give the owner are the evidence.
 pub(super) fn unattributed_finding(
-    source: &RuleSource,
+    source: &RuleDump,
     rule: &NodePortRule,
     index: &DesiredIndex<'_>,
     owner: usize,

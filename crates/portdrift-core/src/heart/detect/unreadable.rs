@@ -1,11 +1,11 @@
 //! malformed-rule and unparsed-rule: rules the parsers could not use.
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::model::RuleSource;
+use crate::heart::model::RuleDump;
 
 use super::UNPARSED_REPORTED;
 
-pub(super) fn malformed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
+pub(super) fn malformed_rules(source: &RuleDump, out: &mut Vec<Finding>) {
     for m in &source.malformed {
         let mut f = Finding::new(
             Kind::MalformedRule,
@@ -25,7 +25,7 @@ pub(super) fn malformed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
 
 // === unparsed-rule ===
 
-pub(super) fn unparsed_rules(source: &RuleSource, out: &mut Vec<Finding>) {
+pub(super) fn unparsed_rules(source: &RuleDump, out: &mut Vec<Finding>) {
     for u in source.unparsed.iter().take(UNPARSED_REPORTED) {
         let mut f = Finding::new(
             Kind::UnparsedRule,

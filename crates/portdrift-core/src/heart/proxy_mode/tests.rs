@@ -1,9 +1,9 @@
 use super::*;
-use crate::heart::model::{ProxySignals, RuleSource};
+use crate::heart::model::{ProxySignals, RuleDump};
 use crate::heart::observed::IpvsTraces;
 
-fn source(backend: Backend, signals: ProxySignals) -> RuleSource {
-    let mut s = RuleSource::empty("dump", backend, Family::Ipv4);
+fn source(backend: Backend, signals: ProxySignals) -> RuleDump {
+    let mut s = RuleDump::empty("dump", backend, Family::Ipv4);
     s.signals = signals;
     s
 }
@@ -162,7 +162,7 @@ const CILIUM_FILTER_S: &str = "-P INPUT ACCEPT
 -A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
 ";
 
-fn parsed(text: &str) -> RuleSource {
+fn parsed(text: &str) -> RuleDump {
     crate::decode::iptables::parse_save_str(text, "iptables-save.txt", Default::default())
 }
 

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::heart::finding::{Finding, Kind, Severity};
-use crate::heart::outcome::{ScanReport, SourceState};
+use crate::heart::outcome::{InputState, ScanReport};
 use crate::heart::render::{
     INCOMPLETE, NO_DRIFT, NOTHING_FOUND_IN_CHECKED, PortGroup, Verdict, counts, describe_owner, group_by_port,
 };
@@ -493,7 +493,7 @@ fn sources(out: &mut String, report: &ScanReport) {
             s.unparsed
         );
         // As the text report: an absent source's notes say only why it is absent.
-        let notes = if s.status == SourceState::Absent {
+        let notes = if s.status == InputState::Absent {
             &[][..]
         } else {
             &s.notes[..]

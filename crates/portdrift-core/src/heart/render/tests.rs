@@ -2,12 +2,12 @@ use super::*;
 use crate::heart::coverage::Coverage;
 use crate::heart::input_status::InputStatus;
 use crate::heart::model::ProxyMode;
-use crate::heart::outcome::{ScanReport, SourceState};
+use crate::heart::outcome::{InputState, ScanReport};
 
 fn source(name: &str, origin: Option<&str>, items: usize) -> InputStatus {
     InputStatus {
         source: Input::from_file_name(name).unwrap(),
-        status: SourceState::Ok,
+        status: InputState::Ok,
         origin: origin.map(str::to_string),
         backend: None,
         family: None,

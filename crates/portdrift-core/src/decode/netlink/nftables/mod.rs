@@ -1,6 +1,6 @@
 //! kube-proxy's nftables tables (`ip kube-proxy`, `ip6 kube-proxy`) as nf_tables
 //! messages, decoded into the same intermediate form the `nft -j` parser builds, so
-//! both give the same [`RuleSource`]s. Each rule is
+//! both give the same [`RuleDump`]s. Each rule is
 //! reduced at once to what the detector reads (chain names, jumps, DNAT targets,
 //! verdict-map elements).
 
@@ -31,8 +31,8 @@ use super::{
     name, nfproto,
 };
 use crate::decode::nftables::json::{Expr, reduce_rule};
-use crate::decode::nftables::{KUBE_PROXY_TABLE, MapIr, ParsedRuleset, RuleIr, build_rule_sources, unparsed};
-use crate::heart::model::{Family, RuleSource, Unparsed};
+use crate::decode::nftables::{KUBE_PROXY_TABLE, MapIr, ParsedRuleset, RuleIr, build_rule_dumps, unparsed};
+use crate::heart::model::{Family, RuleDump, Unparsed};
 
 /// An anonymous map's elements: each key as its rule shows it, and its data.
 pub type MapEntries = Vec<(Expr<'static>, ElementData)>;
@@ -168,10 +168,10 @@ pub fn lookups(attrs: &[u8]) -> Vec<Lookup<'_>> {
     found
 }
 
-/// The [`RuleSource`]s of a recorded read of kube-proxy's tables, as the live read
+/// The [`RuleDump`]s of a recorded read of kube-proxy's tables, as the live read
 /// gives them.
-pub fn decode_rule_sources(recorded: &[u8], origin: &str) -> Result<Vec<RuleSource>, DecodeError> {
-    Ok(build_rule_sources(&decode_tables(recorded)?, origin))
+pub fn decode_rule_dumps(recorded: &[u8], origin: &str) -> Result<Vec<RuleDump>, DecodeError> {
+    Ok(build_rule_dumps(&decode_tables(recorded)?, origin))
 }
 
 /// One family's messages of a recorded read, sorted by kind.

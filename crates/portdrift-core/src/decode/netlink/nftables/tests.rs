@@ -62,7 +62,7 @@ fn recorded_messages_decode_as_nft_lists_the_tables() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../tests/fixtures/netlink/nft-kube-proxy.json"
     ));
-    let decoded = decode_rule_sources(recorded, "recorded").unwrap();
+    let decoded = decode_rule_dumps(recorded, "recorded").unwrap();
     let listed = crate::decode::nftables::parse_ruleset_json(json, "recorded").unwrap();
     assert_eq!(decoded.len(), 2);
     assert!(
@@ -72,7 +72,7 @@ fn recorded_messages_decode_as_nft_lists_the_tables() {
         "{decoded:#?}"
     );
     assert_eq!(format!("{decoded:#?}"), format!("{listed:#?}"));
-    assert!(decode_rule_sources(&recorded[..recorded.len() - 3], "recorded").is_err());
+    assert!(decode_rule_dumps(&recorded[..recorded.len() - 3], "recorded").is_err());
 }
 
 #[test]

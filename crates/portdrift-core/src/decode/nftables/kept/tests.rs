@@ -2,7 +2,7 @@ use std::borrow::Cow;
 
 use super::*;
 use crate::decode::nftables::ir::ParsedRuleset;
-use crate::decode::nftables::{build_rule_sources, build_sources, text};
+use crate::decode::nftables::{build_rule_dumps, build_sources, text};
 
 /// Dumps of kube-proxy's nftables mode: shipped incidents and tables from real nodes.
 const DUMPS: [&str; 5] = [
@@ -45,7 +45,7 @@ fn built(tables: &[KeptTable]) -> String {
 fn kept_tables_build_what_their_decoded_form_builds() {
     let mut nodeports = 0;
     for dump in DUMPS {
-        let fresh = build_rule_sources(&decoded(dump), "nft");
+        let fresh = build_rule_dumps(&decoded(dump), "nft");
         nodeports += fresh.iter().map(|s| s.nodeports.len()).sum::<usize>();
         assert_eq!(built(&kept(dump)), format!("{fresh:#?}"));
     }
@@ -146,7 +146,7 @@ fn a_table_updated_in_place_builds_what_a_fresh_read_builds() {
             "",
         );
     assert_ne!(before, after);
-    let fresh = format!("{:#?}", build_rule_sources(&decoded(&after), "nft"));
+    let fresh = format!("{:#?}", build_rule_dumps(&decoded(&after), "nft"));
     assert!(
         fresh.contains("10.244.3.99:8080") && fresh.contains("10.244.5.16:8080") && !fresh.contains("30555")
     );
@@ -165,7 +165,7 @@ fn there_and_back(before: &str, after: &str, fresh: &str) {
     update(&mut tables[0], before);
     assert_eq!(
         built(&tables),
-        format!("{:#?}", build_rule_sources(&decoded(before), "nft"))
+        format!("{:#?}", build_rule_dumps(&decoded(before), "nft"))
     );
 }
 
@@ -177,7 +177,7 @@ fn the_nodeport_dispatch_gone_and_back_is_seen_in_place() {
     let rule = "\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports\n";
     assert!(before.contains(rule));
     let after = before.replace(rule, "");
-    let fresh = format!("{:#?}", build_rule_sources(&decoded(&after), "nft"));
+    let fresh = format!("{:#?}", build_rule_dumps(&decoded(&after), "nft"));
     assert!(
         fresh.contains("vmap @service-nodeports` (in chain services)"),
         "{fresh}"

@@ -5,7 +5,7 @@ use crate::heart::finding::Accepted;
 use crate::heart::input::Input;
 use crate::heart::input_status::InputStatus;
 use crate::heart::model::{Backend, Family, ProcessInfo, Protocol, ProxyMode};
-use crate::heart::outcome::{ScanReport, SourceState, Summary};
+use crate::heart::outcome::{InputState, ScanReport, Summary};
 
 const INJECTED: &str = "<script>alert(1)</script>";
 
@@ -222,7 +222,7 @@ fn the_counts_view_names_no_address_rule_process_or_service() {
     let mut r = report(vec![injected(), squatter()], coverage);
     r.sources = vec![InputStatus::new(
         Input::from_file_name("proc/net/udp").unwrap(),
-        SourceState::Ok,
+        InputState::Ok,
     )];
     let page = render_page(&r, &context(View::CountsOnly));
     assert_inert(&page);
