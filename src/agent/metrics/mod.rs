@@ -60,14 +60,10 @@ pub const NO_BACKEND: &str = "none";
 /// node, few enough that a thousand nodes stay cheap for Prometheus.
 pub const DEFAULT_MAX_SERIES: usize = 200;
 
-/// The source label an input of the report is exported under: its name, a fixed set.
-/// Cilium's map files and `ipvsadm.txt` are `other`, as they have been since they were
-/// first read: a dashboard's series keep their labels.
+/// The source label an input of the report is exported under: its name in the report,
+/// one of the fixed set of [`Input`]'s names.
 pub fn bounded_source(input: Input) -> &'static str {
-    match input {
-        Input::CiliumMap { .. } | Input::Ipvsadm => "other",
-        _ => input.name(),
-    }
+    input.name()
 }
 
 /// The source label of a scan that failed as a whole: one of [`SCAN_ERROR_SOURCES`],

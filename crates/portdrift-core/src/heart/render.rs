@@ -285,11 +285,10 @@ fn render_sources(out: &mut String, report: &ScanReport) {
         if let Some(n) = s.items {
             let what = match s.source {
                 Input::IpVs | Input::Ipvsadm => "virtual server",
-                Input::Sockets { .. } => "listener",
+                // The owners' count is of the listeners whose process was found.
+                Input::Sockets { .. } | Input::SocketOwners => "listener",
                 Input::ClusterState | Input::Api => "Service port",
                 Input::CiliumMap { .. } => "map entry",
-                // The rule dumps; and the socket owners' count, said so since it was
-                // first reported (the report's bytes are a contract).
                 _ => "NodePort rule",
             };
             let _ = write!(line, "  {}", count_of(n, what));

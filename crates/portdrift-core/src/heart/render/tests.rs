@@ -38,6 +38,10 @@ fn source_lines_keep_their_columns_whatever_the_names() {
                 9,
             ),
             source("cluster.json", None, 4),
+            InputStatus {
+                source: Input::SocketOwners,
+                ..source("proc/net/tcp", None, 3)
+            },
         ],
         coverage: Coverage::full(ProxyMode::Iptables),
         kube_proxy: None,
@@ -49,11 +53,12 @@ fn source_lines_keep_their_columns_whatever_the_names() {
         .lines()
         .skip_while(|l| *l != "sources:")
         .skip(1)
-        .take(3)
+        .take(4)
         .collect();
     let status_at: Vec<usize> = lines.iter().map(|l| l.find(" ok ").unwrap()).collect();
     assert!(status_at.iter().all(|&at| at == status_at[0]), "{lines:#?}");
     assert!(lines[0].ends_with(" 1 listener"), "{lines:#?}");
     assert!(lines[1].ends_with(" 9 NodePort rules"), "{lines:#?}");
     assert!(lines[2].ends_with(" 4 Service ports"), "{lines:#?}");
+    assert!(lines[3].ends_with(" 3 listeners"), "{lines:#?}");
 }
