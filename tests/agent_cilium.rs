@@ -75,7 +75,10 @@ fn the_agent_checks_a_cilium_nodes_maps_and_reports_their_drift() {
         ("portdrift_proxy_mode_info{mode=\"replaced\"}", 1.0),
         ("portdrift_coverage_complete", 1.0),
         // Each map under its own name, as the report names it.
-        ("portdrift_source_up{source=\"bpf/cilium_lb4_services_v2.json\"}", 1.0),
+        (
+            "portdrift_source_up{source=\"bpf/cilium_lb4_services_v2.json\"}",
+            1.0,
+        ),
     ] {
         assert_eq!(sample(&metrics, series), Some(want), "{series} in:\n{metrics}");
     }
