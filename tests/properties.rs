@@ -22,7 +22,7 @@ use portdrift::heart::finding::{Finding, Kind, Severity};
 use portdrift::heart::kube_proxy;
 use portdrift::heart::kube_proxy::Naming;
 use portdrift::heart::model::{Backend, Family, Protocol, ServicePortRef, Verdict};
-use portdrift::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
+use portdrift::heart::repair::plan::{Op, PlanContext, RepairRulesets, plan};
 use portdrift::heart::repair::ruleset::IptablesRuleset;
 use portdrift_test_support::synth::{Release, SynthConfig, generate};
 use proptest::prelude::*;
@@ -327,7 +327,7 @@ proptest! {
         for chain in ruleset.tables.iter().flat_map(|t| &t.chains) {
             findings.push(finding(Kind::OrphanChain, (Protocol::Tcp, 0), &format!(":{}", chain.name), None));
         }
-        let mut rulesets = Rulesets::default();
+        let mut rulesets = RepairRulesets::default();
         rulesets.iptables.insert((Backend::IptablesNft, Family::Ipv4), ruleset);
         let refs: Vec<&Finding> = findings.iter().collect();
         let planned = plan(&refs, PlanContext { desired: &desired, rulesets: &rulesets, nudge: &BTreeSet::new() });

@@ -314,3 +314,59 @@ fn the_check_finds_a_moved_module_and_a_missing_item_and_passes_real_ones() {
         ["a::b", "d::E"]
     );
 }
+
+/// The name a line declares as a public type (`pub struct Name`, `pub enum Name<'a>`),
+/// if it does.
+fn public_type_declared(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix("pub ")?;
+    let rest = ["struct ", "enum ", "type ", "trait "]
+        .iter()
+        .find_map(|kind| rest.strip_prefix(kind))?;
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|name| !name.is_empty())
+}
+
+/// One word, one meaning (ARCHITECTURE.md): no two public types of the shipped code share
+/// a name, so a name read anywhere means one thing.
+#[test]
+fn no_two_public_types_share_a_name() {
+    let mut modules = BTreeMap::new();
+    modules_under(&root().join("src"), &mut modules);
+    modules_under(&root().join("crates/portdrift-core/src"), &mut modules);
+    let mut declared: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in modules.values().flatten() {
+        let rel = file.strip_prefix(root()).unwrap().to_string_lossy().into_owned();
+        if rel.ends_with("/tests.rs") || rel.contains("/tests/") || rel.contains("/testing") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if let Some(name) = public_type_declared(line) {
+                declared
+                    .entry(name.to_string())
+                    .or_default()
+                    .push(format!("{rel}:{}", n + 1));
+            }
+        }
+    }
+    assert!(declared.len() > 100, "too few public types found: {declared:?}");
+    let shared: Vec<_> = declared.iter().filter(|(_, at)| at.len() > 1).collect();
+    assert!(shared.is_empty(), "public types sharing a name: {shared:#?}");
+}
+
+#[test]
+fn public_type_declarations_are_read_as_written() {
+    assert_eq!(public_type_declared("pub struct RuleDump {"), Some("RuleDump"));
+    assert_eq!(
+        public_type_declared("    pub enum SetLookup<'a> {"),
+        Some("SetLookup")
+    );
+    assert_eq!(
+        public_type_declared("pub type Target = fn(&[u8]);"),
+        Some("Target")
+    );
+    assert_eq!(public_type_declared("pub(crate) struct ReadPlan {"), None);
+    assert_eq!(public_type_declared("pub fn plan() {}"), None);
+}

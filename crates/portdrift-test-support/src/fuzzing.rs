@@ -21,7 +21,7 @@ use portdrift::heart::input::Input;
 use portdrift::heart::ipvs::ipvs_findings;
 use portdrift::heart::model::{Backend, Family, Protocol, ServicePortRef};
 use portdrift::heart::outcome::{InputState, run_scan};
-use portdrift::heart::repair::plan::{Op, PlanContext, Rulesets, plan};
+use portdrift::heart::repair::plan::{Op, PlanContext, RepairRulesets, plan};
 use portdrift::heart::repair::ruleset::IptablesRuleset;
 use portdrift::scan::input::read_input;
 use portdrift::sources::source::{Fetched, Read, RuleAnswer, Source};
@@ -73,7 +73,7 @@ pub fn iptables_save(data: &[u8]) {
 /// comes out: each action names objects that are in the ruleset, and each delete
 /// command is exactly one line of the script.
 fn check_iptables_plan(ruleset: &IptablesRuleset) {
-    let mut rulesets = Rulesets::default();
+    let mut rulesets = RepairRulesets::default();
     rulesets
         .iptables
         .insert((Backend::IptablesNft, Family::Ipv4), ruleset.clone());
@@ -404,7 +404,7 @@ pub fn bundle(data: &[u8]) {
     let Some(desired) = desired else {
         return;
     };
-    let mut rulesets = Rulesets::default();
+    let mut rulesets = RepairRulesets::default();
     for dump in Input::IPTABLES {
         let Input::Iptables { family, .. } = dump else {
             continue;

@@ -13,7 +13,7 @@ use crate::heart::model::{Backend, Family};
 use crate::heart::repair::nft_table::TableView;
 use crate::sources::tools::{ToolLimits, ToolOutcome, run_tool, run_tool_with_input};
 
-use crate::heart::repair::plan::Action;
+use crate::heart::repair::plan::RepairAction;
 use crate::heart::repair::ruleset::{IptablesRuleset, iptables_tools};
 
 /// Why a read or an action failed, for the record.
@@ -101,7 +101,7 @@ pub fn read_nftables(family: Family, limits: ToolLimits) -> Result<Option<TableV
 }
 
 /// Applies one action: its script, as one transaction, on the program's stdin.
-pub fn execute(action: &Action, limits: ToolLimits) -> Result<(), ApplyError> {
+pub fn execute(action: &RepairAction, limits: ToolLimits) -> Result<(), ApplyError> {
     let (program, args) = action.program();
     let run = run_tool_with_input(program, &args, Some(action.script().into_bytes()), limits, |r| {
         let mut sink = Vec::new();

@@ -24,7 +24,7 @@ use crate::heart::observed::KubeProxyHealth;
 use crate::heart::outcome::{InputState, ScanReport};
 use crate::sources::tools::ToolLimits;
 
-use crate::heart::repair::{Action, PlanContext, Refusal, Rulesets};
+use crate::heart::repair::{PlanContext, Refusal, RepairAction, RepairRulesets};
 
 /// How repair behaves.
 #[derive(Debug, Clone)]
@@ -107,7 +107,7 @@ impl RepairResult {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActionOutcome {
-    pub action: Action,
+    pub action: RepairAction,
     pub result: RepairResult,
 }
 
@@ -345,7 +345,7 @@ impl Repairer {
     fn nudge_targets(
         &self,
         input: &CycleInput<'_>,
-        rulesets: &Rulesets,
+        rulesets: &RepairRulesets,
         now: Instant,
     ) -> (BTreeSet<BackendKey>, BTreeMap<BackendKey, Duration>) {
         let mut nudge = BTreeSet::new();
@@ -382,7 +382,7 @@ impl Repairer {
     }
 
     /// Takes the planned actions in order, up to the cap, stopping at the first failure.
-    fn apply_actions(&mut self, actions: Vec<Action>, now: Instant) -> Vec<ActionOutcome> {
+    fn apply_actions(&mut self, actions: Vec<RepairAction>, now: Instant) -> Vec<ActionOutcome> {
         let mut outcomes = Vec::with_capacity(actions.len());
         let mut stop: Option<String> = None;
         for (i, action) in actions.into_iter().enumerate() {
@@ -410,7 +410,7 @@ impl Repairer {
         outcomes
     }
 
-    fn apply_one(&mut self, action: &Action, now: Instant) -> RepairResult {
+    fn apply_one(&mut self, action: &RepairAction, now: Instant) -> RepairResult {
         let (program, args) = action.program();
         tracing::warn!(
             action = %action.describe(),
@@ -502,8 +502,8 @@ fn kube_proxy_live(h: &KubeProxyHealth) -> bool {
 fn read_rulesets(
     backends: &BTreeSet<(Backend, Family)>,
     limits: ToolLimits,
-) -> (Rulesets, BTreeMap<(Backend, Family), String>) {
-    let mut rulesets = Rulesets::default();
+) -> (RepairRulesets, BTreeMap<(Backend, Family), String>) {
+    let mut rulesets = RepairRulesets::default();
     let mut unreadable = BTreeMap::new();
     for &(backend, family) in backends {
         match backend {

@@ -21,7 +21,7 @@ pub const INFO_LISTED: usize = 20;
 /// What a report may claim at its top. The text report and the agent's page both say
 /// it from here, so neither claims more than the other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum ReportVerdict {
     /// Every check ran on complete inputs and found nothing: the only all-clear.
     NoDrift,
     /// Every check ran on complete inputs, and found something (perhaps only info or
@@ -31,22 +31,22 @@ pub enum Verdict {
     Incomplete,
 }
 
-impl Verdict {
-    pub fn of(report: &ScanReport) -> Verdict {
+impl ReportVerdict {
+    pub fn of(report: &ScanReport) -> ReportVerdict {
         if !report.coverage.complete {
-            Verdict::Incomplete
+            ReportVerdict::Incomplete
         } else if report.findings.is_empty() {
-            Verdict::NoDrift
+            ReportVerdict::NoDrift
         } else {
-            Verdict::Found
+            ReportVerdict::Found
         }
     }
 }
 
-/// The all-clear, said only for [`Verdict::NoDrift`].
+/// The all-clear, said only for [`ReportVerdict::NoDrift`].
 pub const NO_DRIFT: &str = "No drift: this node's NodePort rules and listeners match the cluster state.";
 
-/// The heading of an incomplete check ([`Verdict::Incomplete`]), before what was not
+/// The heading of an incomplete check ([`ReportVerdict::Incomplete`]), before what was not
 /// checked.
 pub const INCOMPLETE: &str = "INCOMPLETE CHECK, not an all-clear";
 
@@ -166,15 +166,15 @@ pub fn render_text(report: &ScanReport) -> String {
 fn render_verdict(out: &mut String, report: &ScanReport) {
     let node = v(report.node.as_deref().unwrap_or("(node unknown)"));
     let counts = counts(&report.summary);
-    match Verdict::of(report) {
-        Verdict::NoDrift => {
+    match ReportVerdict::of(report) {
+        ReportVerdict::NoDrift => {
             let _ = writeln!(out, "portdrift: node {node}: {counts}");
             let _ = writeln!(out, "\n{NO_DRIFT}");
         }
-        Verdict::Found => {
+        ReportVerdict::Found => {
             let _ = writeln!(out, "portdrift: node {node}: {counts}");
         }
-        Verdict::Incomplete => {
+        ReportVerdict::Incomplete => {
             let _ = writeln!(out, "portdrift: node {node}: {INCOMPLETE}. Not checked:");
             for sentence in &report.coverage.not_checked {
                 let _ = writeln!(out, "  - {}", v(sentence));

@@ -1,7 +1,7 @@
 //! The agent's page (`GET /`): the last scan as server-rendered HTML, for a person who
 //! has `kubectl port-forward`ed to the agent during an incident.
 //!
-//! It says what the text report says, from the same [`Verdict`] and [`group_by_port`]:
+//! It says what the text report says, from the same [`ReportVerdict`] and [`group_by_port`]:
 //! what could not be checked comes first, and "No drift" only on a complete check that
 //! found nothing. Two views, one per listener: [`View::Full`] (the findings listener:
 //! every finding with its Service, target, rule and process) and [`View::CountsOnly`]
@@ -21,7 +21,8 @@ use std::fmt::Write;
 use crate::heart::finding::{Finding, Kind, Severity};
 use crate::heart::outcome::{InputState, ScanReport};
 use crate::heart::render::{
-    INCOMPLETE, NO_DRIFT, NOTHING_FOUND_IN_CHECKED, PortGroup, Verdict, counts, describe_owner, group_by_port,
+    INCOMPLETE, NO_DRIFT, NOTHING_FOUND_IN_CHECKED, PortGroup, ReportVerdict, counts, describe_owner,
+    group_by_port,
 };
 use crate::heart::visible::visible;
 use crate::heart::words::count_of;
@@ -222,22 +223,22 @@ fn worst(report: &ScanReport) -> &'static str {
 /// Services and sources' errors).
 fn verdict(out: &mut String, report: &ScanReport, view: View) {
     let counts = counts(&report.summary);
-    match Verdict::of(report) {
-        Verdict::NoDrift => {
+    match ReportVerdict::of(report) {
+        ReportVerdict::NoDrift => {
             let _ = writeln!(
                 out,
                 "<section class=\"verdict v-ok\"><h2>No drift</h2><p>{}</p><p>{counts}</p></section>",
                 e(NO_DRIFT)
             );
         }
-        Verdict::Found => {
+        ReportVerdict::Found => {
             let _ = writeln!(
                 out,
                 "<section class=\"verdict v-{}\"><h2>Findings: {counts}</h2></section>",
                 worst(report)
             );
         }
-        Verdict::Incomplete => {
+        ReportVerdict::Incomplete => {
             let not_checked = &report.coverage.not_checked;
             let _ = writeln!(
                 out,

@@ -5,4 +5,4 @@ pub mod nft_table;
 pub mod plan;
 pub mod ruleset;
 
-pub use plan::{Action, Op, PlanContext, Refusal, RepairPlan, Rulesets};
+pub use plan::{Op, PlanContext, Refusal, RepairAction, RepairPlan, RepairRulesets};

@@ -50,7 +50,7 @@ pub const REPAIRABLE: [Kind; 5] = [
 
 /// Fresh reads of the backends the findings name.
 #[derive(Debug, Clone, Default)]
-pub struct Rulesets {
+pub struct RepairRulesets {
     pub iptables: BTreeMap<(Backend, Family), IptablesRuleset>,
     pub nftables: BTreeMap<Family, TableView>,
 }
@@ -59,7 +59,7 @@ pub struct Rulesets {
 #[derive(Debug, Clone, Copy)]
 pub struct PlanContext<'a> {
     pub desired: &'a DesiredState,
-    pub rulesets: &'a Rulesets,
+    pub rulesets: &'a RepairRulesets,
     /// iptables backends a live, healthy kube-proxy writes, where a nudge (deleting its
     /// canary) has not yet been tried in vain: drift there is left to kube-proxy.
     pub nudge: &'a BTreeSet<(Backend, Family)>,
@@ -100,7 +100,7 @@ pub enum Op {
 
 /// One planned change, with the findings it repairs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Action {
+pub struct RepairAction {
     pub backend: Backend,
     pub family: Family,
     pub op: Op,
@@ -117,7 +117,7 @@ pub struct Refusal {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RepairPlan {
-    pub actions: Vec<Action>,
+    pub actions: Vec<RepairAction>,
     pub refused: Vec<Refusal>,
 }
 
@@ -230,7 +230,7 @@ impl Planner<'_> {
             return Err("kube-proxy's canary is gone already; waiting for its resync".into());
         }
         if self.nudged.insert((backend, family)) {
-            self.plan.actions.push(Action {
+            self.plan.actions.push(RepairAction {
                 backend,
                 family,
                 op: Op::IptDeleteCanary { tables },

@@ -119,14 +119,14 @@ pub(crate) fn inline_entries(set: &SetInfo, elements: Vec<RawElement>) -> MapEnt
 
 /// A map a rule looks up, and the modulus of the `numgen` counting from zero that
 /// feeds the lookup, when one does (the keys the map can be asked for).
-pub struct Lookup<'a> {
+pub struct SetLookup<'a> {
     pub set: &'a str,
     pub numgen_modulus: Option<u32>,
 }
 
 /// The maps a rule's message looks up, in order. A rule that cannot be walked gives
 /// those found before the fault: its decoding reports it.
-pub fn lookups(attrs: &[u8]) -> Vec<Lookup<'_>> {
+pub fn lookups(attrs: &[u8]) -> Vec<SetLookup<'_>> {
     let mut found = Vec::new();
     let Some(list) = Attrs::new(attrs)
         .filter_map(Result::ok)
@@ -163,7 +163,7 @@ pub fn lookups(attrs: &[u8]) -> Vec<Lookup<'_>> {
             (Some((register, modulus)), Some(sreg)) if register == sreg => Some(modulus),
             _ => None,
         };
-        found.push(Lookup { set, numgen_modulus });
+        found.push(SetLookup { set, numgen_modulus });
     }
     found
 }

@@ -3,10 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::{Action, Op};
+use super::{Op, RepairAction};
 use crate::heart::repair::ruleset::{CANARY_CHAIN, iptables_tools, rule_spec};
 
-impl Action {
+impl RepairAction {
     /// The program and arguments that apply this action (its script goes to stdin).
     pub fn program(&self) -> (&'static str, [&'static str; 2]) {
         match self.op {

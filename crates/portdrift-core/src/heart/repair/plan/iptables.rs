@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use super::refusals::{
     PER_SERVICE_DNAT, is_kubernetes_hash, kept_rule_present, names_kubernetes, owner_named_without_proof,
 };
-use super::{Action, Op, Planned, Planner, describe_finding};
+use super::{Op, Planned, Planner, RepairAction, describe_finding};
 use crate::heart::finding::{Finding, Kind};
 use crate::heart::kube_proxy;
 use crate::heart::model::{Backend, Family};
@@ -90,7 +90,7 @@ impl Planner<'_> {
         if kube_proxy::chain_hash(target).is_some() {
             deleted.leads.push(target.to_string());
         }
-        self.plan.actions.push(Action {
+        self.plan.actions.push(RepairAction {
             backend,
             family,
             op: Op::IptDeleteRule {
@@ -129,7 +129,7 @@ impl Planner<'_> {
         }
         let action =
             ipt_delete_chain(table, chain, deleted).ok_or("the chain is no longer in the ruleset")?;
-        self.plan.actions.push(Action {
+        self.plan.actions.push(RepairAction {
             backend,
             family,
             op: action,
@@ -172,7 +172,7 @@ impl Planner<'_> {
                     continue;
                 }
                 if let Some(op) = ipt_delete_chain(table, &chain, &mut deleted) {
-                    self.plan.actions.push(Action {
+                    self.plan.actions.push(RepairAction {
                         backend,
                         family,
                         op,

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::refusals::{KUBERNETES_SERVICE, PER_SERVICE_DNAT, names_kubernetes, owners};
-use super::{Action, Op, Planned, Planner, describe_finding};
+use super::{Op, Planned, Planner, RepairAction, describe_finding};
 use crate::heart::finding::{Finding, Kind};
 use crate::heart::kube_proxy;
 use crate::heart::model::{Backend, Family};
@@ -85,7 +85,7 @@ impl Planner<'_> {
         if let Some(chain) = element.chain.as_deref().filter(|c| c.contains('/')) {
             deleted.leads.push(chain.to_string());
         }
-        self.plan.actions.push(Action {
+        self.plan.actions.push(RepairAction {
             backend: Backend::Nftables,
             family,
             op: Op::NftDeleteElement {
@@ -112,7 +112,7 @@ impl Planner<'_> {
             return Err("a rule or map element still jumps to it".into());
         }
         let op = nft_delete_chain(table, chain, deleted)?;
-        self.plan.actions.push(Action {
+        self.plan.actions.push(RepairAction {
             backend: Backend::Nftables,
             family,
             op,
@@ -144,7 +144,7 @@ impl Planner<'_> {
                     continue;
                 }
                 if let Ok(op) = nft_delete_chain(table, &chain, &mut deleted) {
-                    self.plan.actions.push(Action {
+                    self.plan.actions.push(RepairAction {
                         backend: Backend::Nftables,
                         family,
                         op,

@@ -101,7 +101,7 @@ COMMIT
 struct Case {
     findings: Vec<Finding>,
     desired: DesiredState,
-    rulesets: Rulesets,
+    rulesets: RepairRulesets,
 }
 
 fn case(text: &str) -> Case {
@@ -120,7 +120,7 @@ fn case(text: &str) -> Case {
     };
     let desired = desired_web();
     let findings = detect(Some(&desired), &observed, &DetectConfig::default());
-    let mut rulesets = Rulesets::default();
+    let mut rulesets = RepairRulesets::default();
     rulesets
         .iptables
         .insert((Backend::IptablesNft, Family::Ipv4), IptablesRuleset::parse(text));
@@ -480,7 +480,7 @@ fn assert_refused(p: &RepairPlan, words: &str) {
 }
 
 fn plan_for(text: &str, desired: &DesiredState, findings: &[Finding]) -> RepairPlan {
-    let mut rulesets = Rulesets::default();
+    let mut rulesets = RepairRulesets::default();
     rulesets
         .iptables
         .insert((Backend::IptablesNft, Family::Ipv4), IptablesRuleset::parse(text));
