@@ -52,10 +52,17 @@ impl<T> Fetched<T> {
     }
 
     /// The same fetch, its value passed through `f`.
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Fetched<U> {
+    pub fn map<U>(mut self, f: impl FnOnce(T) -> U) -> Fetched<U> {
+        let value = self.value.take().map(|v| v.map(f));
+        self.with_value(value)
+    }
+
+    /// The same fetch's state, notes and figures around another value (its own is
+    /// dropped: take it first).
+    fn with_value<U>(self, value: Option<io::Result<U>>) -> Fetched<U> {
         Fetched {
             state: self.state,
-            value: self.value.map(|v| v.map(f)),
+            value,
             notes: self.notes,
             bytes: self.bytes,
             elapsed: self.elapsed,
@@ -84,35 +91,13 @@ impl<T> Read<T, Infallible> {
 
 impl<T, R> Fetched<Read<T, R>> {
     /// The fetch of rules when the source answered with them, else of the bytes.
-    pub fn split(self) -> Read<Fetched<T>, Fetched<R>> {
-        let Fetched {
-            state,
-            value,
-            notes,
-            bytes,
-            elapsed,
-        } = self;
-        let value = match value {
-            Some(Ok(Read::Rules(rules))) => {
-                return Read::Rules(Fetched {
-                    state,
-                    value: Some(Ok(rules)),
-                    notes,
-                    bytes,
-                    elapsed,
-                });
-            }
-            Some(Ok(Read::Bytes(value))) => Some(Ok(value)),
-            Some(Err(e)) => Some(Err(e)),
-            None => None,
-        };
-        Read::Bytes(Fetched {
-            state,
-            value,
-            notes,
-            bytes,
-            elapsed,
-        })
+    pub fn split(mut self) -> Read<Fetched<T>, Fetched<R>> {
+        match self.value.take() {
+            Some(Ok(Read::Rules(rules))) => Read::Rules(self.with_value(Some(Ok(rules)))),
+            Some(Ok(Read::Bytes(value))) => Read::Bytes(self.with_value(Some(Ok(value)))),
+            Some(Err(e)) => Read::Bytes(self.with_value(Some(Err(e)))),
+            None => Read::Bytes(self.with_value(None)),
+        }
     }
 }
 
