@@ -18,10 +18,11 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::heart::input::{Input, IptablesBackend, MapForm};
-use crate::heart::model::Family::{self, Ipv4, Ipv6};
+use crate::heart::input::{Input, MapForm};
+use crate::heart::model::Family;
 use crate::heart::model::Lookup;
 use crate::heart::outcome::InputState;
+use crate::heart::repair::ruleset::iptables_tools;
 use crate::sources::bundle::{fetch_file, fetch_required};
 use crate::sources::kube_proxy_http::{
     DEFAULT_KUBE_PROXY_HEALTHZ, DEFAULT_KUBE_PROXY_METRICS, HEALTHZ_TIMEOUT, HttpError, http_get,
@@ -154,17 +155,11 @@ fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The tool that prints each iptables dump of the bundle, and the whole nftables
 /// ruleset. Never `-t`: the legacy tools create the table they are asked to print.
 fn tool_for(input: Input) -> Option<(&'static str, &'static [&'static str])> {
-    use IptablesBackend::{Legacy, Nft};
     Some(match input {
         Input::Iptables {
             backend: Some(backend),
             family,
-        } => match (backend, family) {
-            (Nft, Ipv4) => ("iptables-nft-save", &[]),
-            (Legacy, Ipv4) => ("iptables-legacy-save", &[]),
-            (Nft, Ipv6) => ("ip6tables-nft-save", &[]),
-            (Legacy, Ipv6) => ("ip6tables-legacy-save", &[]),
-        },
+        } => (iptables_tools(backend.backend(), family)?.0, &[]),
         Input::NftRuleset => ("nft", &["-j", "list", "ruleset"]),
         _ => return None,
     })

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::heart::model::{Backend, Family, Lookup, RuleDump, RuleIdentity, RuleText};
+use crate::heart::repair::ruleset::iptables_tools;
 
 /// Where a finding says its rule is: its JSON's `rule_source`, in the words
 /// [`fmt::Display`] writes.
@@ -75,8 +76,8 @@ pub struct Tool {
 pub enum Listing {
     /// What the backend's save tool prints (a read over netlink renders the same lines).
     Save(Tool),
-    /// What the source printed itself (nft's listing), by its origin.
-    Source(Arc<str>),
+    /// A listing the reader printed itself (nft's), by its origin.
+    Origin(Arc<str>),
 }
 
 impl Citation {
@@ -180,7 +181,7 @@ impl RuleDump {
             (_, 0) | (Lookup::Lines, _) => Citation::line(self.origin.as_str(), line),
             (Lookup::Chains, _) => {
                 let listing = match self.backend {
-                    Backend::Nftables => Listing::Source(self.origin.as_str().into()),
+                    Backend::Nftables => Listing::Origin(self.origin.as_str().into()),
                     _ => Listing::Save(self.tool()),
                 };
                 Citation::ListedLine { listing, line }
@@ -228,7 +229,7 @@ impl Listing {
     fn name(&self) -> &str {
         match self {
             Listing::Save(tool) => iptables_save(tool.backend, tool.family),
-            Listing::Source(origin) => origin,
+            Listing::Origin(origin) => origin,
         }
     }
 }
@@ -375,14 +376,10 @@ fn iptables_tool(backend: Backend, family: Family) -> &'static str {
     }
 }
 
-/// The command that saves a backend's rules for a family.
+/// The command that saves a backend's rules for a family: repair's, which reads them
+/// back with it. A listing of nft's own is named by its origin instead.
 fn iptables_save(backend: Backend, family: Family) -> &'static str {
-    match (backend, family) {
-        (Backend::IptablesLegacy, Family::Ipv4) => "iptables-legacy-save",
-        (Backend::IptablesLegacy, Family::Ipv6) => "ip6tables-legacy-save",
-        (_, Family::Ipv4) => "iptables-nft-save",
-        (_, Family::Ipv6) => "ip6tables-nft-save",
-    }
+    iptables_tools(backend, family).map_or("nft", |(save, _)| save)
 }
 
 /// A name ordered as people count: `KUBE-SEP-A7` before `KUBE-SEP-A10`. Hand-written:
