@@ -1,6 +1,8 @@
 //! nf_tables messages as the kernel multicasts them, built for the tests of what decodes
 //! and journals them.
 
+use crate::decode::netlink::request::push_attr;
+
 /// `NFT_MSG_NEWRULE` and friends, as `decode::netlink::changes` names them.
 pub const NEWRULE: u8 = 6;
 pub const NEWGEN: u8 = 15;
@@ -15,11 +17,7 @@ pub fn message(kind: u8, family: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
     buf.extend_from_slice(&0u32.to_ne_bytes());
     buf.extend_from_slice(&[family, 0, 0, 0]);
     for (kind, value) in attrs {
-        let len = 4 + value.len();
-        buf.extend_from_slice(&u16::try_from(len).expect("a short attribute").to_ne_bytes());
-        buf.extend_from_slice(&kind.to_ne_bytes());
-        buf.extend_from_slice(value);
-        buf.resize(buf.len() + (len.next_multiple_of(4) - len), 0);
+        push_attr(&mut buf, *kind, value);
     }
     let total = u32::try_from(buf.len()).expect("a short message");
     buf[..4].copy_from_slice(&total.to_ne_bytes());

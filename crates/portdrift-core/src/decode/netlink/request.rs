@@ -137,7 +137,7 @@ pub fn set_elements_by_key(family: Family, table: &str, set: &str, keys: u32) ->
 }
 
 /// One attribute as the kernel reads it: length, type, value, padded to four bytes.
-fn push_attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
+pub(crate) fn push_attr(buf: &mut Vec<u8>, kind: u16, value: &[u8]) {
     let len = 4 + value.len();
     buf.extend_from_slice(&(len as u16).to_ne_bytes());
     buf.extend_from_slice(&kind.to_ne_bytes());
