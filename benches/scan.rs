@@ -50,7 +50,7 @@ fn scan_10k(c: &mut Criterion) {
             )
             .unwrap();
             let observed = Observed {
-                sources: vec![source],
+                dumps: vec![source],
                 ..Default::default()
             };
             let findings = detect(Some(&desired), &observed, &detect_config);

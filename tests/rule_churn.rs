@@ -364,7 +364,7 @@ fn findings(dir: &Path, rules: Vec<RuleDump>) -> serde_json::Value {
         std::fs::copy(dir.join(file), cluster.path().join(file)).unwrap();
     }
     let mut input = portdrift::scan::input::read_bundle(cluster.path(), None).unwrap();
-    input.observed.sources.extend(rules);
+    input.observed.dumps.extend(rules);
     let config = DetectConfig {
         nodeport_range: 20000..=32767,
         grace: None,

@@ -675,7 +675,7 @@ fn node_with_a_leftover_rule() -> portdrift::heart::observed::Observed {
                 -A KUBE-NODEPORTS -p tcp -m tcp --dport 31999 -j DNAT --to-destination 10.244.9.9:80\nCOMMIT\n";
     let source = portdrift::decode::iptables::parse_save_str(dump, "iptables-nft-save", Default::default());
     portdrift::heart::observed::Observed {
-        sources: vec![source],
+        dumps: vec![source],
         ..Default::default()
     }
 }

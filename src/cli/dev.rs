@@ -78,7 +78,7 @@ pub(super) fn print_nft_sources(via: NftablesViaArg, reread_after: Option<&Path>
             reads.fetched.by_key, reads.fetched.dumped
         )?;
     }
-    for mut source in reads.input.observed.sources {
+    for mut source in reads.input.observed.dumps {
         source.origin.clear();
         writeln!(out, "{source:#?}")?;
     }

@@ -104,7 +104,7 @@ pub fn explain_input<S: Source>(
     // in its memory limit, does not run it on such a node.
     let nft_rules: usize = input
         .observed
-        .sources
+        .dumps
         .iter()
         .filter(|s| s.backend == Backend::Nftables)
         .map(|s| s.nodeports.len())

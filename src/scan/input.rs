@@ -93,9 +93,9 @@ pub fn read_input_cached<S: Source>(
         (rules, joined(facts), joined(cluster))
     });
     let (cluster, cluster_present) = cluster?;
-    let rules = std::mem::take(&mut input.observed.sources);
+    let rules = std::mem::take(&mut input.observed.dumps);
     input.observed = Observed {
-        sources: rules,
+        dumps: rules,
         ..facts.observed
     };
     input.sources.extend(facts.sources);

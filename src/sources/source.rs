@@ -107,7 +107,7 @@ impl<T, R> Fetched<Read<T, R>> {
 pub struct Rules {
     /// How the read is named in reports (`netlink: nf_tables ip (iptables-nft)`).
     pub origin: String,
-    pub sources: Vec<RuleDump>,
+    pub dumps: Vec<RuleDump>,
 }
 
 /// What a reader takes besides bytes: [`Rules`], or nothing ([`Infallible`]).

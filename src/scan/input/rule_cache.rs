@@ -106,7 +106,7 @@ pub(super) fn read_rules_cached(
     input: &mut ScanInput,
     read: impl FnOnce(&mut ScanInput) -> bool,
 ) -> bool {
-    let start = input.observed.sources.len();
+    let start = input.observed.dumps.len();
     if let Some(last) = cache.reusable(dump) {
         let present = last.present;
         for mut status in last.statuses.clone() {
@@ -117,9 +117,9 @@ pub(super) fn read_rules_cached(
         }
         input
             .observed
-            .sources
+            .dumps
             .extend(last.sources.take().unwrap_or_default());
-        let end = input.observed.sources.len();
+        let end = input.observed.dumps.len();
         cache.lent.push((dump, start..end));
         return present;
     }
@@ -137,7 +137,7 @@ pub(super) fn read_rules_cached(
         },
     );
     if kept {
-        cache.lent.push((dump, start..input.observed.sources.len()));
+        cache.lent.push((dump, start..input.observed.dumps.len()));
     }
     present
 }

@@ -59,19 +59,19 @@ fn keep_rules(
     status.backend = backend;
     status.family = family;
     status.notes = read.notes;
-    let sources = match read.value {
+    let dumps = match read.value {
         Some(Ok(rules)) => {
             status.origin = Some(rules.origin);
-            rules.sources
+            rules.dumps
         }
         _ => Vec::new(),
     };
-    if sources.is_empty() {
+    if dumps.is_empty() {
         input.sources.push(status);
         return true;
     }
-    for source in sources {
-        push_rule_source(input, source, status.clone(), lookup);
+    for rule_dump in dumps {
+        push_rule_dump(input, rule_dump, status.clone(), lookup);
     }
     true
 }
@@ -98,13 +98,13 @@ fn keep_iptables_dump<S: Source>(
             if !settled.trusted {
                 parsed.complete = false;
             }
-            push_rule_source(input, parsed, status, src.lookup());
+            push_rule_dump(input, parsed, status, src.lookup());
         }
     }
     true
 }
 
-fn push_rule_source(input: &mut ScanInput, mut source: RuleDump, mut status: InputStatus, lookup: Lookup) {
+fn push_rule_dump(input: &mut ScanInput, mut source: RuleDump, mut status: InputStatus, lookup: Lookup) {
     source.lookup = lookup;
     if !source.complete && status.status == InputState::Ok {
         status.status = InputState::Partial;
@@ -118,7 +118,7 @@ fn push_rule_source(input: &mut ScanInput, mut source: RuleDump, mut status: Inp
         status.notes.push("no kube-proxy chains".into());
     }
     input.sources.push(status);
-    input.observed.sources.push(source);
+    input.observed.dumps.push(source);
 }
 
 /// Whether an `nft -j list ruleset` dump holds any table (each table is an object
@@ -203,7 +203,7 @@ pub(super) fn read_nftables<S: Source>(src: &S, input: &mut ScanInput) -> bool {
                 if !settled.trusted {
                     s.complete = false;
                 }
-                push_rule_source(input, s, status.clone(), src.lookup());
+                push_rule_dump(input, s, status.clone(), src.lookup());
             }
         }
         Err(e) if bytes.is_empty() => {

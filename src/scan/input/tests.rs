@@ -200,9 +200,9 @@ fn every_source_state_is_reported_and_only_good_content_is_used() {
     assert_eq!(absent.family, Some(Family::Ipv6));
     assert_eq!(status(&input, "nft.json").status, InputState::Empty);
     assert_eq!(status(&input, "proc/net/udp6").status, InputState::Absent);
-    assert_eq!(input.observed.sources.len(), 2, "only the two dumps with tables");
+    assert_eq!(input.observed.dumps.len(), 2, "only the two dumps with tables");
     assert_eq!(
-        input.observed.sources[0].origin, "live:iptables-nft-save.txt",
+        input.observed.dumps[0].origin, "live:iptables-nft-save.txt",
         "findings name the live tool"
     );
     assert_eq!(
@@ -229,8 +229,8 @@ fn a_dump_cut_by_a_failure_or_deadline_is_read_but_not_trusted() {
         let src = Scripted::default().with("iptables-nft-save.txt", state, &dump);
         let input = read_input(&src, None).unwrap();
         assert_eq!(status(&input, "iptables-nft-save.txt").status, state);
-        assert_eq!(input.observed.sources.len(), 1);
-        assert!(!input.observed.sources[0].complete, "{state}");
+        assert_eq!(input.observed.dumps.len(), 1);
+        assert!(!input.observed.dumps[0].complete, "{state}");
     }
     let src = Scripted::default().with("iptables-nft-save.txt", InputState::TooLarge, &dump);
     let input = read_input(&src, None).unwrap();
@@ -239,7 +239,7 @@ fn a_dump_cut_by_a_failure_or_deadline_is_read_but_not_trusted() {
         InputState::TooLarge
     );
     assert!(
-        input.observed.sources.is_empty(),
+        input.observed.dumps.is_empty(),
         "a dump cut by the size limit is not used"
     );
 }
@@ -385,7 +385,7 @@ fn a_failed_capture_stays_untrusted_in_the_bundle() {
     let s = status(&input, "iptables-nft-save.txt");
     assert_eq!(s.status, InputState::TimedOut);
     assert!(s.notes[0].contains("did not finish"), "{:?}", s.notes);
-    assert!(!input.observed.sources[0].complete);
+    assert!(!input.observed.dumps[0].complete);
 }
 
 #[test]
@@ -495,7 +495,7 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
     let nodeports = |input: &ScanInput, backend: Backend| {
         input
             .observed
-            .sources
+            .dumps
             .iter()
             .filter(|s| s.backend == backend)
             .map(|s| s.nodeports.len())
@@ -516,7 +516,7 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
             .any(|n| n.contains("not read again"))
     );
     // The scan hands the rules back: they are kept, not copied.
-    cache.keep(std::mem::take(&mut lost.observed.sources));
+    cache.keep(std::mem::take(&mut lost.observed.dumps));
 
     // Both dumps are now empty on the node; only the nf_tables one may be reused.
     let emptied = || {
@@ -545,7 +545,7 @@ fn the_rule_cache_replays_only_what_it_is_allowed_to() {
         second.sources
     );
     let mut second = second;
-    cache.keep(std::mem::take(&mut second.observed.sources));
+    cache.keep(std::mem::take(&mut second.observed.dumps));
 
     // Without permission the dump is read, and what it says now is what counts.
     cache.allow_reuse(&[]);
@@ -563,7 +563,7 @@ fn a_dump_not_read_whole_is_never_replayed() {
         &testdata(b, "iptables-nft-save.txt"),
     );
     if let Ok(mut read) = read_input_cached(&timed_out, None, &mut cache) {
-        cache.keep(std::mem::take(&mut read.observed.sources));
+        cache.keep(std::mem::take(&mut read.observed.dumps));
     }
     cache.allow_reuse(&NF_TABLES_DUMPS);
     let now_fine = Scripted::default().with(

@@ -24,9 +24,9 @@ impl LiveNode {
         match input {
             Input::NftJson if self.config.nftables_via == NftablesVia::Netlink => {
                 let read = self.nftables_netlink().map(|fetched| {
-                    fetched.map(|sources| Rules {
+                    fetched.map(|dumps| Rules {
                         origin: NFT_NETLINK_LABEL.to_string(),
-                        sources,
+                        dumps,
                     })
                 });
                 Some(read)
@@ -36,9 +36,9 @@ impl LiveNode {
                 family,
             } if self.config.iptables_via == IptablesVia::Netlink => {
                 let read = self.iptables_netlink(family).map(|fetched| {
-                    fetched.map(|source| Rules {
+                    fetched.map(|dump| Rules {
                         origin: iptables_netlink_label(family).to_string(),
-                        sources: source.into_iter().collect(),
+                        dumps: dump.into_iter().collect(),
                     })
                 });
                 Some(read)

@@ -177,7 +177,7 @@ fn families(input: &CoverageInput<'_>) -> BTreeSet<Family> {
         Some(d) => d.ports.iter().flat_map(|p| p.families.iter().copied()).collect(),
         None => input
             .observed
-            .sources
+            .dumps
             .iter()
             .map(|s| s.family)
             .chain([Family::Ipv4])
@@ -212,7 +212,7 @@ fn rule_sources(input: &CoverageInput<'_>, out: &mut Vec<String>) {
             _ => {}
         }
     }
-    for source in &input.observed.sources {
+    for source in &input.observed.dumps {
         out.extend(source.gaps.iter().map(|g| format!("{g}.")));
     }
     let read = |backend: Backend, family: Family| {

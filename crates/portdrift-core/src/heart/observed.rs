@@ -11,8 +11,8 @@ use crate::heart::model::{Listener, ProcessInfo, ProxyMode, RuleDump};
 /// Everything read from one node.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
-    /// One entry per netfilter dump read (backend × family).
-    pub sources: Vec<RuleDump>,
+    /// One per netfilter dump read (backend × family).
+    pub dumps: Vec<RuleDump>,
     /// Listening TCP and bound UDP sockets.
     pub listeners: Vec<Listener>,
     /// Socket inode → owning process, where it could be found.

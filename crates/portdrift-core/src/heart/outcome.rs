@@ -96,7 +96,7 @@ pub fn run_scan_keeping_inputs(
         Some(accept) => apply_acceptances(accept, input.desired.as_ref(), &mut findings, &mut sources),
         None => Vec::new(),
     };
-    let rules = std::mem::take(&mut input.observed.sources);
+    let rules = std::mem::take(&mut input.observed.dumps);
     let mut summary = Summary::default();
     for f in &findings {
         summary.count(f);

@@ -47,7 +47,7 @@ pub fn holds_live_dispatch(source: &RuleDump) -> bool {
 /// Decides the node's mode. `primaries` are, per family, the sources judged to be what
 /// kube-proxy writes now (among those [`holds_live_dispatch`] admits).
 pub fn decide(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> ProxyDecision {
-    let sources = &observed.sources;
+    let sources = &observed.dumps;
     let cilium = cilium_maps_shown(observed);
     let shown = prefer_cilium_maps(shown_by_rules(observed, primaries), cilium.as_ref());
     let reported = observed.kube_proxy_mode;
@@ -102,7 +102,7 @@ impl Shown {
 /// source's rules, kube-proxy's iptables-mode chains alone, IPVS's traces, then a
 /// replacement's chains.
 fn shown_by_rules(observed: &Observed, primaries: &BTreeMap<Family, usize>) -> Option<Shown> {
-    let sources = &observed.sources;
+    let sources = &observed.dumps;
     ipvs_dispatch_shown(sources)
         .or_else(|| primary_shown(sources, primaries))
         .or_else(|| iptables_chains_shown(sources))
@@ -163,7 +163,7 @@ fn iptables_chains_shown(sources: &[RuleDump]) -> Option<Shown> {
 /// IPVS's traces in the rules or on the node.
 fn ipvs_traces_shown(observed: &Observed) -> Option<Shown> {
     let mut traces: Vec<String> = observed
-        .sources
+        .dumps
         .iter()
         .flat_map(|s| s.signals.ipvs.iter().cloned())
         .collect();

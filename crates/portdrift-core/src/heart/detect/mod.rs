@@ -105,10 +105,10 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
     let mut findings = Vec::new();
 
     // Each rule is attributed to a Service port once; every check reads the verdict.
-    let judged: Vec<Vec<Judged<'_>>> = observed.sources.iter().map(|s| judge_source(s, &index)).collect();
-    let primaries = choose_primaries(&observed.sources, &judged, &index, has_desired);
+    let judged: Vec<Vec<Judged<'_>>> = observed.dumps.iter().map(|s| judge_source(s, &index)).collect();
+    let primaries = choose_primaries(&observed.dumps, &judged, &index, has_desired);
     let mut proxy = proxy_mode::decide(observed, &primaries);
-    for (source, judged) in observed.sources.iter().zip(&judged) {
+    for (source, judged) in observed.dumps.iter().zip(&judged) {
         // iptables-mode rules that IPVS mode's KUBE-SERVICES no longer leads to are
         // leftovers no packet reaches: not judged (the coverage says so).
         if source.signals.services_dispatch != Some(ProxyMode::Ipvs) {
@@ -122,10 +122,10 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
         unparsed_rules(source, &mut findings);
         malformed_rules(source, &mut findings);
     }
-    backend_split(&observed.sources, &primaries, &mut findings);
+    backend_split(&observed.dumps, &primaries, &mut findings);
     if proxy.mode.is_read() {
         for &primary in primaries.values() {
-            unreached_nodeports(&observed.sources[primary], &mut findings);
+            unreached_nodeports(&observed.dumps[primary], &mut findings);
         }
     }
     if let Some(maps) = &observed.cilium {
@@ -155,7 +155,7 @@ pub fn examine(desired: Option<&DesiredState>, observed: &Observed, config: &Det
             for (&family, &primary) in &primaries {
                 missing_rules(
                     family,
-                    &observed.sources[primary],
+                    &observed.dumps[primary],
                     &judged[primary],
                     &index,
                     &mut findings,

@@ -90,7 +90,7 @@ fn kube_proxy_nat_as(services: &[(&str, Protocol, u16, &[&str])], naming: Naming
 
 fn observed(dumps: &[(&str, Backend)]) -> Observed {
     Observed {
-        sources: dumps
+        dumps: dumps
             .iter()
             .map(|(text, b)| {
                 parse_save_str(
@@ -434,10 +434,10 @@ fn a_listing_of_the_filter_table_alone_proves_no_forwarding_rule_missing() {
         );
         assert!(source.has_kube_proxy && source.complete);
         let obs = Observed {
-            sources: vec![source],
+            dumps: vec![source],
             ..Default::default()
         };
-        (run(&d, &obs), obs.sources[0].gaps.clone())
+        (run(&d, &obs), obs.dumps[0].gaps.clone())
     };
     let (findings, gaps) = read(false);
     assert_eq!(kinds(&findings), []);

@@ -19,7 +19,7 @@ fn iptables_mode() -> ProxySignals {
 #[test]
 fn kube_proxys_answer_wins_and_a_disagreement_is_said() {
     let observed = Observed {
-        sources: vec![source(Backend::IptablesNft, iptables_mode())],
+        dumps: vec![source(Backend::IptablesNft, iptables_mode())],
         kube_proxy_mode: Some(ProxyMode::Ipvs),
         ..Default::default()
     };
@@ -43,7 +43,7 @@ fn a_reported_mode_without_its_rules_is_not_an_all_clear() {
 #[test]
 fn ipvs_dispatch_in_kube_services_beats_iptables_leftovers() {
     let observed = Observed {
-        sources: vec![
+        dumps: vec![
             source(
                 Backend::IptablesNft,
                 ProxySignals {
@@ -65,7 +65,7 @@ fn ipvs_dispatch_in_kube_services_beats_iptables_leftovers() {
 #[test]
 fn the_primary_backend_names_iptables_or_nftables() {
     let observed = Observed {
-        sources: vec![
+        dumps: vec![
             source(Backend::IptablesNft, iptables_mode()),
             source(Backend::Nftables, ProxySignals::default()),
         ],
@@ -92,7 +92,7 @@ fn ipvs_traces_replacements_and_nothing() {
     };
     assert_eq!(decide(&ipvs_node, &BTreeMap::new()).mode, ProxyMode::Ipvs);
     let cilium = Observed {
-        sources: vec![source(
+        dumps: vec![source(
             Backend::IptablesNft,
             ProxySignals {
                 replacement: Some(("Cilium", "CILIUM_PRE_nat".into())),
@@ -169,7 +169,7 @@ fn parsed(text: &str) -> RuleDump {
 #[test]
 fn a_whole_filter_table_with_a_replacements_chains_and_none_of_kube_proxys_is_replaced() {
     let observed = Observed {
-        sources: vec![parsed(CILIUM_FILTER_S)],
+        dumps: vec![parsed(CILIUM_FILTER_S)],
         ..Default::default()
     };
     let d = decide(&observed, &BTreeMap::new());
@@ -187,7 +187,7 @@ fn a_whole_filter_table_with_a_replacements_chains_and_none_of_kube_proxys_is_re
         "-N KUBE-KUBELET-CANARY\n-N KUBE-FORWARD\n",
     );
     let observed = Observed {
-        sources: vec![parsed(&with_kube_proxy)],
+        dumps: vec![parsed(&with_kube_proxy)],
         ..Default::default()
     };
     assert_ne!(decide(&observed, &BTreeMap::new()).mode, ProxyMode::Replaced);
@@ -198,7 +198,7 @@ fn a_whole_filter_table_with_a_replacements_chains_and_none_of_kube_proxys_is_re
         .map(|l| format!("{l}\n"))
         .collect();
     let observed = Observed {
-        sources: vec![parsed(&fragment)],
+        dumps: vec![parsed(&fragment)],
         ..Default::default()
     };
     let d = decide(&observed, &BTreeMap::new());

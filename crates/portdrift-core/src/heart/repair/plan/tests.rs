@@ -115,7 +115,7 @@ fn case(text: &str) -> Case {
         },
     );
     let observed = Observed {
-        sources: vec![source],
+        dumps: vec![source],
         ..Default::default()
     };
     let desired = desired_web();
@@ -467,7 +467,7 @@ fn hash_only_finding(text: &str) -> Finding {
 /// The detector's findings on `text` against `desired`.
 fn detect_on(text: &str, desired: &DesiredState) -> Vec<Finding> {
     let observed = Observed {
-        sources: vec![parse_save_str(text, "iptables-nft-save", SourceHint::default())],
+        dumps: vec![parse_save_str(text, "iptables-nft-save", SourceHint::default())],
         ..Default::default()
     };
     detect(Some(desired), &observed, &DetectConfig::default())
