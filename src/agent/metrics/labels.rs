@@ -56,7 +56,7 @@ label_set! {
 label_set! {
     /// `source` of `portdrift_scan_errors_total`, `portdrift_source_up` and
     /// `portdrift_kube_proxy_reachable`: a source's name in the report, bounded by
-    /// [`bounded_source`](super::bounded_source).
+    /// [`Input::name`](crate::heart::input::Input::name), a fixed set.
     pub struct SourceLabel {
         pub source: String,
     }

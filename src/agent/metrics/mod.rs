@@ -19,7 +19,6 @@ use prometheus_client::registry::Registry;
 
 use crate::agent::kube_report::ReportMetrics;
 use crate::agent::watch::ViewStatus;
-use crate::heart::input::Input;
 use crate::heart::outcome::ScanReport;
 
 mod api;
@@ -59,12 +58,6 @@ pub const NO_BACKEND: &str = "none";
 /// The default of `--metrics-max-series`: enough for every finding of a badly drifted
 /// node, few enough that a thousand nodes stay cheap for Prometheus.
 pub const DEFAULT_MAX_SERIES: usize = 200;
-
-/// The source label an input of the report is exported under: its name in the report,
-/// one of the fixed set of [`Input`]'s names.
-pub fn bounded_source(input: Input) -> &'static str {
-    input.name()
-}
 
 /// The source label of a scan that failed as a whole: one of [`SCAN_ERROR_SOURCES`],
 /// `other` for anything else, so no label value can grow without bound.
@@ -121,7 +114,7 @@ impl Metrics {
         self.findings.record(&report.findings);
         // Each part of a source that failed is a scan error too.
         for failed in report.sources.iter().filter(|s| s.status.is_failure()) {
-            self.scans.failed(bounded_source(failed.source));
+            self.scans.failed(failed.source.name());
         }
         self.sources.record(&report.sources);
         self.kube_proxy

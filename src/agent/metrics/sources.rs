@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
+use super::count;
 use super::described::Described;
 use super::labels::{BackendFamilyLabel, ProtocolFamilyLabel, SourceLabel, socket_label};
 use super::last_scan::LastScanGauge;
 use super::series::at_zero;
-use super::{bounded_source, count};
 use crate::heart::input::Input;
 use crate::heart::model::{Backend, Family as IpFamily};
 use crate::heart::outcome::InputStatus;
@@ -82,7 +82,7 @@ impl SourceMetrics {
         // it is up only when every part of it is.
         let mut up: BTreeMap<&'static str, bool> = BTreeMap::new();
         for s in sources {
-            *up.entry(bounded_source(s.source)).or_insert(true) &= !s.status.is_failure();
+            *up.entry(s.source.name()).or_insert(true) &= !s.status.is_failure();
         }
         self.up.replace(up.into_iter().map(|(source, up)| {
             (
